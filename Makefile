@@ -1,0 +1,43 @@
+# Two commands for a fresh machine: `make run` and `make test` (see README).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8080
+export PIP_DISABLE_PIP_VERSION_CHECK = 1
+
+.PHONY: run test install install-dev lint corpus train evaluate bench
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements-dev.txt requirements.txt $(VENV)/.installed
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+## Serve the shipped corrector with gunicorn (one process, gthread) on $(PORT).
+run: install
+	PORT=$(PORT) $(VENV)/bin/gunicorn -c api/gunicorn_conf.py "api:create_app()"
+
+## Install everything and run the whole test suite.
+test: install-dev
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+lint: install-dev
+	$(VENV)/bin/ruff check .
+
+corpus: install-dev
+	$(PY) -m preprocess.corpus
+
+train: install-dev
+	$(PY) -m model.train
+
+evaluate: install-dev
+	$(PY) -m model.evaluate

@@ -1,0 +1,143 @@
+"""The corrector: n-best lists in, one corrected sentence each out.
+
+Follows the house model shape: `setup()` loads the shipped weights and runs a warm-up batch, then each
+call goes `batch` (featurize and pad) → `predict` (the network, under `torch.inference_mode()`) →
+`unbatch` (pick a candidate per position, keep TOP1 unless the change is confident). CUDA (half
+precision) when available, CPU otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from model.features import Example, Featurizer, Vocab, collate
+from model.network import CorrectorNet, NetConfig
+from preprocess.text import NBest, top1_answer
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+log = logging.getLogger(__name__)
+
+
+def choose(example: Example, probs: np.ndarray, threshold: float) -> str:
+    """Rebuild the sentence: at each position the best candidate if it beats keep with p >= threshold."""
+    out: list[str] = []
+    for i, cands in enumerate(example.candidates):
+        p = probs[i, : len(cands)]
+        best = int(p.argmax())
+        out.append(cands[best] if best != 0 and p[best] >= threshold else cands[0])
+    return "".join(out)
+
+
+def resolve_device(device: str) -> torch.device:
+    """Map auto / cpu / cuda to a torch device (auto: CUDA when present)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda was asked for but CUDA is not available")
+    return torch.device(device)
+
+
+@dataclass
+class Batch:
+    examples: list[Example | None]
+    tensors: dict[str, torch.Tensor] | None
+
+
+class Corrector:
+    """Correct batches of n-best lists with the shipped network."""
+
+    def __init__(self, weights_dir: Path | None = None, device: str = "auto") -> None:
+        self.weights_dir = Path(weights_dir or WEIGHTS_DIR)
+        self.device_name = device
+        self.ready = False
+        self.meta: dict = {}
+
+    def setup(self) -> None:
+        """Load vocabulary, configuration and weights, then run a warm-up batch."""
+        self.device = resolve_device(self.device_name)
+        self.meta = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
+        self.vocab = Vocab.load(self.weights_dir / "vocab.json")
+        self.featurizer = Featurizer(self.vocab)
+        self.threshold = float(self.meta["threshold"])
+        net = CorrectorNet(NetConfig(**self.meta["net"]))
+        state = load_file(str(self.weights_dir / "model.safetensors"))
+        net.load_state_dict({k: v.float() for k, v in state.items()})
+        net.eval()
+        self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        self.net = net.to(self.device, self.dtype)
+        warm = NBest(("喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去", "喂 您好 密碼 我 要 進去"))
+        self.predict_batch([warm] * 4)
+        self.ready = True
+
+    def batch(self, items: list[NBest]) -> Batch:
+        """Featurize and pad; items whose TOP1 has no Han character skip the network."""
+        examples = [self.featurizer.featurize(item) for item in items]
+        present = [e for e in examples if e is not None]
+        if not present:
+            return Batch(examples, None)
+        arrays = collate(present)
+        arrays.pop("labels")
+        tensors = {}
+        for k, v in arrays.items():
+            t = torch.from_numpy(v)
+            if t.is_floating_point():
+                t = t.to(self.dtype)
+            tensors[k] = t.to(self.device, non_blocking=True)
+        return Batch(examples, tensors)
+
+    def predict(self, batch: Batch) -> np.ndarray | None:
+        """Run the network: candidate probabilities [B, L, C] for the items that have Han characters."""
+        if batch.tensors is None:
+            return None
+        with torch.inference_mode():
+            logits = self.net(**batch.tensors)
+            return torch.softmax(logits.float(), dim=-1).cpu().numpy()
+
+    def unbatch(self, items: list[NBest], batch: Batch, probs: np.ndarray | None) -> list[str]:
+        """Turn probabilities back into one answer per item, in order."""
+        answers: list[str] = []
+        row = 0
+        for item, example in zip(items, batch.examples, strict=True):
+            if example is None or probs is None:
+                answers.append(top1_answer(item.sentences))
+                continue
+            answer = choose(example, probs[row], self.threshold)
+            row += 1
+            answers.append(answer or top1_answer(item.sentences))
+        return answers
+
+    def predict_batch(self, items: list[NBest]) -> list[str]:
+        """Correct a list of n-best lists: batch → predict → unbatch."""
+        batch = self.batch(items)
+        return self.unbatch(items, batch, self.predict(batch))
+
+    @property
+    def info(self) -> dict:
+        """Describe the loaded model for `GET /`: name, version, size, settings and evaluation figures."""
+        return {
+            "name": self.meta.get("name", "nbest-candidate-corrector"),
+            "version": self.meta.get("version"),
+            "device": str(getattr(self, "device", self.device_name)),
+            "parameters": sum(p.numel() for p in self.net.parameters()) if self.ready else None,
+            "threshold": self.meta.get("threshold"),
+            "trained": self.meta.get("trained"),
+            "evaluation": self.meta.get("evaluation"),
+        }
+
+
+def timed(fn, *args, repeat: int = 5) -> float:
+    """Return the median wall time of fn(*args) in seconds."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))

@@ -1,0 +1,198 @@
+"""Turn n-best lists into the corrector's inputs: TOP1 positions, each with a small candidate set.
+
+Per TOP1 position the candidates are: keep (index 0); the distinct segments the other hypotheses align
+there (substitutions, deletions as "", insertions as two characters), by best rank; then characters of
+the same or a near syllable. The network picks one candidate per position, so it can only insert or
+delete where the n-best offers it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from preprocess.align import align_nbest, align_to
+from preprocess.confusion import NEAR, OTHER_TONE, SAME_TONE, ConfusionSet
+from preprocess.phones import char_syllable
+from preprocess.text import NBest, han_only
+
+PAD, UNK, EMPTY = 0, 1, 2
+MAX_LEN = 64
+MAX_CANDIDATES = 10
+MAX_FROM_NBEST = 6
+MAX_SEGMENT = 2
+N_POS_FEATS = 5
+N_CAND_FEATS = 11
+BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
+
+
+@dataclass
+class Vocab:
+    """Characters and syllables known to the network, with the character counts of the training text."""
+
+    chars: list[str]
+    counts: dict[str, int]
+    syllables: list[str]
+
+    def __post_init__(self) -> None:
+        self.char_id = {c: i for i, c in enumerate(self.chars)}
+        self.syl_id = {s: i for i, s in enumerate(self.syllables)}
+        total = sum(self.counts.values()) or 1
+        self.log_freq = {c: math.log(n / total) for c, n in self.counts.items()}
+
+    @classmethod
+    def from_counts(cls, counts: dict[str, int], min_count: int = 1) -> Vocab:
+        chars = ["<pad>", "<unk>", "<empty>"] + sorted(c for c, n in counts.items() if n >= min_count)
+        syls = {s.toneless for c in chars[3:] if (s := char_syllable(c)) is not None}
+        return cls(chars, {c: counts[c] for c in chars[3:]}, ["<pad>", "<unk>"] + sorted(syls))
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"chars": self.chars, "counts": self.counts, "syllables": self.syllables},
+                                   ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> Vocab:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return cls(raw["chars"], raw["counts"], raw["syllables"])
+
+
+@dataclass
+class Example:
+    """Network inputs for one n-best list (numpy, unpadded) and the candidate strings for decoding."""
+
+    top1: str
+    chars: np.ndarray  # [L] int64
+    syl: np.ndarray  # [L] int64
+    tone: np.ndarray  # [L] int64
+    bnd: np.ndarray  # [L] int64
+    pos_feats: np.ndarray  # [L, P] float32
+    cand_ids: np.ndarray  # [L, C, S] int64
+    cand_feats: np.ndarray  # [L, C, F] float32
+    cand_mask: np.ndarray  # [L, C] bool
+    candidates: list[list[str]]
+    labels: np.ndarray | None = None  # [L] int64, -100 where the truth is not a candidate
+
+
+def boundary_tags(top1_words: list[str]) -> list[int]:
+    """Tag each Han character of TOP1 as word begin / middle / end / single."""
+    tags: list[int] = []
+    for word in top1_words:
+        n = len(han_only(word))
+        if n == 1:
+            tags.append(BOUNDARY["S"])
+        elif n > 1:
+            tags += [BOUNDARY["B"]] + [BOUNDARY["M"]] * (n - 2) + [BOUNDARY["E"]]
+    return tags
+
+
+class Featurizer:
+    """Build Examples from n-best lists with a vocabulary and a confusion set."""
+
+    def __init__(self, vocab: Vocab) -> None:
+        self.vocab = vocab
+        self.confusion = ConfusionSet(vocab.counts)
+
+    def _char_ids(self, seg: str) -> list[int]:
+        if not seg:
+            return [EMPTY] + [PAD] * (MAX_SEGMENT - 1)
+        ids = [self.vocab.char_id.get(c, UNK) for c in seg]
+        return ids + [PAD] * (MAX_SEGMENT - len(ids))
+
+    def _log_freq(self, seg: str) -> float:
+        if not seg:
+            return 0.0
+        return sum(self.vocab.log_freq.get(c, -16.0) for c in seg) / len(seg) / 16.0
+
+    def featurize(self, nbest: NBest, truth: str | None = None) -> Example | None:
+        """Return the Example of one n-best list, or None when TOP1 has no Han character."""
+        top1 = han_only(nbest.sentences[0])[:MAX_LEN]
+        if not top1:
+            return None
+        others = [h for h in (han_only(s) for s in nbest.sentences[1:])]
+        n_hyps = 1 + len(others)
+        rows = align_nbest(top1, others)
+        tags = boundary_tags(nbest.sentences[0].split())[: len(top1)]
+        tags += [BOUNDARY["S"]] * (len(top1) - len(tags))
+        L = len(top1)
+        chars = np.array([self.vocab.char_id.get(c, UNK) for c in top1], dtype=np.int64)
+        syl = np.zeros(L, dtype=np.int64)
+        tone = np.zeros(L, dtype=np.int64)
+        pos_feats = np.zeros((L, N_POS_FEATS), dtype=np.float32)
+        cand_ids = np.zeros((L, MAX_CANDIDATES, MAX_SEGMENT), dtype=np.int64)
+        cand_feats = np.zeros((L, MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
+        cand_mask = np.zeros((L, MAX_CANDIDATES), dtype=bool)
+        candidates: list[list[str]] = []
+        for i, char in enumerate(top1):
+            s = char_syllable(char)
+            if s is not None:
+                syl[i] = self.vocab.syl_id.get(s.toneless, UNK)
+                tone[i] = s.tone
+            votes: dict[str, list[int]] = {char: [0]}
+            for rank, row in enumerate(rows, start=1):
+                votes.setdefault(row[i], []).append(rank)
+            agree = len(votes[char]) / n_hyps
+            pos_feats[i] = (agree, (len(votes) - 1) / 9.0, n_hyps / 10.0, chars[i] == UNK, i / MAX_LEN)
+            cands = [char] + [seg for seg in votes if seg != char and len(seg) <= MAX_SEGMENT][: MAX_FROM_NBEST]
+            relation = {c: r for c, r in self.confusion.similar(char, MAX_CANDIDATES)}
+            for c in relation:
+                if len(cands) >= MAX_CANDIDATES:
+                    break
+                if c not in votes:
+                    cands.append(c)
+            candidates.append(cands)
+            for k, seg in enumerate(cands):
+                ranks = votes.get(seg)
+                rel = relation.get(seg, -1)
+                cand_ids[i, k] = self._char_ids(seg)
+                cand_feats[i, k] = (
+                    k == 0,
+                    len(ranks) / n_hyps if ranks else 0.0,
+                    1.0 / (1 + ranks[0]) if ranks else 0.0,
+                    seg == "",
+                    len(seg) > 1,
+                    rel == SAME_TONE,
+                    rel == OTHER_TONE,
+                    rel == NEAR,
+                    ranks is None,
+                    self._log_freq(seg),
+                    ranks is not None and ranks[0] == 1,
+                )
+                cand_mask[i, k] = True
+        labels = None
+        if truth is not None:
+            gold = align_to(top1, truth)
+            labels = np.array([c.index(g) if g in c else -100 for c, g in zip(candidates, gold, strict=True)],
+                              dtype=np.int64)
+        bnd = np.array(tags, dtype=np.int64)
+        return Example(top1, chars, syl, tone, bnd, pos_feats, cand_ids, cand_feats, cand_mask, candidates, labels)
+
+
+def collate(examples: list[Example]) -> dict[str, np.ndarray]:
+    """Pad a list of Examples to the batch's own longest TOP1 and stack them."""
+    B = len(examples)
+    L = max(len(e.top1) for e in examples)
+    out = {
+        "chars": np.zeros((B, L), np.int64),
+        "syl": np.zeros((B, L), np.int64),
+        "tone": np.zeros((B, L), np.int64),
+        "bnd": np.zeros((B, L), np.int64),
+        "pos_feats": np.zeros((B, L, N_POS_FEATS), np.float32),
+        "cand_ids": np.zeros((B, L, MAX_CANDIDATES, MAX_SEGMENT), np.int64),
+        "cand_feats": np.zeros((B, L, MAX_CANDIDATES, N_CAND_FEATS), np.float32),
+        "cand_mask": np.zeros((B, L, MAX_CANDIDATES), bool),
+        "attn_mask": np.zeros((B, L), np.int64),
+        "labels": np.full((B, L), -100, np.int64),
+    }
+    for b, e in enumerate(examples):
+        n = len(e.top1)
+        for key in ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask"):
+            out[key][b, :n] = getattr(e, key)
+        out["cand_mask"][b, n:, 0] = True  # padded positions keep a valid "keep" so softmax stays finite
+        out["attn_mask"][b, :n] = 1
+        if e.labels is not None:
+            out["labels"][b, :n] = e.labels
+    return out

@@ -1,0 +1,95 @@
+"""The correction network: a small non-autoregressive Transformer encoder that scores candidates.
+
+The encoder (a `transformers` BertModel fed with `inputs_embeds`) reads TOP1 with, at each position,
+its syllable, tone, word-boundary tag, column statistics and a summary of what the other hypotheses
+offer there. Each candidate is scored by a dot product between the position's state and the candidate's
+embedding plus its features: a choice among at most MAX_CANDIDATES, not a softmax over the vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel
+
+from model.features import MAX_LEN, N_CAND_FEATS, N_POS_FEATS, PAD
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    n_chars: int
+    n_syllables: int
+    hidden: int = 256
+    layers: int = 3
+    heads: int = 4
+    ffn: int = 1024
+    dropout: float = 0.1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class CorrectorNet(nn.Module):
+    """Score every candidate at every TOP1 position."""
+
+    def __init__(self, cfg: NetConfig) -> None:
+        super().__init__()
+        h = cfg.hidden
+        self.cfg = cfg
+        self.char_emb = nn.Embedding(cfg.n_chars, h, padding_idx=PAD)
+        self.syl_emb = nn.Embedding(cfg.n_syllables, h, padding_idx=PAD)
+        self.tone_emb = nn.Embedding(6, h)
+        self.bnd_emb = nn.Embedding(5, h)
+        self.pos_proj = nn.Linear(N_POS_FEATS, h)
+        self.col_proj = nn.Linear(h, h)
+        bert = BertConfig(
+            vocab_size=4,
+            hidden_size=h,
+            num_hidden_layers=cfg.layers,
+            num_attention_heads=cfg.heads,
+            intermediate_size=cfg.ffn,
+            max_position_embeddings=MAX_LEN,
+            type_vocab_size=1,
+            hidden_dropout_prob=cfg.dropout,
+            attention_probs_dropout_prob=cfg.dropout,
+        )
+        self.encoder = BertModel(bert, add_pooling_layer=False)
+        self.query = nn.Linear(h, h)
+        self.cand_proj = nn.Linear(N_CAND_FEATS, h)
+        self.cand_bias = nn.Linear(N_CAND_FEATS, 1)
+        self.scale = 1.0 / math.sqrt(h)
+
+    def forward(
+        self,
+        chars: torch.Tensor,
+        syl: torch.Tensor,
+        tone: torch.Tensor,
+        bnd: torch.Tensor,
+        pos_feats: torch.Tensor,
+        cand_ids: torch.Tensor,
+        cand_feats: torch.Tensor,
+        cand_mask: torch.Tensor,
+        attn_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Return candidate logits [B, L, C]; masked candidates get a large negative score."""
+        seg_emb = self.char_emb(cand_ids)  # [B, L, C, S, H]
+        n = (cand_ids != PAD).sum(-1, keepdim=True).clamp(min=1).to(seg_emb.dtype)
+        cand_emb = seg_emb.sum(-2) / n  # [B, L, C, H]
+        offered = cand_feats[..., 1] * (1.0 - cand_feats[..., 0])  # vote share, keep excluded
+        column = (offered.unsqueeze(-1) * cand_emb).sum(2)
+        x = (
+            self.char_emb(chars)
+            + self.syl_emb(syl)
+            + self.tone_emb(tone)
+            + self.bnd_emb(bnd)
+            + self.pos_proj(pos_feats)
+            + self.col_proj(column)
+        )
+        hidden = self.encoder(inputs_embeds=x, attention_mask=attn_mask).last_hidden_state
+        q = self.query(hidden).unsqueeze(2)  # [B, L, 1, H]
+        rep = cand_emb + self.cand_proj(cand_feats)
+        logits = (q * rep).sum(-1) * self.scale + self.cand_bias(cand_feats).squeeze(-1)
+        return logits.masked_fill(~cand_mask, -1e4)

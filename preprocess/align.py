@@ -1,0 +1,46 @@
+"""Align every hypothesis of an n-best list to TOP1, character by character.
+
+Each TOP1 position gets the segment of another hypothesis aligned to it: one character (kept or
+substituted), "" (deleted) or several characters (an insertion rides on the position before it; one
+before the first character rides on the first). Alignment is on Han characters only, so hypotheses that
+differ only in word segmentation align as equal.
+"""
+
+from __future__ import annotations
+
+from rapidfuzz.distance import Levenshtein
+
+
+def align_to(top1: str, hyp: str) -> list[str]:
+    """Return, for each character of `top1`, the segment of `hyp` aligned to it."""
+    if not top1:
+        return []
+    segs = [""] * len(top1)
+    prefix = ""
+    for tag, i1, i2, j1, j2 in Levenshtein.opcodes(top1, hyp):
+        if tag == "insert":
+            if i1 == 0:
+                prefix += hyp[j1:j2]
+            else:
+                segs[i1 - 1] += hyp[j1:j2]
+        elif tag == "delete":
+            continue
+        else:  # equal or replace: pair in order, surplus characters ride on the last position
+            n = i2 - i1
+            for k in range(n):
+                segs[i1 + k] = hyp[j1 + k] if j1 + k < j2 else ""
+            if j2 - j1 > n:
+                segs[i2 - 1] += hyp[j1 + n : j2]
+    if prefix:
+        segs[0] = prefix + segs[0]
+    return segs
+
+
+def align_nbest(top1: str, hyps: list[str]) -> list[list[str]]:
+    """Align each hypothesis to TOP1: a matrix of segments, one row per hypothesis."""
+    return [align_to(top1, h) for h in hyps]
+
+
+def apply_segments(segs: list[str]) -> str:
+    """Rebuild a sentence from one chosen segment per TOP1 position."""
+    return "".join(segs)

@@ -1,0 +1,51 @@
+"""Text normalisation shared by the corpus builder, the corrector and the API guards.
+
+The judge's ground truths hold Chinese characters only (non-Chinese characters were removed by the
+competition rules), so an answer keeps the Han characters of a hypothesis and drops spaces, `<htr>`
+markers, Latin words, digits and punctuation. When that would leave nothing, the hypothesis with its
+spaces removed is returned instead, so an answer is never empty when TOP1 had characters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+HTR = "<htr>"
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_NON_HAN = re.compile(r"[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+@dataclass(frozen=True)
+class NBest:
+    """One question: the ASR n-best (best first, words separated by spaces) and its phone strings."""
+
+    sentences: tuple[str, ...]
+    phonemes: tuple[str, ...] = field(default=())
+
+    @property
+    def top1(self) -> str:
+        return self.sentences[0] if self.sentences else ""
+
+
+def is_han(char: str) -> bool:
+    """Tell whether a single character is a Chinese (Han) character."""
+    return bool(_HAN.fullmatch(char))
+
+
+def han_only(text: str) -> str:
+    """Keep only the Han characters of a hypothesis (drops spaces, <htr>, Latin, digits, punctuation)."""
+    return _NON_HAN.sub("", text.replace(HTR, ""))
+
+
+def strip_spaces(text: str) -> str:
+    """Remove all whitespace, as the judge's TOP1 baseline does."""
+    return "".join(text.split())
+
+
+def top1_answer(sentences: tuple[str, ...] | list[str]) -> str:
+    """Answer with the first hypothesis: its Han characters, or the whole of it when it has none."""
+    if not sentences:
+        return ""
+    first = sentences[0]
+    return han_only(first) or strip_spaces(first)
