@@ -1,0 +1,35 @@
+from preprocess.phones import char_syllable, text_phones
+from preprocess.text import han_only, top1_answer
+
+
+def test_top1_answer_removes_spaces_and_non_chinese_tokens():
+    assert top1_answer(["喂 你好 密碼 waa 進去 <htr> 5g"]) == "喂你好密碼進去"
+
+
+def test_top1_answer_keeps_formal_numerals():
+    assert top1_answer(["匯款 壹 萬 貳 仟 元"]) == "匯款壹萬貳仟元"
+
+
+def test_top1_answer_never_empty_when_top1_has_characters():
+    assert top1_answer(["while e-mail"]) == "whilee-mail"
+
+
+def test_top1_answer_of_empty_list_is_empty():
+    assert top1_answer([]) == ""
+
+
+def test_han_only_drops_punctuation_and_digits():
+    assert han_only("好 . 123 abc 的") == "好的"
+
+
+def test_text_phones_spells_the_judges_notation():
+    # from shared/spec/phonemes.md: 見 = ts6 j A: n4, 成 = ttss_h ax N2, 是 = ss4, 的 = t ax5
+    assert text_phones("見 成 是 的") == "ts6 j A: n4 ttss_h ax N2 ss4 t ax5"
+
+
+def test_text_phones_spells_htr_as_spn():
+    assert text_phones("我 <htr> 要") == "w O:3 spn j aU4"
+
+
+def test_char_syllable_is_none_for_non_chinese():
+    assert char_syllable("a") is None
