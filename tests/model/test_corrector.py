@@ -1,0 +1,62 @@
+"""The shipped corrector, end to end on the real samples (uses the committed weights)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from model.corrector import WEIGHTS_DIR, Corrector
+from preprocess.text import NBest, is_han
+
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples" / "real_requests.jsonl"
+pytestmark = pytest.mark.real_model
+
+
+@pytest.fixture(scope="module")
+def corrector() -> Corrector:
+    c = Corrector(WEIGHTS_DIR, device="cpu")
+    c.setup()
+    return c
+
+
+def _samples() -> list[NBest]:
+    rows = [json.loads(line) for line in SAMPLES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [NBest(tuple(r["sentence_list"]), tuple(r.get("phoneme_sequence_list") or ())) for r in rows]
+
+
+def test_corrector_ships_small_weights_with_vocab_and_config():
+    files = {p.name: p.stat().st_size for p in WEIGHTS_DIR.iterdir()}
+    assert {"model.safetensors", "vocab.json", "config.json"} <= set(files)
+    assert sum(files.values()) <= 30 * 1024 * 1024
+
+
+def test_corrector_setup_loads_and_warms_up(corrector):
+    assert corrector.ready
+    assert corrector.info["parameters"] > 1_000_000
+    assert 0.0 < corrector.info["threshold"] <= 1.01
+
+
+def test_corrector_answers_every_real_request_with_chinese_characters(corrector):
+    items = _samples()
+    answers = corrector.predict_batch(items)
+    assert len(answers) == len(items)
+    for item, answer in zip(items, answers, strict=True):
+        assert answer and " " not in answer
+        assert all(is_han(c) for c in answer)
+        # a correction stays close to TOP1: the n-best only offers local changes
+        assert abs(len(answer) - len(item.top1.replace(" ", ""))) <= 3
+
+
+def test_corrector_answers_the_same_alone_and_in_a_batch(corrector):
+    items = _samples()
+    batched = corrector.predict_batch(items)
+    assert [corrector.predict_batch([it])[0] for it in items] == batched
+
+
+def test_corrector_keeps_an_unambiguous_top1(corrector):
+    nb = NBest(("我們 今天 去 學校",) * 10)
+    assert corrector.predict_batch([nb]) == ["我們今天去學校"]
+
+
+def test_corrector_falls_back_to_top1_without_chinese(corrector):
+    assert corrector.predict_batch([NBest(("while e-mail",))]) == ["whilee-mail"]

@@ -1,0 +1,62 @@
+import numpy as np
+import pytest
+
+from model.features import MAX_CANDIDATES, Featurizer, Vocab, collate
+from preprocess.text import NBest
+
+COUNTS = {c: 10 for c in "我發現新元原噢於與許多天使時投資機構不同的地方央行進場買回調掉接結皆街你好密碼要進去"}
+
+
+@pytest.fixture(scope="module")
+def featurizer() -> Featurizer:
+    return Featurizer(Vocab.from_counts(COUNTS))
+
+
+def test_featurize_puts_keep_first_and_nbest_alternatives_next(featurizer):
+    nb = NBest(("我 發現 新 元 噢", "我 發現 新原 噢", "我 發現 新 元 於"))
+    ex = featurizer.featurize(nb)
+    assert [c[0] for c in ex.candidates] == list("我發現新元噢")
+    assert ex.candidates[4][1] == "原"
+    assert ex.candidates[5][1] == "於"
+
+
+def test_featurize_adds_same_syllable_characters(featurizer):
+    ex = featurizer.featurize(NBest(("央行 進場 買 回調 接",)))
+    assert "結" in ex.candidates[-1] and "街" in ex.candidates[-1]
+    assert all(len(c) <= MAX_CANDIDATES for c in ex.candidates)
+
+
+def test_featurize_offers_deletion_and_insertion_only_where_the_nbest_does(featurizer):
+    ex = featurizer.featurize(NBest(("你好 的 密碼", "你好 密碼", "你好的 密碼")))
+    assert "" in ex.candidates[2]
+    assert all("" not in c for i, c in enumerate(ex.candidates) if i != 2)
+    ex = featurizer.featurize(NBest(("你好 密碼", "你好 的 密碼")))
+    assert "好的" in ex.candidates[1]
+    assert all(len(s) == 1 for i, c in enumerate(ex.candidates) if i != 1 for s in c)
+
+
+def test_featurize_labels_the_truth_candidate_or_ignores_it(featurizer):
+    ex = featurizer.featurize(NBest(("央行 進場 買 回調 接", "央行 進場 買回 掉 接")), truth="央行進場買回掉結")
+    assert ex.labels[0] == 0
+    assert ex.candidates[6][ex.labels[6]] == "掉"
+    assert ex.candidates[7][ex.labels[7]] == "結"
+    ex = featurizer.featurize(NBest(("央行",)), truth="甲乙")
+    assert (ex.labels == -100).all()
+
+
+def test_featurize_returns_none_when_top1_has_no_chinese(featurizer):
+    assert featurizer.featurize(NBest(("while e-mail", "你好"))) is None
+
+
+def test_featurize_uses_chinese_characters_only(featurizer):
+    ex = featurizer.featurize(NBest(("喂 你好 waa <htr> 進去 5g", "喂 您好 密碼")))
+    assert ex.top1 == "喂你好進去"
+
+
+def test_collate_pads_to_the_longest_input_of_the_batch(featurizer):
+    exs = [featurizer.featurize(NBest(("你好",))), featurizer.featurize(NBest(("我 要 進去 了",)))]
+    batch = collate(exs)
+    assert batch["chars"].shape == (2, 5)
+    assert batch["attn_mask"].sum(1).tolist() == [2, 5]
+    assert batch["cand_mask"][:, :, 0].all()
+    assert np.isfinite(batch["cand_feats"]).all()
