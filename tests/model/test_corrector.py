@@ -1,14 +1,10 @@
 """The shipped corrector, end to end on the real samples (uses the committed weights)."""
 
-import json
-from pathlib import Path
-
 import pytest
 
 from model.corrector import WEIGHTS_DIR, Corrector
 from preprocess.text import NBest, is_han
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples" / "real_requests.jsonl"
 pytestmark = pytest.mark.real_model
 
 
@@ -19,8 +15,7 @@ def corrector() -> Corrector:
     return c
 
 
-def _samples() -> list[NBest]:
-    rows = [json.loads(line) for line in SAMPLES.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _samples(rows: list[dict]) -> list[NBest]:
     return [NBest(tuple(r["sentence_list"]), tuple(r.get("phoneme_sequence_list") or ())) for r in rows]
 
 
@@ -36,8 +31,8 @@ def test_corrector_setup_loads_and_warms_up(corrector):
     assert 0.0 < corrector.info["threshold"] <= 1.01
 
 
-def test_corrector_answers_every_real_request_with_chinese_characters(corrector):
-    items = _samples()
+def test_corrector_answers_every_real_request_with_chinese_characters(corrector, real_requests):
+    items = _samples(real_requests)
     answers = corrector.predict_batch(items)
     assert len(answers) == len(items)
     for item, answer in zip(items, answers, strict=True):
@@ -47,8 +42,8 @@ def test_corrector_answers_every_real_request_with_chinese_characters(corrector)
         assert abs(len(answer) - len(item.top1.replace(" ", ""))) <= 3
 
 
-def test_corrector_answers_the_same_alone_and_in_a_batch(corrector):
-    items = _samples()
+def test_corrector_answers_the_same_alone_and_in_a_batch(corrector, real_requests):
+    items = _samples(real_requests)
     batched = corrector.predict_batch(items)
     assert [corrector.predict_batch([it])[0] for it in items] == batched
 

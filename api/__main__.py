@@ -1,0 +1,53 @@
+"""Run the service on Flask's threaded development server: `python -m api [--port 8080] [...]`.
+
+Every setting of `config.Config` is a flag (`--max-batch-size 32`) that overrides its environment
+variable. For the judge, serve with gunicorn instead (`make run`, see api/gunicorn_conf.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from config import Config, ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Make one flag per setting; a flag left out keeps the environment's (or the default) value."""
+    parser = argparse.ArgumentParser(prog="python -m api", description=__doc__.splitlines()[0])
+    defaults = Config()
+    for f in dataclasses.fields(Config):
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, metavar=f.name.upper(), default=None,
+            help=f"env {f.name.upper()}, default {getattr(defaults, f.name)!s}"
+            if f.name not in ("server_uuid_salt", "redis_url") else f"env {f.name.upper()}",
+        )
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> Config:
+    """Build the config from the environment, then the command line's flags over it."""
+    args = build_parser().parse_args(argv)
+    flags = {name: value for name, value in vars(args).items() if value is not None}
+    return Config.from_env(environ).with_overrides(flags)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve until interrupted."""
+    try:
+        config = parse_config(argv)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    from api import create_app
+
+    app = create_app(config)
+    app.run(host=config.host, port=config.port, threaded=True, use_reloader=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Answers given at once, without the model: each guard returns an `Outcome` or None to pass.
+
+The view tries them in this order, then the model (`api.predict`):
+
+1. `answer_retry`: a retry means the judge already gave up on an earlier attempt; answer it with what was
+   computed for its esun_uuid by now, else TOP1. A retry never enters the model queue (contract: that is
+   how a slow moment becomes a collapse).
+2. `answer_too_long`: a TOP1 over `max_top1_chars` (spaces removed) is answered with TOP1.
+3. `answer_cached`: a first attempt whose question was already answered gets the same answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from api.cache import ResultCache
+from api.schemas import InferenceRequest
+from preprocess.text import strip_spaces, top1_answer
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer to one request and how it was reached (the `path` of the request log)."""
+
+    answer: str
+    path: str
+    batch_size: int | None = None
+    reason: str | None = None
+
+
+def top1(req: InferenceRequest, path: str, reason: str | None = None, batch_size: int | None = None) -> Outcome:
+    """Answer with TOP1 (its Han characters), always a valid answer."""
+    return Outcome(top1_answer(req.sentence_list), path, batch_size, reason)
+
+
+def answer_retry(req: InferenceRequest, cache: ResultCache) -> Outcome | None:
+    """Answer a retry from the cache, else with TOP1; pass a first attempt."""
+    if not req.is_retry:
+        return None
+    cached = cache.get(req.esun_uuid)
+    return Outcome(cached, "retry_cached") if cached else top1(req, "retry_top1")
+
+
+def answer_too_long(req: InferenceRequest, max_top1_chars: int) -> Outcome | None:
+    """Answer with TOP1 when TOP1 is longer than the model takes; pass the rest."""
+    if len(strip_spaces(req.sentence_list[0])) > max_top1_chars:
+        return top1(req, "too_long")
+    return None
+
+
+def answer_cached(req: InferenceRequest, cache: ResultCache) -> Outcome | None:
+    """Answer a question already answered with the same answer; pass a new one."""
+    cached = cache.get(req.esun_uuid)
+    return Outcome(cached, "cached") if cached else None

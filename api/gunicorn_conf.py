@@ -1,0 +1,72 @@
+"""gunicorn settings: `gunicorn -c api/gunicorn_conf.py "api:create_app()"` (what `make run` does).
+
+One worker process, because all requests must share one batcher (several processes would each batch a
+fraction of the traffic and each hold a copy of the model); many threads, because each waiting request
+holds one and a batch fills only when at least `max_batch_size` requests wait at once.
+"""
+
+from __future__ import annotations
+
+import select
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+# gunicorn executes this file by path; make the repository importable for `config` (and the app).
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from config import Config  # noqa: E402
+
+_config = Config.from_env()
+
+bind = f"{_config.host}:{_config.port}"
+workers = 1
+worker_class = "gthread"
+threads = _config.http_threads
+# Loading the weights and warming up happens in the worker, after the fork (threads do not survive one),
+# and may take a while: the worker's timeout covers it.
+preload_app = False
+timeout = int(_config.worker_timeout_s)
+graceful_timeout = int(_config.graceful_timeout_s)
+keepalive = 5
+loglevel = _config.log_level.lower()
+accesslog = None  # the app writes one JSON line per request itself
+
+
+def worker_exit(server: object, worker: object) -> None:
+    """Stop the batcher's worker thread when gunicorn stops the worker process."""
+    from api.state import EXTENSION_KEY
+
+    app = getattr(worker, "wsgi", None)
+    state = getattr(app, "extensions", {}).get(EXTENSION_KEY)
+    if state is not None:
+        state.batcher.close()
+
+
+def post_worker_init(worker: object) -> None:
+    """Make a stopping worker refuse new connections at once instead of resetting them after the drain."""
+    if hasattr(worker, "set_accept_enabled") and hasattr(worker, "accept"):
+        worker.set_accept_enabled = partial(_accept_until_stopped, worker, worker.set_accept_enabled)
+
+
+def _accept_until_stopped(worker: Any, set_accept_enabled: Callable[[bool], None], enabled: bool) -> None:
+    """On stop, take the connections already queued, then close the listeners.
+
+    gthread's worker stops accepting on SIGTERM but keeps its listening sockets open while it drains, and
+    closes them only on exit: the kernel goes on completing connections nobody will accept, and resets them
+    all at the close, after the clients waited the whole drain. Closing at once makes later connects fail
+    fast with "refused"; the connections already queued are accepted first, so they are served.
+    """
+    if enabled or worker.alive:
+        set_accept_enabled(enabled)  # start, or the connection limit was reached: nothing to do with stopping
+        return
+    for listener in worker.sockets:
+        while select.select([listener], [], [], 0)[0]:
+            worker.accept(listener)
+    set_accept_enabled(False)
+    for listener in worker.sockets:
+        listener.close()

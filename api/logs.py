@@ -1,0 +1,70 @@
+"""Structured logs: one JSON object per line, one line per inference request.
+
+Code logs with `extra={"fields": {...}}`; the formatter merges those fields into the line, e.g.
+`{"ts": ..., "level": "INFO", "logger": "api.requests", "msg": "inference", "esun_uuid": "...",
+"path": "model", "latency_ms": 41.2, "batch_size": 7}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+REQUEST_LOG = logging.getLogger("api.requests")
+# Paths on which the answer is TOP1 because something went wrong, not by design.
+_DEGRADED_PATHS = frozenset({"deadline", "overload", "error"})
+
+
+class JsonFormatter(logging.Formatter):
+    """Render a record as one JSON object, with the fields passed in `extra={"fields": ...}`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        line.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            # Tracebacks go to the log, never to the client.
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Write to whatever sys.stderr is at the time of each record (test runners swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
+def configure_logging(level: str) -> None:
+    """Send the `api` loggers' records to stderr as JSON lines, at `level`; safe to call again."""
+    logger = logging.getLogger("api")
+    logger.setLevel(level)
+    if not any(isinstance(h.formatter, JsonFormatter) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(JsonFormatter())
+        logger.addHandler(handler)
+
+
+def log_request(esun_uuid: str, retry: int, path: str, latency_ms: float,
+                batch_size: int | None, reason: str | None) -> None:
+    """Write the one line that describes an answered inference request."""
+    fields = {"esun_uuid": esun_uuid, "retry": retry, "path": path, "latency_ms": round(latency_ms, 2),
+              "batch_size": batch_size}
+    if reason:
+        fields["reason"] = reason
+    level = logging.WARNING if path in _DEGRADED_PATHS else logging.INFO
+    REQUEST_LOG.log(level, "inference", extra={"fields": fields})

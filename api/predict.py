@@ -1,0 +1,118 @@
+"""The model's answer to a request, within the request's budget, else TOP1.
+
+`batch_fn` wraps the corrector for the batcher; `answer_with_model` submits one question and waits for it
+until its deadline. Whatever goes wrong on the way (queue full, deadline passed, the corrector failing or
+answering nothing) the request still gets TOP1 with a 200, and the `Outcome` says why. An answer that comes
+back after its request gave up is still stored, so that the judge's retry gets it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+from api.cache import ResultCache
+from api.guards import Outcome, top1
+from api.schemas import InferenceRequest
+from model.batcher import DeadlineExceeded, Overloaded
+from preprocess.text import NBest, strip_spaces
+
+
+class CorrectorLike(Protocol):
+    """What the API needs of `model.corrector.Corrector` (which may also have `ready`, see corrector_ready)."""
+
+    def predict_batch(self, items: list[NBest]) -> list[str]: ...
+
+    @property
+    def info(self) -> dict: ...
+
+
+class BatcherLike(Protocol):
+    """What the API needs of `model.batcher.Batcher`."""
+
+    def submit(self, item: NBest, deadline: float) -> Future[Prediction]: ...
+
+    def alive(self) -> bool: ...
+
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The corrector's answer to one question, and the size of the batch it came in."""
+
+    answer: str
+    batch_size: int
+
+
+def batch_fn(corrector: CorrectorLike) -> Callable[[list[NBest]], list[Prediction]]:
+    """Wrap `corrector.predict_batch` so each answer carries the size of its batch."""
+
+    def predict(items: list[NBest]) -> list[Prediction]:
+        answers = corrector.predict_batch(items)
+        # The batcher checks that one answer came back per item; keep the corrector's length as it is.
+        return [Prediction(answer, len(items)) for answer in answers]
+
+    return predict
+
+
+def corrector_ready(corrector: CorrectorLike) -> bool:
+    """Tell whether the corrector's setup() has finished: its `ready` flag, if it keeps one."""
+    return bool(getattr(corrector, "ready", True))
+
+
+def size_of(item: NBest) -> int:
+    """Measure a question for the batcher: TOP1's characters, spaces removed."""
+    return len(strip_spaces(item.top1))
+
+
+def answer_with_model(
+    req: InferenceRequest, batcher: BatcherLike, cache: ResultCache, deadline: float
+) -> Outcome:
+    """Ask the model through the batcher, waiting until `deadline` (time.monotonic); else answer TOP1."""
+    try:
+        future = batcher.submit(req.to_nbest(), deadline)
+    except Overloaded:
+        return top1(req, "overload", reason="batcher queue is full")
+    except Exception as exc:  # BatcherClosed or a bug: still a TOP1 answer on the judge's path
+        return top1(req, "error", reason=f"submit failed: {_describe(exc)}")
+    future.add_done_callback(partial(_remember, cache, req.esun_uuid))
+    try:
+        prediction = future.result(timeout=max(0.0, deadline - time.monotonic()))
+    except (TimeoutError, DeadlineExceeded):
+        return top1(req, "deadline", reason="no answer within budget")
+    except Exception as exc:  # BatchFailed, or the corrector's own error
+        return top1(req, "error", reason=_describe(exc))
+    answer = usable_answer(prediction.answer)
+    if answer is None:
+        return top1(req, "error", reason=f"corrector gave an unusable answer: {prediction.answer!r}",
+                    batch_size=prediction.batch_size)
+    # Also stored by _remember, but that callback may run after this thread has answered.
+    cache.put(req.esun_uuid, answer)
+    return Outcome(answer, "model", prediction.batch_size)
+
+
+def usable_answer(answer: object) -> str | None:
+    """Return the answer without spaces, or None when it is not a non-empty string."""
+    if not isinstance(answer, str):
+        return None
+    return strip_spaces(answer) or None
+
+
+def _remember(cache: ResultCache, esun_uuid: str, future: Future[Prediction]) -> None:
+    """Store a model answer for the retry, also when its request stopped waiting (runs in the worker)."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    answer = usable_answer(future.result().answer)
+    if answer is not None:
+        cache.put(esun_uuid, answer)
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    return f"{text} (caused by {type(cause).__name__}: {cause})" if cause is not None else text

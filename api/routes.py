@@ -1,0 +1,125 @@
+"""The HTTP routes. `/inference` reads as the chain of one request:
+
+`schemas.parse_request` → `guards.answer_retry` / `answer_too_long` / `answer_cached` →
+`predict.answer_with_model` (`batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) →
+`schemas.build_response`, then one log line.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import tomllib
+from typing import Any
+
+from flask import Flask, g, redirect, request
+from spectree import Response, SpecTree
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from api import guards, schemas
+from api.errors import PayloadTooLarge
+from api.logs import log_request
+from api.predict import answer_with_model, corrector_ready
+from api.state import app_state
+from config import REPO_ROOT
+
+
+def inference() -> dict[str, Any]:
+    """Answer one question of the judge: the corrected sentence, or TOP1 when the model cannot in time."""
+    arrival = time.monotonic()
+    state = app_state()
+    req = schemas.parse_request(read_body(state.config.max_body_bytes), state.config)
+    g.esun_uuid = req.esun_uuid
+    outcome = (
+        guards.answer_retry(req, state.cache)
+        or guards.answer_too_long(req, state.config.max_top1_chars)
+        or guards.answer_cached(req, state.cache)
+        or answer_with_model(req, state.batcher, state.cache, deadline=arrival + state.config.budget_s)
+    )
+    body = schemas.build_response(req.esun_uuid, outcome.answer, state.config, now=time.time())
+    log_request(req.esun_uuid, req.retry, outcome.path, (time.monotonic() - arrival) * 1000,
+                outcome.batch_size, outcome.reason)
+    return body
+
+
+def read_body(max_body_bytes: int) -> bytes:
+    """Read the raw body whatever its Content-Type (the judge's template used get_json(force=True))."""
+    body = request.get_data(cache=False)
+    # werkzeug stops a streamed (chunked) body at MAX_CONTENT_LENGTH without saying it was cut.
+    if request.content_length is None and len(body) >= max_body_bytes:
+        raise PayloadTooLarge(f"body must be under {max_body_bytes} bytes")
+    return body
+
+
+def healthz() -> dict[str, str]:
+    """Tell that the process is alive (it may not be ready)."""
+    return {"status": "ok"}
+
+
+def readyz() -> tuple[dict[str, Any], int]:
+    """Tell whether the service can answer with the model: corrector set up and batcher running."""
+    state = app_state()
+    reasons = []
+    if not corrector_ready(state.corrector):
+        reasons.append("corrector is not set up")
+    if not state.batcher.alive():
+        reasons.append("batcher worker is not running")
+    return {"ready": not reasons, "reasons": reasons}, 503 if reasons else 200
+
+
+def index() -> dict[str, Any]:
+    """Describe the service: name, version, model and settings."""
+    state = app_state()
+    name, version = _project()
+    return {"name": name, "version": version, "model": _json_safe(state.corrector.info),
+            "config": state.config.summary()}
+
+
+def docs() -> WerkzeugResponse:
+    """Send a browser to the Swagger UI of /openapi.json."""
+    return redirect("/docs/swagger/")
+
+
+def register_routes(app: Flask) -> SpecTree:
+    """Add the routes to `app` and document them, from the same schemas, at /openapi.json and /docs."""
+    name, version = _project()
+    spec = SpecTree(
+        "flask", title=name, version=version, path="docs", mode="strict", annotations=False,
+        validation_error_status=400, validation_error_model=schemas.ErrorBody,
+        description="ASR post-correction for the E.SUN 2022 judge. Request validation is done by "
+                    "schemas.parse_request with these same models, whatever the Content-Type.",
+    )
+    errors = {"HTTP_400": schemas.ErrorBody, "HTTP_413": schemas.ErrorBody, "HTTP_500": schemas.ErrorBody}
+
+    def add(rule: str, view: Any, method: str, error_status: int = 500, **doc: Any) -> None:
+        # Validation is ours (parse_request reads the body whatever its Content-Type); spectree documents.
+        documented = spec.validate(skip_validation=True, validation_error_status=error_status, **doc)(view)
+        app.add_url_rule(rule, view.__name__, documented, methods=[method])
+
+    add("/inference", inference, "POST", error_status=400, json=schemas.InferenceRequest,
+        resp=Response(HTTP_200=schemas.InferenceResponse, **errors), tags=["judge"])
+    add("/healthz", healthz, "GET", resp=Response(HTTP_200=schemas.HealthBody), tags=["ops"])
+    add("/readyz", readyz, "GET", resp=Response(HTTP_200=schemas.ReadyBody, HTTP_503=schemas.ReadyBody),
+        tags=["ops"])
+    add("/", index, "GET", resp=Response(HTTP_200=schemas.InfoBody), tags=["ops"])
+    spec.register(app)  # /docs/openapi.json, /docs/swagger/, /docs/redoc/, ...
+    app.add_url_rule("/openapi.json", "spec_json", lambda: spec.spec)
+    app.add_url_rule("/docs", "docs_index", docs)
+    return spec
+
+
+@functools.cache
+def _project() -> tuple[str, str]:
+    """Read the service's name and version from pyproject.toml, the one place they are written."""
+    try:
+        with open(REPO_ROOT / "pyproject.toml", "rb") as fh:
+            project = tomllib.load(fh).get("project", {})
+    except OSError:
+        project = {}
+    return project.get("name", "esun-asr-correction"), project.get("version", "unknown")
+
+
+def _json_safe(info: Any) -> dict[str, Any]:
+    """Make the model's info serialisable whatever it holds (paths, numpy numbers, ...)."""
+    return json.loads(json.dumps(dict(info), default=str))

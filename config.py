@@ -1,0 +1,177 @@
+"""Every setting of the service, read once from the environment and validated at start.
+
+Each setting is a field of `Config`; its environment variable is the field name in upper case (`PORT`,
+`MAX_BATCH_SIZE`, `JUDGE_TIMEOUT_S`, ...). Units are part of the names: `_s` seconds, `_bytes` bytes,
+`_chars` characters. `Config.from_env()` is the only place that reads the environment; the rest of the
+code receives a `Config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+REPO_ROOT = Path(__file__).resolve().parent
+DEFAULT_WEIGHTS_DIR = REPO_ROOT / "model" / "weights"
+
+BATCH_POLICIES = ("adaptive", "fixed")
+DEVICES = ("auto", "cpu", "cuda")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
+# Choice settings are matched case-insensitively: LOG_LEVEL=info and DEVICE=CPU both work.
+_CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower}
+
+
+class ConfigError(ValueError):
+    """A setting is missing, malformed or out of range; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The service's settings; see the module docstring for the environment variables."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    # Batching: at most this many questions per model call, waiting at most this long to fill one.
+    max_batch_size: int = 64
+    max_batch_wait_s: float = 0.15
+    batch_policy: str = "adaptive"
+    max_in_flight: int = 512
+    # The judge's HTTP timeout; answers are due `safety_margin_s` before it (network, JSON, scheduling).
+    judge_timeout_s: float = 1.0
+    safety_margin_s: float = 0.25
+    # Guards and request limits.
+    max_top1_chars: int = 45
+    max_hypotheses: int = 10
+    max_chars_per_hypothesis: int = 200
+    max_body_bytes: int = 64 * 1024
+    # Answers kept for retries, keyed by esun_uuid.
+    cache_size: int = 100_000
+    cache_ttl_s: float = 3600.0
+    redis_url: str = ""
+    # Model.
+    device: str = "auto"
+    weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
+    # server_uuid = sha256(captain_email + str(int(utc_now)) + server_uuid_salt), as the organiser's template.
+    captain_email: str = ""
+    server_uuid_salt: str = ""
+    log_level: str = "INFO"
+    # gunicorn: one process (all requests share one batcher), this many threads.
+    http_threads: int = 128
+    graceful_timeout_s: float = 30.0
+    worker_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def budget_s(self) -> float:
+        """Seconds from a request's arrival until its answer is due."""
+        return self.judge_timeout_s - self.safety_margin_s
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Config:
+        """Build the config from environment variables named after the fields in upper case."""
+        raw = {name: environ[name.upper()] for name in _field_types() if name.upper() in environ}
+        return cls().with_overrides(raw)
+
+    def with_overrides(self, raw: Mapping[str, str]) -> Config:
+        """Return a copy with some settings replaced by values given as strings (env or CLI)."""
+        types = _field_types()
+        unknown = sorted(set(raw) - set(types))
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(unknown)}")
+        values = {name: _coerce(name, value, types[name]) for name, value in raw.items()}
+        return dataclasses.replace(self, **values)
+
+    def summary(self) -> dict[str, Any]:
+        """Describe the settings for humans, without secrets."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in _SECRET_FIELDS:
+                out[f.name] = "<set>" if value else ""
+            else:
+                out[f.name] = str(value) if isinstance(value, Path) else value
+        out["budget_s"] = self.budget_s
+        return out
+
+
+def _field_types() -> dict[str, type]:
+    return get_type_hints(Config)
+
+
+def _coerce(name: str, raw: str, kind: type) -> Any:
+    text = raw.strip()
+    try:
+        if kind is int:
+            return int(text)
+        if kind is float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+            return value
+    except ValueError:
+        raise ConfigError(f"{name} must be a{'n integer' if kind is int else ' number'}, got {raw!r}") from None
+    if kind is Path:
+        return Path(text).expanduser()
+    return _CASE_FOLDS.get(name, str)(text)
+
+
+def _validate(c: Config) -> None:
+    _at_least(c, "port", 0)
+    if c.port > 65535:
+        raise ConfigError(f"port must be <= 65535, got {c.port}")
+    for name in ("max_batch_size", "max_in_flight", "max_top1_chars", "max_hypotheses",
+                 "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "http_threads"):
+        _at_least(c, name, 1)
+    for name in ("max_batch_wait_s", "safety_margin_s"):
+        _at_least(c, name, 0)
+    for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s"):
+        _positive(c, name)
+    _one_of(c, "batch_policy", BATCH_POLICIES)
+    _one_of(c, "device", DEVICES)
+    _one_of(c, "log_level", LOG_LEVELS)
+    if c.budget_s <= 0:
+        raise ConfigError(
+            f"budget_s (judge_timeout_s - safety_margin_s) must be > 0, got {c.budget_s:g}"
+            f" (judge_timeout_s={c.judge_timeout_s:g}, safety_margin_s={c.safety_margin_s:g})"
+        )
+    if c.max_batch_wait_s >= c.budget_s:
+        # A batch that waits longer than the budget would turn every request into a TOP1 answer.
+        raise ConfigError(f"max_batch_wait_s must be < budget_s ({c.budget_s:g}), got {c.max_batch_wait_s:g}")
+    if c.max_top1_chars > c.max_chars_per_hypothesis:
+        raise ConfigError(
+            f"max_top1_chars must be <= max_chars_per_hypothesis ({c.max_chars_per_hypothesis}),"
+            f" got {c.max_top1_chars}"
+        )
+    if c.http_threads < 2 * c.max_batch_size:
+        # Fewer threads than two batches' worth of requests and a batch can never fill.
+        raise ConfigError(
+            f"http_threads must be >= 2 * max_batch_size ({2 * c.max_batch_size}), got {c.http_threads}"
+        )
+    if not c.host:
+        raise ConfigError("host must not be empty")
+
+
+def _at_least(c: Config, name: str, low: float) -> None:
+    value = getattr(c, name)
+    if value < low:
+        raise ConfigError(f"{name} must be >= {low}, got {value}")
+
+
+def _positive(c: Config, name: str) -> None:
+    value = getattr(c, name)
+    if value <= 0:
+        raise ConfigError(f"{name} must be > 0, got {value}")
+
+
+def _one_of(c: Config, name: str, allowed: tuple[str, ...]) -> None:
+    value = getattr(c, name)
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")

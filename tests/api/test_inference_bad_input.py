@@ -1,0 +1,104 @@
+"""Requests the service cannot read get a JSON 400/413 naming the problem, never HTML or a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def assert_json_error(response, status: int, error: str, detail_part: str = "") -> None:
+    assert response.status_code == status
+    assert response.mimetype == "application/json"
+    data = response.get_json()
+    assert set(data) == {"error", "detail"}
+    assert data["error"] == error
+    assert detail_part in data["detail"]
+    assert "Traceback" not in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "detail_part"),
+    [
+        pytest.param(b"", "not valid JSON", id="empty-body"),
+        pytest.param(b'{"esun_uuid": "x",', "not valid JSON", id="truncated-json"),
+        pytest.param(b"\xff\xfe{}", "not valid UTF-8", id="invalid-utf8"),
+        pytest.param(b'{"esun_uuid": "\xc3\x28"}', "not valid UTF-8", id="invalid-utf8-inside-string"),
+        pytest.param(b"[]", "must be a JSON object, got an array", id="array"),
+        pytest.param(b'"text"', "must be a JSON object, got a string", id="string"),
+        pytest.param(b"null", "must be a JSON object, got null", id="null"),
+        pytest.param(b"[" * 30_000 + b"]" * 30_000, "not readable JSON", id="nested-too-deep"),
+        pytest.param(b'{"retry": ' + b"9" * 5000 + b"}", "not readable JSON", id="integer-too-long"),
+    ],
+)
+def test_inference_rejects_unreadable_bodies(client, raw, detail_part):
+    assert_json_error(client.post("/inference", data=raw), 400, "bad_request", detail_part)
+
+
+def _without(field):
+    return lambda body: body.pop(field)
+
+
+def _set(field, value):
+    return lambda body: body.__setitem__(field, value)
+
+
+@pytest.mark.parametrize(
+    ("change", "detail_part"),
+    [
+        pytest.param(_without("esun_uuid"), "esun_uuid", id="missing-uuid"),
+        pytest.param(_without("sentence_list"), "sentence_list", id="missing-sentences"),
+        pytest.param(_without("retry"), "retry", id="missing-retry"),
+        pytest.param(_without("esun_timestamp"), "esun_timestamp", id="missing-timestamp"),
+        pytest.param(_set("esun_uuid", 42), "esun_uuid", id="uuid-not-string"),
+        pytest.param(_set("esun_uuid", ""), "esun_uuid", id="uuid-empty"),
+        pytest.param(_set("esun_uuid", "a" * 257), "esun_uuid", id="uuid-too-long"),
+        pytest.param(_set("esun_uuid", "abc\ndef"), "control characters", id="uuid-control-char"),
+        pytest.param(_set("sentence_list", "喂 你好"), "sentence_list", id="sentences-not-list"),
+        pytest.param(_set("sentence_list", None), "sentence_list", id="sentences-null"),
+        pytest.param(_set("sentence_list", []), "sentence_list: must hold 1 to 10 hypotheses, got 0",
+                     id="sentences-empty"),
+        pytest.param(_set("sentence_list", ["喂"] * 11), "must hold 1 to 10 hypotheses, got 11",
+                     id="too-many-hypotheses"),
+        pytest.param(_set("sentence_list", [""]), "TOP1", id="top1-empty"),
+        pytest.param(_set("sentence_list", ["   ", "喂 你好"]), "TOP1", id="top1-blank"),
+        pytest.param(_set("sentence_list", ["喂 你好", 3]), "sentence_list[1]", id="hypothesis-not-string"),
+        pytest.param(_set("sentence_list", ["喂 你好", None]), "sentence_list[1]", id="hypothesis-null"),
+        pytest.param(_set("sentence_list", ["喂" * 201]), "hypothesis 0 has 201 characters, more than 200",
+                     id="hypothesis-too-long"),
+        pytest.param(_set("sentence_list", ["喂\x00你好"]), "hypothesis 0 holds control characters",
+                     id="nul-character"),
+        pytest.param(_set("sentence_list", ["喂 你好", "喂\x1b[31m"]), "hypothesis 1 holds control characters",
+                     id="escape-character"),
+        pytest.param(_set("sentence_list", ["喂\ud800你好"]), "control characters", id="lone-surrogate"),
+        pytest.param(_set("retry", 3), "retry: must be 0, 1 or 2", id="retry-3"),
+        pytest.param(_set("retry", -1), "retry: must be 0, 1 or 2", id="retry-negative"),
+        pytest.param(_set("retry", 10**12), "retry: must be 0, 1 or 2", id="retry-huge"),
+        pytest.param(_set("retry", 1.5), "retry: must be 0, 1 or 2", id="retry-fraction"),
+        pytest.param(_set("retry", "two"), "retry: must be 0, 1 or 2", id="retry-word"),
+        pytest.param(_set("retry", ""), "retry: must be 0, 1 or 2", id="retry-empty-string"),
+        pytest.param(_set("retry", True), "retry: must be 0, 1 or 2, got True", id="retry-bool"),
+        pytest.param(_set("retry", None), "retry: must be 0, 1 or 2", id="retry-null"),
+        pytest.param(_set("esun_timestamp", "now"), "esun_timestamp: must be a number", id="timestamp-string"),
+        pytest.param(_set("esun_timestamp", None), "esun_timestamp: must be a number", id="timestamp-null"),
+        pytest.param(_set("esun_timestamp", False), "esun_timestamp: must be a number", id="timestamp-bool"),
+    ],
+)
+def test_inference_rejects_invalid_fields_naming_them(client, make_body, corrector, change, detail_part):
+    body = make_body()
+    change(body)
+    response = client.post("/inference", data=json.dumps(body))
+    assert_json_error(response, 400, "bad_request", detail_part)
+    assert corrector.calls == 0
+
+
+def test_inference_rejects_body_over_max_body_bytes(client, make_body, config):
+    body = make_body(padding="x" * config.max_body_bytes)
+    assert_json_error(client.post("/inference", json=body), 413, "payload_too_large")
+
+
+def test_inference_logs_rejected_requests_with_their_uuid(client, make_body, caplog):
+    client.post("/inference", json=make_body(retry=7))
+    record = next(r for r in caplog.records if r.name == "api.errors")
+    assert record.fields["status"] == 400
+    assert record.fields["esun_uuid"] == make_body()["esun_uuid"]

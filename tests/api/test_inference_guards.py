@@ -1,0 +1,158 @@
+"""The paths a request can take: retry, too long, cached, model, deadline, overload, error."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from api.state import EXTENSION_KEY
+from preprocess.text import NBest, top1_answer
+
+LONG_TOP1 = " ".join(["我們"] * 23)  # 46 characters without spaces: one over max_top1_chars
+
+
+def post(client, body):
+    response = client.post("/inference", json=body)
+    assert response.status_code == 200
+    return response.get_json()["answer"]
+
+
+def wait_until(predicate, timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_inference_answers_with_the_model_on_a_first_attempt(client, make_body, corrector, request_paths):
+    body = make_body()
+    assert post(client, body) == corrector.expected(NBest(tuple(body["sentence_list"])))
+    assert request_paths() == ["model"]
+
+
+def test_inference_retry_gets_the_answer_already_computed(client, make_body, corrector, request_paths):
+    first = post(client, make_body(retry=2))
+    started = time.monotonic()
+    for retry in (1, "1", 0):
+        assert post(client, make_body(retry=retry)) == first
+    assert time.monotonic() - started < 0.2
+    assert corrector.calls == 1
+    assert request_paths() == ["model", "retry_cached", "retry_cached", "retry_cached"]
+
+
+@pytest.mark.parametrize("retry", [1, 0, "0"])
+def test_inference_retry_never_seen_answers_top1_without_the_model(client, make_body, corrector,
+                                                                     request_paths, retry):
+    body = make_body(retry=retry)
+    started = time.monotonic()
+    assert post(client, body) == top1_answer(body["sentence_list"])
+    assert time.monotonic() - started < 0.1
+    assert corrector.calls == 0
+    assert request_paths() == ["retry_top1"]
+
+
+def test_inference_answers_top1_when_top1_is_too_long(client, make_body, corrector, request_paths):
+    body = make_body([LONG_TOP1, "我們"])
+    assert post(client, body) == top1_answer(body["sentence_list"])
+    assert corrector.calls == 0
+    assert request_paths() == ["too_long"]
+
+
+def test_inference_sends_top1_of_exactly_max_chars_to_the_model(client, make_body, corrector, config):
+    body = make_body(["我 " * config.max_top1_chars])
+    assert post(client, body).startswith(corrector.MARK)
+
+
+def test_inference_first_attempt_already_answered_gets_the_cached_answer(client, make_body, corrector,
+                                                                         request_paths):
+    first = post(client, make_body())
+    assert post(client, make_body()) == first
+    assert corrector.calls == 1
+    assert request_paths() == ["model", "cached"]
+
+
+def test_inference_answers_top1_when_deadline_passes(make_app, fake_corrector, config, make_body, request_paths):
+    slow = fake_corrector(delay_s=config.budget_s + 0.3)
+    client = make_app(corrector=slow).test_client()
+    body = make_body()
+    started = time.monotonic()
+    assert post(client, body) == top1_answer(body["sentence_list"])
+    assert time.monotonic() - started < config.budget_s + 0.15
+    assert request_paths() == ["deadline"]
+
+    # The late answer is kept for the judge's retry.
+    cache = client.application.extensions[EXTENSION_KEY].cache
+    wait_until(lambda: cache.get(body["esun_uuid"]) is not None)
+    assert post(client, make_body(retry=1)) == slow.expected(NBest(tuple(body["sentence_list"])))
+    assert request_paths()[-1] == "retry_cached"
+
+
+def test_inference_answers_top1_at_once_when_overloaded(make_app, fake_corrector, config, make_body,
+                                                        request_paths):
+    gate = threading.Event()
+    held = fake_corrector(gate=gate)
+    client = make_app(config=dataclasses.replace(config, max_in_flight=1), corrector=held).test_client()
+    try:
+        post(client, make_body(esun_uuid="a" * 64))  # holds the only slot past its deadline
+        body = make_body(esun_uuid="b" * 64)
+        started = time.monotonic()
+        assert post(client, body) == top1_answer(body["sentence_list"])
+        assert time.monotonic() - started < 0.1
+        assert request_paths() == ["deadline", "overload"]
+    finally:
+        gate.set()
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param({"error": RuntimeError("CUDA out of memory")}, id="raises"),
+        pytest.param({"answer": lambda item: ""}, id="empty-answer"),
+        pytest.param({"answer": lambda item: None}, id="not-a-string"),
+    ],
+)
+def test_inference_answers_top1_when_the_corrector_fails(make_app, fake_corrector, make_body, caplog,
+                                                         request_paths, broken):
+    client = make_app(corrector=fake_corrector(**broken)).test_client()
+    body = make_body()
+    assert post(client, body) == top1_answer(body["sentence_list"])
+    assert request_paths() == ["error"]
+    record = next(r for r in caplog.records if r.name == "api.requests")
+    assert record.fields["esun_uuid"] == body["esun_uuid"]
+    assert record.fields["reason"]
+    # A failure is not remembered: the retry gets TOP1, not a broken answer.
+    assert post(client, make_body(retry=1)) == top1_answer(body["sentence_list"])
+
+
+def test_inference_answers_top1_when_the_corrector_returns_too_few_answers(make_app, fake_corrector,
+                                                                          make_body, request_paths):
+    class Short(fake_corrector):
+        def predict_batch(self, items):
+            return super().predict_batch(items)[1:]
+
+    client = make_app(corrector=Short()).test_client()
+    body = make_body()
+    assert post(client, body) == top1_answer(body["sentence_list"])
+    assert request_paths() == ["error"]
+
+
+def test_inference_answers_top1_when_the_batcher_is_closed(app, client, make_body, request_paths):
+    app.extensions[EXTENSION_KEY].batcher.close()
+    body = make_body()
+    assert post(client, body) == top1_answer(body["sentence_list"])
+    assert request_paths() == ["error"]
+
+
+def test_inference_logs_one_line_per_request_with_latency_and_batch_size(client, make_body, caplog,
+                                                                         request_paths):
+    post(client, make_body())
+    post(client, make_body(retry=1))
+    records = [r for r in caplog.records if r.name == "api.requests"]
+    assert len(records) == 2
+    model, retry = (r.fields for r in records)
+    assert model["path"] == "model" and model["batch_size"] == 1 and model["latency_ms"] >= 0
+    assert retry["path"] == "retry_cached" and retry["batch_size"] is None
+    assert {"esun_uuid", "retry", "path", "latency_ms", "batch_size"} <= set(model)

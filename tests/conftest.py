@@ -1,0 +1,189 @@
+"""Shared fixtures: `config`, `app`, `client` (Flask test client) and `live_server` (real HTTP on loopback).
+
+Every app here serves a `FakeCorrector`: these tests cover the plumbing (HTTP, guards, batching, cache),
+not the model, and need no weights. The served default is always the real corrector.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from flask import Flask
+from werkzeug.serving import make_server
+
+from api import create_app
+from api.state import EXTENSION_KEY
+from config import Config
+from preprocess.text import NBest, han_only
+
+# CI and every developer have shared/ beside the checkout (shared/README.md).
+REAL_REQUESTS = Path(__file__).resolve().parents[2] / "shared" / "samples" / "real_requests.jsonl"
+
+
+class FakeCorrector:
+    """Answer with MARK + TOP1's Han characters, so a model answer is told apart from a TOP1 answer.
+
+    `delay_s` sleeps in each batch, `gate` (a threading.Event) holds each batch until set, `error` is
+    raised from each batch, `answer` replaces the answer function. Every batch is recorded in `batches`.
+    """
+
+    MARK = "改"
+
+    def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None,
+                 error: Exception | None = None, answer: Callable[[NBest], Any] | None = None) -> None:
+        self.delay_s = delay_s
+        self.gate = gate
+        self.error = error
+        self.answer = answer or self.expected
+        self.ready = True
+        self.batches: list[list[NBest]] = []
+        self.started = threading.Event()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def expected(cls, item: NBest) -> str:
+        """Return the answer this fake gives to an n-best list."""
+        return cls.MARK + han_only(item.top1)
+
+    def predict_batch(self, items: list[NBest]) -> list[Any]:
+        with self._lock:
+            self.batches.append(list(items))
+        self.started.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=10)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.error is not None:
+            raise self.error
+        return [self.answer(item) for item in items]
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return len(self.batches)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"name": "fake-corrector", "version": "test", "parameters": 0, "weights": Path("/nowhere")}
+
+
+@pytest.fixture
+def config() -> Config:
+    """Settings for fast tests: a 0.3 s budget and batches that close after 10 ms."""
+    return Config(
+        judge_timeout_s=0.5, safety_margin_s=0.2, max_batch_wait_s=0.01, max_batch_size=8, http_threads=16,
+        device="cpu", captain_email="captain@example.com", server_uuid_salt="pepper",
+    )
+
+
+@pytest.fixture
+def corrector() -> FakeCorrector:
+    return FakeCorrector()
+
+
+@pytest.fixture
+def fake_corrector() -> type[FakeCorrector]:
+    """Give tests the fake's class, to build slow, failing or gated ones."""
+    return FakeCorrector
+
+
+@pytest.fixture
+def make_app(config: Config) -> Iterator[Callable[..., Flask]]:
+    """Build apps (default: the `config` fixture and a new FakeCorrector); close their batchers after."""
+    apps: list[Flask] = []
+
+    def make(config: Config = config, corrector: Any = None, batcher: Any = None) -> Flask:
+        app = create_app(config, corrector=corrector or FakeCorrector(), batcher=batcher)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.extensions[EXTENSION_KEY].batcher.close(timeout=2.0)
+
+
+@pytest.fixture
+def app(make_app: Callable[..., Flask], config: Config, corrector: FakeCorrector) -> Flask:
+    return make_app(config, corrector)
+
+
+@pytest.fixture
+def client(app: Flask):
+    return app.test_client()
+
+
+@pytest.fixture
+def make_live_server() -> Iterator[Callable[[Flask], str]]:
+    """Serve apps over real HTTP on free loopback ports (werkzeug, threaded); return their base URLs."""
+    servers = []
+
+    def start(app: Flask) -> str:
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                  name="live-server", daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        thread.join(timeout=5)
+        server.server_close()
+
+
+@pytest.fixture
+def live_server(make_live_server: Callable[[Flask], str], app: Flask) -> str:
+    """Serve the `app` fixture over HTTP; return its base URL."""
+    return make_live_server(app)
+
+
+@pytest.fixture
+def http() -> Iterator[requests.Session]:
+    """An HTTP client that ignores proxy settings from the environment (the server is on loopback)."""
+    with requests.Session() as session:
+        session.trust_env = False
+        yield session
+
+
+@pytest.fixture
+def real_requests() -> list[dict[str, Any]]:
+    """The five real request bodies of the competition."""
+    return [json.loads(line) for line in REAL_REQUESTS.read_text(encoding="utf-8").splitlines() if line]
+
+
+@pytest.fixture
+def request_paths(caplog: pytest.LogCaptureFixture) -> Callable[[], list[str]]:
+    """Read the `path` of every inference request logged so far."""
+    caplog.set_level(logging.INFO, logger="api")
+
+    def paths() -> list[str]:
+        return [r.fields["path"] for r in caplog.records if r.name == "api.requests"]
+
+    return paths
+
+
+@pytest.fixture
+def make_body() -> Callable[..., dict[str, Any]]:
+    """Build a request body like the judge's; keyword arguments replace its fields."""
+
+    def make(sentences: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "esun_uuid": "6465e4f10a0b099c44791e901efb7e8d9268b972b95b6fa53db93780b6b22fbf",
+            "esun_timestamp": 1590493849,
+            "sentence_list": sentences or ["喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去"],
+            "phoneme_sequence_list": ["w eI4 n i:3 x aU4 m i:4 m A:3 w O:3 j aU1 ts6 j ax n4 ts6_h y4"],
+            "retry": 2,
+        }
+        body.update(fields)
+        return body
+
+    return make

@@ -1,0 +1,557 @@
+"""Tests of model.batcher with fake batch functions; tests named test_bare_streamer_* show the library's defects."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import service_streamer.service_streamer as ss
+
+from model.batcher import (
+    Batcher,
+    BatcherClosed,
+    BatchFailed,
+    DeadlineExceeded,
+    Overloaded,
+    _adaptive_wait_s,
+    _similar_sizes,
+    _Window,
+)
+
+MakeBatcher = Callable[..., Batcher[Any, Any]]
+
+
+class HeldFn:
+    """Fake batch function: records each batch and its start time, doubles items, holds its first call open."""
+
+    def __init__(self, hold_first: bool = True, fail_on: object = None, run_s: float = 0.0) -> None:
+        self.batches: list[list[Any]] = []
+        self.started: list[float] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self._hold_first = hold_first
+        self._fail_on = fail_on
+        self._run_s = run_s
+
+    def __call__(self, items: list[Any]) -> list[Any]:
+        self.started.append(time.monotonic())
+        self.batches.append(list(items))
+        if self._hold_first and len(self.batches) == 1:
+            self.entered.set()
+            self.release.wait(5)
+        if self._run_s:
+            time.sleep(self._run_s)
+        if self._fail_on is not None and self._fail_on in items:
+            raise ValueError(f"cannot handle {self._fail_on!r}")
+        return [item * 2 for item in items]
+
+
+class SlowInt(int):
+    """An int whose + sleeps, widening the gap between reading _task_id and storing it back."""
+
+    def __add__(self, other: int) -> SlowInt:
+        time.sleep(0.002)
+        return SlowInt(int(self) + other)
+
+
+def soon(seconds: float = 5.0) -> float:
+    """Return a deadline this many seconds from now."""
+    return time.monotonic() + seconds
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
+    """Poll condition until it holds or timeout passes; return its last value."""
+    until = time.monotonic() + timeout
+    while not condition() and time.monotonic() < until:
+        time.sleep(0.005)
+    return condition()
+
+
+@pytest.fixture
+def make_batcher() -> Iterator[MakeBatcher]:
+    made: list[Batcher[Any, Any]] = []
+
+    def make(fn: Callable[[list[Any]], list[Any]], **kwargs: Any) -> Batcher[Any, Any]:
+        batcher: Batcher[Any, Any] = Batcher(fn, **kwargs)
+        made.append(batcher)
+        return batcher
+
+    yield make
+    for batcher in made:
+        batcher.close(timeout=0.5)
+
+
+@pytest.fixture
+def bare_streamers() -> Iterator[list[ss.ThreadedStreamer]]:
+    made: list[ss.ThreadedStreamer] = []
+    yield made
+    for streamer in made:
+        # The library's collector thread cannot be stopped; it is a daemon polling once a second.
+        streamer._worker_destroy_event.set()
+        streamer._worker_thread.join(1)
+
+
+# Defect 1: an exception in the batch function kills the worker.
+
+
+def test_bare_streamer_worker_dies_after_one_exception(
+    monkeypatch: pytest.MonkeyPatch, bare_streamers: list[ss.ThreadedStreamer]
+) -> None:
+    """Bug guarded: service-streamer's worker thread dies on one exception; every later call times out."""
+    monkeypatch.setattr(ss, "WORKER_TIMEOUT", 0.2)
+    died: list[type[BaseException]] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.exc_type))
+    streamer = ss.ThreadedStreamer(HeldFn(hold_first=False, fail_on=1), 4, 0.01)
+    bare_streamers.append(streamer)
+
+    with pytest.raises(TimeoutError):
+        streamer.predict([1])
+    streamer._worker_thread.join(1)
+    assert not streamer._worker_thread.is_alive()
+    assert died == [ValueError]
+    with pytest.raises(TimeoutError):
+        streamer.predict([2])
+
+
+def test_batcher_fails_only_the_raising_batch_and_keeps_serving(make_batcher: MakeBatcher) -> None:
+    """Bug guarded: one exception in the batch function killed the worker; only that batch may fail."""
+    fn = HeldFn(fail_on="boom")
+    batcher = make_batcher(fn)
+    first = batcher.submit("a", soon())
+    assert fn.entered.wait(2)
+    doomed = [batcher.submit("boom", soon()), batcher.submit("c", soon())]
+    fn.release.set()
+
+    assert first.result(timeout=2) == "aa"
+    for future in doomed:
+        with pytest.raises(BatchFailed) as caught:
+            future.result(timeout=2)
+        assert isinstance(caught.value.__cause__, ValueError)
+    assert batcher.submit("d", soon()).result(timeout=2) == "dd"
+    stats = batcher.stats()
+    assert (stats.batches, stats.failures, stats.restarts) == (3, 1, 0)
+    assert stats.worker_alive and batcher.alive()
+
+
+def test_batcher_fails_batch_when_output_length_differs(make_batcher: MakeBatcher) -> None:
+    batcher = make_batcher(lambda items: items[:-1])
+    with pytest.raises(BatchFailed, match="returned 0 results for 1 items"):
+        batcher.submit("a", soon()).result(timeout=2)
+    assert batcher.stats().failures == 1
+
+
+class KillWorker(BaseException):
+    """Escapes `except Exception`, as SystemExit would, so it ends the worker thread."""
+
+
+def test_batcher_restarts_worker_after_its_thread_dies(make_batcher: MakeBatcher) -> None:
+    def fn(items: list[str]) -> list[str]:
+        if "die" in items:
+            raise KillWorker
+        return [item * 2 for item in items]
+
+    batcher = make_batcher(fn)
+    with pytest.raises(BatchFailed):
+        batcher.submit("die", soon()).result(timeout=2)
+    assert wait_until(lambda: batcher.stats().restarts == 1)
+    assert batcher.submit("x", soon()).result(timeout=2) == "xx"
+    assert batcher.alive()
+
+
+def test_batcher_recovers_when_worker_thread_is_killed_from_outside(make_batcher: MakeBatcher) -> None:
+    batcher = make_batcher(lambda items: [item * 2 for item in items])
+    victim = batcher._streamer._worker_thread
+    assert victim.ident is not None
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(victim.ident), ctypes.py_object(SystemExit))
+    victim.join(2)
+
+    assert not victim.is_alive()
+    assert wait_until(batcher.alive)
+    assert batcher.stats().restarts == 1
+    assert batcher.submit(4, soon()).result(timeout=2) == 8
+
+
+# Defect 2: a timed-out call leaves its future in _future_cache forever.
+
+
+def test_bare_streamer_keeps_timed_out_future_forever(
+    monkeypatch: pytest.MonkeyPatch, bare_streamers: list[ss.ThreadedStreamer]
+) -> None:
+    """Bug guarded: service-streamer pops a future only in result(); a caller that timed out never pops it."""
+    monkeypatch.setattr(ss, "WORKER_TIMEOUT", 0.01)
+    streamer = ss.ThreadedStreamer(HeldFn(hold_first=False, run_s=0.05), 4, 0.01)
+    bare_streamers.append(streamer)
+
+    with pytest.raises(TimeoutError):
+        streamer.predict([1])
+    future = streamer._future_cache[0]
+    assert future._finish_event.wait(2)  # the answer arrived, but nobody is left to collect it
+    assert list(streamer._future_cache) == [0]
+
+
+def test_batcher_future_cache_returns_to_rest_after_1000_timeouts(make_batcher: MakeBatcher) -> None:
+    """Bug guarded: every caller that timed out leaked one streamer future; 1,000 must leave none."""
+    fn = HeldFn()
+    batcher = make_batcher(fn, max_in_flight=2000)
+    cache = batcher._streamer._future_cache
+    resting = len(cache)
+    held = batcher.submit(-1, soon())
+    assert fn.entered.wait(2)
+
+    futures = []
+    for i in range(1000):
+        # Odd items expire while the batch is held; even ones are answered after their waiter gave up.
+        future = batcher.submit(i, soon(0.3 if i % 2 else 5.0))
+        with pytest.raises(TimeoutError):
+            future.result(timeout=0)
+        futures.append(future)
+    time.sleep(0.4)
+    fn.release.set()
+
+    assert held.result(timeout=2) == -2
+    assert not concurrent.futures.wait(futures, timeout=5).not_done
+    assert all(isinstance(f.exception(), DeadlineExceeded) for f in futures[1::2])
+    assert [f.result() for f in futures[::2]] == [2 * i for i in range(0, 1000, 2)]
+    assert wait_until(lambda: batcher.stats().in_flight == 0)
+    assert len(cache) == resting
+
+
+# Defect 3: _input bumps _task_id without a lock.
+
+
+def test_bare_streamer_task_ids_collide_under_concurrent_submit(
+    monkeypatch: pytest.MonkeyPatch, bare_streamers: list[ss.ThreadedStreamer]
+) -> None:
+    """Bug guarded: two threads in _input read the same _task_id; one gets both answers, the other none."""
+    # The surplus answer can also reach a popped task and kill the collector thread with a KeyError.
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)
+    both_read = threading.Barrier(2, timeout=2)
+
+    class MeetingInt(int):
+        """An int whose + returns once two threads are inside it, i.e. both read the same _task_id."""
+
+        def __add__(self, other: int) -> MeetingInt:
+            both_read.wait()
+            return MeetingInt(int(self) + other)
+
+    streamer = ss.ThreadedStreamer(HeldFn(hold_first=False), 8, 0.01)
+    bare_streamers.append(streamer)
+    streamer._task_id = MeetingInt(0)
+    barrier = threading.Barrier(2)
+    answers: dict[int, tuple[int, object]] = {}
+
+    def client(x: int) -> None:
+        barrier.wait()
+        future = streamer.submit([x])
+        try:
+            answers[x] = (future._id, future.result(timeout=0.5))
+        except TimeoutError:
+            answers[x] = (future._id, None)
+
+    threads = [threading.Thread(target=client, args=(x,)) for x in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(3)
+
+    assert streamer._task_id == 1  # two tasks, one bump: both got task id 0
+    assert answers[1][0] == answers[2][0] == 0
+    assert (answers[1][1], answers[2][1]) != ([2], [4])
+
+
+def test_batcher_answers_each_of_64_threads_with_its_own_result(make_batcher: MakeBatcher) -> None:
+    """Bug guarded: the unlocked _task_id read-and-bump; the same widened race as the bare test must not bite."""
+    batcher = make_batcher(lambda xs: [x * 2 for x in xs])
+    batcher._streamer._task_id = SlowInt(0)
+    barrier = threading.Barrier(64)
+    answers: dict[int, int] = {}
+
+    def client(x: int) -> None:
+        barrier.wait()
+        answers[x] = batcher.submit(x, soon()).result(timeout=5)
+
+    threads = [threading.Thread(target=client, args=(x,)) for x in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+
+    assert answers == {x: 2 * x for x in range(64)}
+    assert batcher._streamer._task_id == 64  # 64 distinct task ids were handed out
+    assert wait_until(lambda: len(batcher._streamer._future_cache) == 0)
+
+
+# Defect 4: unbounded queues.
+
+
+def test_bare_streamer_queues_without_bound(bare_streamers: list[ss.ThreadedStreamer]) -> None:
+    """Bug guarded: service-streamer's queues are unbounded, so a stalled worker lets work pile up."""
+    fn = HeldFn()
+    streamer = ss.ThreadedStreamer(fn, 4, 0.01)
+    bare_streamers.append(streamer)
+    streamer.submit([0])
+    assert fn.entered.wait(2)
+    for i in range(500):
+        streamer.submit([i])
+    assert streamer._input_queue.qsize() == 500
+    fn.release.set()
+
+
+def test_batcher_submit_raises_overloaded_at_max_in_flight(make_batcher: MakeBatcher) -> None:
+    """Bug guarded: unbounded queues; past max_in_flight, submit must refuse at once."""
+    fn = HeldFn()
+    batcher = make_batcher(fn, max_in_flight=4)
+    futures = [batcher.submit(0, soon())]
+    assert fn.entered.wait(2)
+    futures += [batcher.submit(i, soon()) for i in (1, 2, 3)]
+
+    started = time.monotonic()
+    with pytest.raises(Overloaded):
+        batcher.submit(4, soon())
+    assert time.monotonic() - started < 0.05
+    assert (batcher.stats().in_flight, batcher.stats().overloaded) == (4, 1)
+
+    fn.release.set()
+    assert [f.result(timeout=2) for f in futures] == [0, 2, 4, 6]
+    assert wait_until(lambda: batcher.stats().in_flight == 0)
+    assert batcher.submit(5, soon()).result(timeout=2) == 10
+
+
+# Defect 5: expired items still reach the batch function.
+
+
+def test_batcher_drops_expired_items_before_the_batch_function(make_batcher: MakeBatcher) -> None:
+    """Bug guarded: service-streamer runs every item however late; an expired one must not reach fn."""
+    fn = HeldFn()
+    batcher = make_batcher(fn)
+    first = batcher.submit("a", soon())
+    assert fn.entered.wait(2)
+    late = batcher.submit("b", soon(0.05))
+    on_time = batcher.submit("c", soon())
+    time.sleep(0.1)
+    fn.release.set()
+
+    with pytest.raises(DeadlineExceeded):
+        late.result(timeout=2)
+    assert (first.result(timeout=2), on_time.result(timeout=2)) == ("aa", "cc")
+    assert all("b" not in batch for batch in fn.batches)
+    assert batcher.stats().dropped_expired == 1
+
+
+def test_batcher_fails_item_whose_deadline_already_passed_at_submit(make_batcher: MakeBatcher) -> None:
+    fn = HeldFn(hold_first=False)
+    batcher = make_batcher(fn)
+    with pytest.raises(DeadlineExceeded):
+        batcher.submit("a", time.monotonic() - 1).result(timeout=0)
+    assert fn.batches == []
+
+
+def test_batcher_fails_queued_item_at_deadline_while_a_batch_hangs(make_batcher: MakeBatcher) -> None:
+    fn = HeldFn()
+    batcher = make_batcher(fn)
+    batcher.submit("a", soon())
+    assert fn.entered.wait(2)
+    waiting = batcher.submit("b", soon(0.05))
+    with pytest.raises(DeadlineExceeded):
+        waiting.result(timeout=1)  # answered by the monitor although the worker is still busy
+    fn.release.set()
+
+
+# Defect 6: the window can reach twice max_latency.
+
+
+def test_bare_streamer_window_can_reach_twice_max_latency(bare_streamers: list[ss.ThreadedStreamer]) -> None:
+    """Bug guarded: each _recv_request waits max_latency and the total is checked after it, so ~2x."""
+    fn = HeldFn()
+    streamer = ss.ThreadedStreamer(fn, 64, 0.2)
+    bare_streamers.append(streamer)
+    streamer.submit([0])
+    assert fn.entered.wait(2)
+    streamer.submit([1])
+    released = time.monotonic()
+    fn.release.set()
+    time.sleep(0.1)
+    streamer.submit([2])  # arrives inside the per-item timeout, which re-arms for another full max_latency
+
+    assert wait_until(lambda: len(fn.started) == 2)
+    assert fn.started[1] - released > 0.28
+
+
+def test_batcher_fixed_window_is_bounded_by_max_wait(make_batcher: MakeBatcher) -> None:
+    """Bug guarded: the library's window reaching twice max_latency; the fixed policy closes at max_wait_s."""
+    fn = HeldFn()
+    batcher = make_batcher(fn, policy="fixed", max_wait_s=0.2)
+    batcher.submit(0, soon())
+    assert fn.entered.wait(2)
+    batcher.submit(1, soon())
+    released = time.monotonic()
+    fn.release.set()
+    time.sleep(0.1)
+    batcher.submit(2, soon())
+
+    assert wait_until(lambda: len(fn.started) == 2)
+    assert fn.started[1] - released < 0.28
+    assert fn.batches[1] == [1, 2]  # the window still gathers
+
+
+# Adaptive dispatch.
+
+
+def test_batcher_runs_lone_request_at_once_when_idle(make_batcher: MakeBatcher) -> None:
+    batcher = make_batcher(lambda xs: xs, max_wait_s=1.0)
+    started = time.monotonic()
+    assert batcher.submit("x", soon()).result(timeout=2) == "x"
+    assert time.monotonic() - started < 0.25
+
+
+def test_batcher_gathers_requests_queued_during_a_run_into_next_batch(make_batcher: MakeBatcher) -> None:
+    fn = HeldFn()
+    batcher = make_batcher(fn)
+    batcher.submit(0, soon())
+    assert fn.entered.wait(2)
+    futures = [batcher.submit(i, soon()) for i in range(1, 6)]
+    fn.release.set()
+
+    assert [f.result(timeout=2) for f in futures] == [2, 4, 6, 8, 10]
+    assert fn.batches == [[0], [1, 2, 3, 4, 5]]
+    assert batcher.stats().last_batch_size == 5
+
+
+def test_batcher_window_never_holds_an_item_past_its_deadline(make_batcher: MakeBatcher) -> None:
+    # A long max_wait_s leaves the deadline as the only bound on the window under a steady stream.
+    fn = HeldFn(hold_first=False, run_s=0.02)
+    batcher = make_batcher(fn, max_wait_s=1.0)
+    futures = []
+    deadlines = {}
+    for i in range(40):
+        deadlines[i] = soon(0.15)
+        futures.append(batcher.submit(i, deadlines[i]))
+        time.sleep(0.004)
+
+    assert [f.result(timeout=2) for f in futures] == [2 * i for i in range(40)]
+    for started, batch in zip(fn.started, fn.batches, strict=True):
+        assert started <= min(deadlines[i] for i in batch)
+
+
+BUSY = {"now": 10.0, "waiting": 3, "opened_at": 10.0, "arrived_idle": False, "earliest_deadline": 12.0}
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        pytest.param(_Window(**BUSY, gap_s=0.01, run_s_next=0.2), 0.01, id="busy-stream-waits-one-gap"),
+        pytest.param(_Window(**{**BUSY, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.0, id="idle"),
+        pytest.param(_Window(**{**BUSY, "waiting": 8}, gap_s=0.01, run_s_next=0.2), 0.0, id="full"),
+        pytest.param(_Window(**BUSY, gap_s=None, run_s_next=0.2), 0.0, id="no-traffic-seen"),
+        pytest.param(_Window(**BUSY, gap_s=0.01, run_s_next=0.0), 0.0, id="run-time-unknown"),
+        pytest.param(_Window(**BUSY, gap_s=0.06, run_s_next=0.2), 0.0, id="wait-costs-more-than-it-saves"),
+        pytest.param(_Window(**{**BUSY, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="deadline"),
+        pytest.param(_Window(**{**BUSY, "opened_at": 9.855}, gap_s=0.01, run_s_next=0.2), 0.0, id="max-wait"),
+    ],
+)
+def test_adaptive_window_waits_only_when_it_can_fill_the_batch_in_budget(window: _Window, expected: float) -> None:
+    assert _adaptive_wait_s(window, max_batch_size=8, max_wait_s=0.15) == expected
+
+
+# Length-aware batches.
+
+
+def test_similar_sizes_picks_the_least_padded_run_containing_the_oldest() -> None:
+    assert _similar_sizes([5, 100, 6, 99, 4, 98, 7, 97], 4) == [0, 2, 4, 6]
+    assert _similar_sizes([90, 1, 2, 3, 100, 95, 99], 3) == [0, 5, 6]
+
+
+@pytest.mark.parametrize(("policy", "waste"), [("adaptive", 12), ("fixed", 388)])
+def test_batcher_groups_similar_lengths_when_more_than_a_batch_waits(
+    make_batcher: MakeBatcher, policy: str, waste: int
+) -> None:
+    fn = HeldFn()
+    batcher = make_batcher(fn, policy=policy, max_batch_size=4, max_wait_s=0.0, size_of=len)
+    batcher.submit("", soon())
+    assert fn.entered.wait(2)
+    words = ["a" * n for n in (1, 100, 2, 99, 3, 98, 4, 97)]
+    futures = [batcher.submit(word, soon()) for word in words]
+    fn.release.set()
+
+    assert [f.result(timeout=2) for f in futures] == [word * 2 for word in words]
+    sizes = sorted(sorted(len(word) for word in batch) for batch in fn.batches[1:])
+    if policy == "adaptive":
+        assert sizes == [[1, 2, 3, 4], [97, 98, 99, 100]]
+    assert batcher.stats().padded_waste == waste
+
+
+# Close, hooks, health.
+
+
+def test_batcher_close_finishes_in_flight_then_refuses_submit(make_batcher: MakeBatcher) -> None:
+    batcher = make_batcher(HeldFn(hold_first=False, run_s=0.05))
+    futures = [batcher.submit(i, soon()) for i in range(3)]
+    batcher.close(timeout=2)
+
+    assert [f.result(timeout=0) for f in futures] == [0, 2, 4]
+    with pytest.raises(BatcherClosed):
+        batcher.submit(1, soon())
+    assert not batcher.alive()
+    assert not batcher.stats().worker_alive
+
+
+def test_batcher_close_fails_items_it_cannot_finish_in_time(make_batcher: MakeBatcher) -> None:
+    fn = HeldFn()
+    batcher = make_batcher(fn)
+    futures = [batcher.submit(0, soon())]
+    assert fn.entered.wait(2)
+    futures.append(batcher.submit(1, soon()))
+    started = time.monotonic()
+    batcher.close(timeout=0.1)
+
+    assert time.monotonic() - started < 1.0
+    for future in futures:
+        with pytest.raises(BatcherClosed):
+            future.result(timeout=0)
+    fn.release.set()
+
+
+def test_batcher_on_batch_hook_gets_size_and_seconds_and_cannot_break_it(make_batcher: MakeBatcher) -> None:
+    seen: list[tuple[int, float]] = []
+
+    def hook(size: int, seconds: float) -> None:
+        seen.append((size, seconds))
+        raise RuntimeError("metrics backend down")
+
+    batcher = make_batcher(HeldFn(hold_first=False, run_s=0.01), on_batch=hook)
+    assert batcher.submit(3, soon()).result(timeout=2) == 6
+    assert batcher.submit(4, soon()).result(timeout=2) == 8
+    assert [size for size, _ in seen] == [1, 1]
+    assert all(seconds >= 0.01 for _, seconds in seen)
+
+
+def test_batcher_alive_is_false_while_a_batch_is_stuck(make_batcher: MakeBatcher) -> None:
+    fn = HeldFn()
+    batcher = make_batcher(fn, stuck_after_s=0.05)
+    future = batcher.submit(1, soon())
+    assert fn.entered.wait(2)
+    assert wait_until(lambda: not batcher.alive())
+    assert batcher.stats().running_for_s > 0.05
+
+    fn.release.set()
+    assert future.result(timeout=2) == 2
+    assert wait_until(batcher.alive)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_batch_size": 0}, "max_batch_size must be >= 1, got 0"),
+        ({"max_in_flight": 0}, "max_in_flight must be >= 1, got 0"),
+        ({"max_wait_s": -1}, "max_wait_s must be >= 0, got -1"),
+        ({"policy": "eager"}, "policy must be one of"),
+    ],
+)
+def test_batcher_rejects_invalid_settings(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Batcher(lambda xs: xs, **kwargs)
