@@ -7,6 +7,7 @@ holds one and a batch fills only when at least `max_batch_size` requests wait at
 
 from __future__ import annotations
 
+import math
 import select
 import sys
 from collections.abc import Callable
@@ -30,8 +31,9 @@ threads = _config.http_threads
 # Loading the weights and warming up happens in the worker, after the fork (threads do not survive one),
 # and may take a while: the worker's timeout covers it.
 preload_app = False
-timeout = int(_config.worker_timeout_s)
-graceful_timeout = int(_config.graceful_timeout_s)
+# gunicorn takes whole seconds; rounding down would turn 0.5 into 0, which means "no timeout" for `timeout`.
+timeout = math.ceil(_config.worker_timeout_s)
+graceful_timeout = math.ceil(_config.graceful_timeout_s)
 keepalive = 5
 loglevel = _config.log_level.lower()
 accesslog = None  # the app writes one JSON line per request itself

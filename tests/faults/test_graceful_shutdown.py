@@ -1,0 +1,154 @@
+"""gunicorn for real (api/gunicorn_conf.py, one gthread worker), stopped with SIGTERM in the middle of load.
+
+The clients open a new connection per request, as the judge's sender does, and tell apart:
+
+- `refused`: connect() failed, the listener was closed: the request never reached the server (fine);
+- `broken`: the connection was made, then reset, closed or left unanswered: an accepted request lost (a bug).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.live
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+BATCH_DELAY_S = 0.3  # long enough that requests are surely in flight when SIGTERM lands
+CLIENTS = 12
+CLIENT_TIMEOUT_S = 5.0  # far above the answer budget: a request left hanging shows up as broken, not slow
+GRACEFUL_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One request as its client saw it."""
+
+    started: float
+    ended: float
+    outcome: str  # "200", another status, "refused" or "broken: <error>"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def gunicorn_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """Start gunicorn with the repository's config around a slow fake corrector; kill it if a test left it."""
+    port = free_port()
+    env = {
+        **os.environ, "HOST": "127.0.0.1", "PORT": str(port), "HTTP_THREADS": "32", "MAX_BATCH_SIZE": "8",
+        "GRACEFUL_TIMEOUT_S": str(GRACEFUL_TIMEOUT_S), "FAULT_DELAY_S": str(BATCH_DELAY_S), "LOG_LEVEL": "WARNING",
+    }
+    process = subprocess.Popen(
+        [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", "tests.faults.slow_app:create()"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until_ready(port, process)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def wait_until_ready(port: int, process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"gunicorn exited early: {process.stdout.read().decode()[-2000:]}"
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
+            connection.request("GET", "/readyz")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("gunicorn did not become ready")
+
+
+def send_once(port: int, body: bytes) -> str:
+    """POST one question on a fresh connection; say how it ended."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT_S)
+    except ConnectionRefusedError:
+        return "refused"
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_S)
+    connection.sock = sock
+    try:
+        connection.request("POST", "/inference", body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        return str(response.status)
+    except (OSError, http.client.HTTPException) as exc:
+        return f"broken: {type(exc).__name__}: {exc}"
+    finally:
+        connection.close()
+
+
+def client_loop(port: int, index: int, stop: threading.Event, attempts: list[Attempt]) -> None:
+    number = 0
+    while not stop.is_set():
+        body = {"esun_uuid": f"shutdown-{index}-{number}", "esun_timestamp": time.time(),
+                "sentence_list": ["喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去"], "retry": 2}
+        started = time.monotonic()
+        outcome = send_once(port, json.dumps(body).encode())
+        attempts.append(Attempt(started, time.monotonic(), outcome))
+        number += 1
+        if outcome == "refused":
+            time.sleep(0.01)
+
+
+def test_gunicorn_sigterm_finishes_requests_in_flight_and_exits_0(
+    gunicorn_server: tuple[subprocess.Popen[bytes], int],
+) -> None:
+    """Regression: gthread's stopping worker kept its listening socket open while it drained, so connections
+    made after SIGTERM were completed by the kernel, never accepted, and reset when the worker exited: those
+    clients waited the whole drain and then saw "connection reset" instead of an immediate "refused"
+    (fixed by api/gunicorn_conf.py's post_worker_init)."""
+    process, port = gunicorn_server
+    stop = threading.Event()
+    attempts: list[Attempt] = []
+    clients = [threading.Thread(target=client_loop, args=(port, i, stop, attempts), daemon=True)
+               for i in range(CLIENTS)]
+    for thread in clients:
+        thread.start()
+    time.sleep(1.0)
+
+    sigterm_at = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    exit_code = process.wait(timeout=GRACEFUL_TIMEOUT_S + 5)
+    exited_at = time.monotonic()
+    time.sleep(0.3)  # the clients meet the closed listener
+    stop.set()
+    for thread in clients:
+        thread.join(timeout=CLIENT_TIMEOUT_S + 1)
+    log = process.stdout.read().decode(errors="replace")
+
+    assert exit_code == 0, log[-3000:]
+    broken = [a for a in attempts if a.outcome not in ("200", "refused")]
+    assert not broken, f"accepted requests not answered 200: {broken[:5]}"
+    in_flight_at_sigterm = [a for a in attempts if a.started < sigterm_at < a.ended]
+    assert in_flight_at_sigterm, "no request was in flight when SIGTERM landed: the test proves nothing"
+    assert all(a.outcome == "200" for a in in_flight_at_sigterm)
+    assert any(a.outcome == "refused" for a in attempts), "the listener was never seen closed"
+    # Draining takes about one batch, far inside the graceful timeout.
+    assert exited_at - sigterm_at < GRACEFUL_TIMEOUT_S / 2
+    assert "Traceback" not in log, log[-3000:]
