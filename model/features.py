@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,38 +27,65 @@ MAX_CANDIDATES = 10
 MAX_FROM_NBEST = 6
 MAX_SEGMENT = 2
 N_POS_FEATS = 5
-N_CAND_FEATS = 11
+N_CAND_FEATS = 14
+BOS, EOS = "^", "$"
+MIN_BIGRAM_COUNT = 2
 BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
 
 
 @dataclass
 class Vocab:
-    """Characters and syllables known to the network, with the character counts of the training text."""
+    """Characters and syllables known to the network, with character and character-bigram counts of the
+    training text (the bigrams give each candidate a language-model score in its TOP1 context)."""
 
     chars: list[str]
     counts: dict[str, int]
     syllables: list[str]
+    bigrams: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.char_id = {c: i for i, c in enumerate(self.chars)}
         self.syl_id = {s: i for i, s in enumerate(self.syllables)}
         total = sum(self.counts.values()) or 1
         self.log_freq = {c: math.log(n / total) for c, n in self.counts.items()}
+        self._total = total
+        self._n_types = len(self.counts) + 2
 
     @classmethod
-    def from_counts(cls, counts: dict[str, int], min_count: int = 1) -> Vocab:
+    def from_counts(cls, counts: dict[str, int], bigrams: dict[str, int] | None = None,
+                    min_count: int = 1) -> Vocab:
         chars = ["<pad>", "<unk>", "<empty>"] + sorted(c for c, n in counts.items() if n >= min_count)
         syls = {s.toneless for c in chars[3:] if (s := char_syllable(c)) is not None}
-        return cls(chars, {c: counts[c] for c in chars[3:]}, ["<pad>", "<unk>"] + sorted(syls))
+        return cls(chars, {c: counts[c] for c in chars[3:]}, ["<pad>", "<unk>"] + sorted(syls), bigrams or {})
+
+    @classmethod
+    def from_sentences(cls, sentences: list[str]) -> Vocab:
+        """Count characters and character bigrams (with sentence start ^ and end $) of training text."""
+        unigrams: Counter = Counter()
+        bigrams: Counter = Counter()
+        for sent in sentences:
+            text = BOS + "".join(sent.split()) + EOS
+            unigrams.update(text[1:-1])
+            bigrams.update(text[i : i + 2] for i in range(len(text) - 1))
+        unigrams[BOS] = unigrams[EOS] = len(sentences)
+        kept = {b: n for b, n in bigrams.items() if n >= MIN_BIGRAM_COUNT}
+        vocab = cls.from_counts({c: n for c, n in unigrams.items() if c not in (BOS, EOS)}, kept)
+        vocab.counts[BOS] = vocab.counts[EOS] = len(sentences)
+        return vocab
+
+    def bigram_logp(self, a: str, b: str) -> float:
+        """log P(b | a), the bigram estimate smoothed towards the unigram one."""
+        p_b = (self.counts.get(b, 0) + 1) / (self._total + self._n_types)
+        return math.log((self.bigrams.get(a + b, 0) + 5.0 * p_b) / (self.counts.get(a, 0) + 5.0))
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps({"chars": self.chars, "counts": self.counts, "syllables": self.syllables},
-                                   ensure_ascii=False), encoding="utf-8")
+        path.write_text(json.dumps({"chars": self.chars, "counts": self.counts, "syllables": self.syllables,
+                                    "bigrams": self.bigrams}, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
     def load(cls, path: Path) -> Vocab:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return cls(raw["chars"], raw["counts"], raw["syllables"])
+        return cls(raw["chars"], raw["counts"], raw["syllables"], raw.get("bigrams", {}))
 
 
 @dataclass
@@ -95,6 +123,13 @@ class Featurizer:
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
         self.confusion = ConfusionSet(vocab.counts)
+        # Vocab.bigram_logp(a, b) = log(count(ab) + prior[b]) - log_den[a]
+        total, n_types = vocab._total, vocab._n_types
+        self._prior = {c: 5.0 * (n + 1) / (total + n_types) for c, n in vocab.counts.items()}
+        self._prior_unk = 5.0 / (total + n_types)
+        self._log_den = {c: math.log(n + 5.0) for c, n in vocab.counts.items()}
+        self._log_den_unk = math.log(5.0)
+        self._similar_cache: dict[str, dict[str, int]] = {}
 
     def _char_ids(self, seg: str) -> list[int]:
         if not seg:
@@ -107,12 +142,75 @@ class Featurizer:
             return 0.0
         return sum(self.vocab.log_freq.get(c, -16.0) for c in seg) / len(seg) / 16.0
 
+    def _lm(self, left: str, seg: str, right: str) -> tuple[float, float, float]:
+        """Score a segment between its TOP1 neighbours: log P(left seg right), and its two edge bigrams.
+
+        Vocab.bigram_logp inlined with its per-character terms precomputed: this runs for every candidate
+        of every position of every request.
+        """
+        text = left + seg + right
+        bigrams, prior, log_den = self.vocab.bigrams, self._prior, self._log_den
+        score = 0.0
+        first = last = 0
+        for k in range(len(text) - 1):
+            a, b = text[k], text[k + 1]
+            n = bigrams.get(a + b, 0)
+            if k == 0:
+                first = n
+            last = n
+            score += math.log(n + prior.get(b, self._prior_unk)) - log_den.get(a, self._log_den_unk)
+        return score, math.log1p(first), math.log1p(last)
+
+    def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
+            list[str], list[list[int]], list[tuple]]:
+        """Return one position's candidates, their character ids and their feature rows."""
+        char = top1[i]
+        cands = [char] + [seg for seg in votes if seg != char and len(seg) <= MAX_SEGMENT][:MAX_FROM_NBEST]
+        relation = self._similar(char)
+        for c in relation:
+            if len(cands) >= MAX_CANDIDATES:
+                break
+            if c not in votes:
+                cands.append(c)
+        left = top1[i - 1] if i > 0 else BOS
+        right = top1[i + 1] if i + 1 < len(top1) else EOS
+        keep_lm = self._lm(left, char, right)[0]
+        ids, feats = [], []
+        for k, seg in enumerate(cands):
+            lm, edge_l, edge_r = self._lm(left, seg, right)
+            ranks = votes.get(seg)
+            rel = relation.get(seg, -1)
+            ids.append(self._char_ids(seg))
+            feats.append((
+                k == 0,
+                len(ranks) / n_hyps if ranks else 0.0,
+                1.0 / (1 + ranks[0]) if ranks else 0.0,
+                seg == "",
+                len(seg) > 1,
+                rel == SAME_TONE,
+                rel == OTHER_TONE,
+                rel == NEAR,
+                ranks is None,
+                self._log_freq(seg),
+                ranks is not None and ranks[0] == 1,
+                max(-3.0, min(3.0, (lm - keep_lm) / 5.0)),
+                edge_l / 8.0,
+                edge_r / 8.0,
+            ))
+        return cands, ids, feats
+
+    def _similar(self, char: str) -> dict[str, int]:
+        value = self._similar_cache.get(char)
+        if value is None:
+            value = self._similar_cache[char] = dict(self.confusion.similar(char, MAX_CANDIDATES))
+        return value
+
     def featurize(self, nbest: NBest, truth: str | None = None) -> Example | None:
         """Return the Example of one n-best list, or None when TOP1 has no Han character."""
         top1 = han_only(nbest.sentences[0])[:MAX_LEN]
         if not top1:
             return None
-        others = [h for h in (han_only(s) for s in nbest.sentences[1:])]
+        others = [han_only(s) for s in nbest.sentences[1:]]
         n_hyps = 1 + len(others)
         rows = align_nbest(top1, others)
         tags = boundary_tags(nbest.sentences[0].split())[: len(top1)]
@@ -121,7 +219,7 @@ class Featurizer:
         chars = np.array([self.vocab.char_id.get(c, UNK) for c in top1], dtype=np.int64)
         syl = np.zeros(L, dtype=np.int64)
         tone = np.zeros(L, dtype=np.int64)
-        pos_feats = np.zeros((L, N_POS_FEATS), dtype=np.float32)
+        pos_rows = []
         cand_ids = np.zeros((L, MAX_CANDIDATES, MAX_SEGMENT), dtype=np.int64)
         cand_feats = np.zeros((L, MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
         cand_mask = np.zeros((L, MAX_CANDIDATES), dtype=bool)
@@ -134,34 +232,15 @@ class Featurizer:
             votes: dict[str, list[int]] = {char: [0]}
             for rank, row in enumerate(rows, start=1):
                 votes.setdefault(row[i], []).append(rank)
-            agree = len(votes[char]) / n_hyps
-            pos_feats[i] = (agree, (len(votes) - 1) / 9.0, n_hyps / 10.0, chars[i] == UNK, i / MAX_LEN)
-            cands = [char] + [seg for seg in votes if seg != char and len(seg) <= MAX_SEGMENT][: MAX_FROM_NBEST]
-            relation = {c: r for c, r in self.confusion.similar(char, MAX_CANDIDATES)}
-            for c in relation:
-                if len(cands) >= MAX_CANDIDATES:
-                    break
-                if c not in votes:
-                    cands.append(c)
+            pos_rows.append((len(votes[char]) / n_hyps, (len(votes) - 1) / 9.0, n_hyps / 10.0,
+                             chars[i] == UNK, i / MAX_LEN))
+            cands, ids, feats = self._candidate_rows(i, top1, votes, n_hyps)
             candidates.append(cands)
-            for k, seg in enumerate(cands):
-                ranks = votes.get(seg)
-                rel = relation.get(seg, -1)
-                cand_ids[i, k] = self._char_ids(seg)
-                cand_feats[i, k] = (
-                    k == 0,
-                    len(ranks) / n_hyps if ranks else 0.0,
-                    1.0 / (1 + ranks[0]) if ranks else 0.0,
-                    seg == "",
-                    len(seg) > 1,
-                    rel == SAME_TONE,
-                    rel == OTHER_TONE,
-                    rel == NEAR,
-                    ranks is None,
-                    self._log_freq(seg),
-                    ranks is not None and ranks[0] == 1,
-                )
-                cand_mask[i, k] = True
+            n = len(cands)
+            cand_ids[i, :n] = ids
+            cand_feats[i, :n] = feats
+            cand_mask[i, :n] = True
+        pos_feats = np.array(pos_rows, dtype=np.float32)
         labels = None
         if truth is not None:
             gold = align_to(top1, truth)

@@ -150,9 +150,9 @@ def main() -> None:
 
         write(build(), args.corpus)
     sim = load_simulator(args.corpus)
-    vocab = Vocab.from_counts(sim.confusion._counts)
-    feat = Featurizer(vocab)
     train_sents = read_split(args.corpus, "train")[: args.train_sentences or None]
+    vocab = Vocab.from_sentences(read_split(args.corpus, "train"))
+    feat = Featurizer(vocab)
     train = make_examples(sim, feat, train_sents, args.seed, args.variants, "train")
     dev_sents = read_split(args.corpus, "dev")[: args.dev_sentences]
     dev = make_examples(sim, feat, dev_sents, args.seed + 1, 1, "dev")
