@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev lint corpus train evaluate bench
+.PHONY: run test install install-dev tools lint corpus train evaluate bench soak
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,13 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	PORT=$(PORT) $(VENV)/bin/gunicorn -c api/gunicorn_conf.py "api:create_app()"
 
+## System tools the tests start: JMeter and newman (client tests), redis-server and nginx (deployment test).
+tools:
+	bash testing/install_tools.sh
+	bash deploy/install_tools.sh
+
 ## Install everything and run the whole test suite.
-test: install-dev
+test: install-dev tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -41,3 +46,9 @@ train: install-dev
 
 evaluate: install-dev
 	$(PY) -m model.evaluate
+
+bench: install-dev
+	$(PY) -m testing.bench
+
+soak: install-dev
+	$(PY) -m testing.soak
