@@ -48,7 +48,27 @@ def resolve_device(device: str) -> torch.device:
 @dataclass
 class Batch:
     examples: list[Example | None]
-    tensors: dict[str, torch.Tensor] | None
+    groups: list[tuple[list[int], dict[str, torch.Tensor]]]  # item indices and their padded tensors
+
+
+def length_groups(lengths: list[tuple[int, int]], max_waste: float = 0.25, min_group: int = 8) -> list[list[int]]:
+    """Split (index, length) pairs into groups of similar length, so short inputs are not padded to long ones.
+
+    Sorted by length, a group is closed when adding the next item would make more than `max_waste` of its
+    padded tokens padding (groups of fewer than `min_group` items stay open: tiny matrices are slow too).
+    """
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    total = 0
+    for index, n in sorted(lengths, key=lambda p: p[1]):
+        if len(cur) >= min_group and (len(cur) + 1) * n > (1 + max_waste) * (total + n):
+            groups.append(cur)
+            cur, total = [], 0
+        cur.append(index)
+        total += n
+    if cur:
+        groups.append(cur)
+    return groups
 
 
 class Corrector:
@@ -78,12 +98,13 @@ class Corrector:
         self.ready = True
 
     def batch(self, items: list[NBest]) -> Batch:
-        """Featurize and pad; items whose TOP1 has no Han character skip the network."""
+        """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
         examples = [self.featurizer.featurize(item) for item in items]
-        present = [e for e in examples if e is not None]
-        if not present:
-            return Batch(examples, None)
-        arrays = collate(present)
+        groups = length_groups([(i, len(e.top1)) for i, e in enumerate(examples) if e is not None])
+        return Batch(examples, [(group, self._tensors([examples[i] for i in group])) for group in groups])
+
+    def _tensors(self, examples: list[Example]) -> dict[str, torch.Tensor]:
+        arrays = collate(examples)
         arrays.pop("labels")
         tensors = {}
         for k, v in arrays.items():
@@ -91,26 +112,22 @@ class Corrector:
             if t.is_floating_point():
                 t = t.to(self.dtype)
             tensors[k] = t.to(self.device, non_blocking=True)
-        return Batch(examples, tensors)
+        return tensors
 
-    def predict(self, batch: Batch) -> np.ndarray | None:
-        """Run the network: candidate probabilities [B, L, C] for the items that have Han characters."""
-        if batch.tensors is None:
-            return None
+    def predict(self, batch: Batch) -> dict[int, np.ndarray]:
+        """Run the network on each length group: candidate probabilities [L, C] by item index."""
+        probs: dict[int, np.ndarray] = {}
         with torch.inference_mode():
-            logits = self.net(**batch.tensors)
-            return torch.softmax(logits.float(), dim=-1).cpu().numpy()
+            for group, tensors in batch.groups:
+                out = torch.softmax(self.net(**tensors).float(), dim=-1).cpu().numpy()
+                probs.update(zip(group, out, strict=True))
+        return probs
 
-    def unbatch(self, items: list[NBest], batch: Batch, probs: np.ndarray | None) -> list[str]:
+    def unbatch(self, items: list[NBest], batch: Batch, probs: dict[int, np.ndarray]) -> list[str]:
         """Turn probabilities back into one answer per item, in order."""
         answers: list[str] = []
-        row = 0
-        for item, example in zip(items, batch.examples, strict=True):
-            if example is None or probs is None:
-                answers.append(top1_answer(item.sentences))
-                continue
-            answer = choose(example, probs[row], self.threshold)
-            row += 1
+        for i, (item, example) in enumerate(zip(items, batch.examples, strict=True)):
+            answer = choose(example, probs[i], self.threshold) if example is not None else ""
             answers.append(answer or top1_answer(item.sentences))
         return answers
 

@@ -75,9 +75,13 @@ class CorrectorNet(nn.Module):
         attn_mask: torch.Tensor,
     ) -> torch.Tensor:
         """Return candidate logits [B, L, C]; masked candidates get a large negative score."""
-        seg_emb = self.char_emb(cand_ids)  # [B, L, C, S, H]
-        n = (cand_ids != PAD).sum(-1, keepdim=True).clamp(min=1).to(seg_emb.dtype)
-        cand_emb = seg_emb.sum(-2) / n  # [B, L, C, H]
+        # mean of the segment's character embeddings (PAD embeds to zero); summed slot by slot rather than
+        # gathered as one [B, L, C, S, H] tensor, which is the largest allocation of the forward pass
+        cand_emb = self.char_emb(cand_ids[..., 0])
+        for s in range(1, cand_ids.shape[-1]):
+            cand_emb = cand_emb + self.char_emb(cand_ids[..., s])
+        n = (cand_ids != PAD).sum(-1, keepdim=True).clamp(min=1).to(cand_emb.dtype)
+        cand_emb = cand_emb / n  # [B, L, C, H]
         offered = cand_feats[..., 1] * (1.0 - cand_feats[..., 0])  # vote share, keep excluded
         column = (offered.unsqueeze(-1) * cand_emb).sum(2)
         x = (

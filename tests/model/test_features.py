@@ -60,3 +60,14 @@ def test_collate_pads_to_the_longest_input_of_the_batch(featurizer):
     assert batch["attn_mask"].sum(1).tolist() == [2, 5]
     assert batch["cand_mask"][:, :, 0].all()
     assert np.isfinite(batch["cand_feats"]).all()
+
+
+def test_length_groups_keep_short_inputs_apart_from_long_ones():
+    from model.corrector import length_groups
+
+    lengths = [(i, 5) for i in range(20)] + [(20 + i, 40) for i in range(10)]
+    groups = length_groups(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(30))
+    assert all(max(dict(lengths)[i] for i in g) / min(dict(lengths)[i] for i in g) < 8 for g in groups)
+    assert length_groups([(0, 3)]) == [[0]]
+    assert length_groups([]) == []
