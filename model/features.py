@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from preprocess.align import align_nbest, align_to
-from preprocess.confusion import NEAR, OTHER_TONE, SAME_TONE, ConfusionSet
+from preprocess.confusion import NEAR, OTHER_TONE, SAME_TONE, VARIANTS, ConfusionSet
 from preprocess.phones import char_syllable
 from preprocess.text import NBest, han_only
 
@@ -165,12 +165,14 @@ class Featurizer:
             list[str], list[list[int]], list[tuple]]:
         """Return one position's candidates, their character ids and their feature rows."""
         char = top1[i]
-        cands = [char] + [seg for seg in votes if seg != char and len(seg) <= MAX_SEGMENT][:MAX_FROM_NBEST]
+        variant = VARIANTS.get(char)
+        offered = [seg for seg in votes if seg != char and seg != variant and len(seg) <= MAX_SEGMENT]
+        cands = [char] + offered[:MAX_FROM_NBEST]
         relation = self._similar(char)
         for c in relation:
             if len(cands) >= MAX_CANDIDATES:
                 break
-            if c not in votes:
+            if c not in votes and c != variant:
                 cands.append(c)
         left = top1[i - 1] if i > 0 else BOS
         right = top1[i + 1] if i + 1 < len(top1) else EOS

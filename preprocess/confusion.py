@@ -22,6 +22,12 @@ FINAL_SWAPS = {
 
 SAME_TONE, OTHER_TONE, NEAR = 0, 1, 2
 
+# Orthographic variants of one character. OpenCC's s2twp writes the Ministry of Education's standard forms
+# (臺, 汙, 溼), while Taiwan's everyday text and the recogniser's lexicon mostly use the common ones (台, 污,
+# 濕): swapping one for the other never fixes a recognition error, so a correction never does it.
+_VARIANT_PAIRS = ("台臺", "污汙", "濕溼", "裡裏", "著着", "為爲", "群羣", "峰峯", "線綫", "啟啓", "眾衆", "衛衞")
+VARIANTS: dict[str, str] = {a: b for a, b in _VARIANT_PAIRS} | {b: a for a, b in _VARIANT_PAIRS}
+
 
 def near_toneless(syl: Syllable) -> list[str]:
     """List the toneless syllables one initial or final swap away from this one."""

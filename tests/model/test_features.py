@@ -71,3 +71,11 @@ def test_length_groups_keep_short_inputs_apart_from_long_ones():
     assert all(max(dict(lengths)[i] for i in g) / min(dict(lengths)[i] for i in g) < 8 for g in groups)
     assert length_groups([(0, 3)]) == [[0]]
     assert length_groups([]) == []
+
+
+def test_featurize_never_offers_an_orthographic_variant_of_top1():
+    """Regression: the shipped model turned 台灣 into 臺灣 (OpenCC's standard form), which the judge counts wrong."""
+    feat = Featurizer(Vocab.from_counts({**COUNTS, "台": 3, "臺": 50, "灣": 9, "抬": 4}))
+    ex = feat.featurize(NBest(("台灣", "臺灣", "抬灣")))
+    assert "臺" not in ex.candidates[0]
+    assert "抬" in ex.candidates[0]
