@@ -54,6 +54,10 @@ class Config:
     cache_size: int = 100_000
     cache_ttl_s: float = 3600.0
     redis_url: str = ""
+    # 1: batches run on a thread of the server process. More: that many worker processes (service-streamer's
+    # Streamer), each with its own model, placed round robin on `cuda_devices` (comma-separated ids, e.g. "0,1").
+    batcher_workers: int = 1
+    cuda_devices: str = ""
     # Model.
     device: str = "auto"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
@@ -128,7 +132,7 @@ def _validate(c: Config) -> None:
     if c.port > 65535:
         raise ConfigError(f"port must be <= 65535, got {c.port}")
     for name in ("max_batch_size", "max_in_flight", "max_top1_chars", "max_hypotheses",
-                 "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "http_threads"):
+                 "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "http_threads", "batcher_workers"):
         _at_least(c, name, 1)
     for name in ("max_batch_wait_s", "safety_margin_s"):
         _at_least(c, name, 0)
@@ -155,6 +159,8 @@ def _validate(c: Config) -> None:
         raise ConfigError(
             f"http_threads must be >= 2 * max_batch_size ({2 * c.max_batch_size}), got {c.http_threads}"
         )
+    if c.cuda_devices and not all(d.strip() for d in c.cuda_devices.split(",")):
+        raise ConfigError(f"cuda_devices must be comma-separated device ids like '0,1', got {c.cuda_devices!r}")
     if not c.host:
         raise ConfigError("host must not be empty")
 

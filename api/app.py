@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from flask import Flask
 
 from api.cache import build_cache
 from api.errors import register_error_handlers
 from api.logs import configure_logging
-from api.predict import BatcherLike, CorrectorLike, batch_fn, size_of
+from api.metrics import METRICS_KEY, Metrics, StampingBatcher, instrument, measure_queue_wait
+from api.predict import BatcherLike, CorrectorLike, Prediction, batch_fn, size_of
 from api.routes import register_routes
 from api.state import EXTENSION_KEY, AppState
 from config import Config
 from model.batcher import Batcher
+from preprocess.text import NBest
 
 log = logging.getLogger("api.app")
+
+# What each worker process builds when batcher_workers > 1 (model.process_batcher.ImportedModel's target).
+CORRECTOR_TARGET = "model.corrector:Corrector"
 
 
 def create_app(
@@ -23,19 +32,25 @@ def create_app(
     corrector: CorrectorLike | None = None,
     batcher: BatcherLike | None = None,
 ) -> Flask:
-    """Build the Flask app with its corrector, batcher and answer cache.
+    """Build the Flask app with its corrector, batcher, answer cache and metrics.
 
     By default the config comes from the environment and the corrector is the real one from
     `model.corrector`, loaded and warmed up here (`setup()`); an injected corrector (tests inject fakes)
-    must be set up already. An injected batcher replaces the one built around the corrector.
+    must be set up already. An injected batcher replaces the one built around the corrector. With
+    `batcher_workers` > 1 and no injected corrector, the corrector is built in that many worker processes
+    instead (`model.process_batcher`).
     """
     config = config or Config.from_env()
     configure_logging(config.log_level)
-    cache = build_cache(config)
+    metrics = Metrics()
+    cache = build_cache(config, observer=metrics)
+    if corrector is None and batcher is None and config.batcher_workers > 1:
+        batcher = build_process_batcher(config, metrics, target=CORRECTOR_TARGET)
+        corrector = WorkerPool(config.batcher_workers, _devices(config), config.weights_dir)
     if corrector is None:
         corrector = _load_corrector(config)
     if batcher is None:
-        batcher = _build_batcher(config, corrector)
+        batcher = _build_batcher(config, corrector, metrics)
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
@@ -43,10 +58,61 @@ def create_app(
     app.extensions[EXTENSION_KEY] = AppState(
         config=config, corrector=corrector, batcher=batcher, cache=cache
     )
+    app.extensions[METRICS_KEY] = metrics
     register_error_handlers(app)
     register_routes(app)
+    instrument(app)
     log.info("app ready", extra={"fields": {"config": config.summary()}})
     return app
+
+
+@dataclass(frozen=True)
+class WorkerPool:
+    """Stands for the corrector when it runs in the batcher's worker processes: this process only describes it."""
+
+    workers: int
+    cuda_devices: tuple[str, ...]
+    weights_dir: Path
+    ready: bool = True  # the process batcher is built only once every worker has set its corrector up
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"name": "corrector", "workers": self.workers, "cuda_devices": list(self.cuda_devices),
+                "weights": self.weights_dir}
+
+    def predict_batch(self, items: list[NBest]) -> list[str]:
+        raise RuntimeError("the corrector runs in the batcher's worker processes; submit to the batcher")
+
+
+def build_process_batcher(config: Config, metrics: Metrics, target: str) -> BatcherLike:
+    """Build `config.batcher_workers` worker processes, each with its own corrector built from `target`."""
+    # Imported here: the process batcher starts processes, which the threaded default never needs.
+    from model.process_batcher import ImportedModel, ProcessBatcher
+
+    devices = _devices(config)
+    # On CPU, share the cores among the workers instead of letting each torch take them all.
+    env = {} if devices else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // config.batcher_workers))}
+    log.info("corrector runs in worker processes", extra={"fields": {
+        "workers": config.batcher_workers, "cuda_devices": list(devices), "target": target,
+        "batch_window_s": config.max_batch_wait_s}})  # a fixed window: batch_policy applies to one worker thread
+    return ProcessBatcher(
+        ImportedModel,
+        model_init_kwargs={"target": target, "env": env,
+                           "kwargs": {"weights_dir": config.weights_dir, "device": config.device}},
+        worker_num=config.batcher_workers,
+        cuda_devices=devices or None,
+        max_batch_size=config.max_batch_size,
+        max_wait_s=config.max_batch_wait_s,
+        max_in_flight=config.max_in_flight,
+        on_result=Prediction,
+        on_batch=metrics.observe_batch,
+        on_queue_wait=metrics.observe_queue_wait,
+        name="corrector",
+    )
+
+
+def _devices(config: Config) -> tuple[str, ...]:
+    return tuple(d.strip() for d in config.cuda_devices.split(",") if d.strip())
 
 
 def _load_corrector(config: Config) -> CorrectorLike:
@@ -58,13 +124,16 @@ def _load_corrector(config: Config) -> CorrectorLike:
     return corrector
 
 
-def _build_batcher(config: Config, corrector: CorrectorLike) -> BatcherLike:
-    return Batcher(
-        batch_fn(corrector),
+def _build_batcher(config: Config, corrector: CorrectorLike, metrics: Metrics) -> BatcherLike:
+    # Items are stamped at submit, so the batch function can measure each one's wait for its batch.
+    batcher = Batcher(
+        measure_queue_wait(batch_fn(corrector), metrics.observe_queue_wait),
         max_batch_size=config.max_batch_size,
         max_wait_s=config.max_batch_wait_s,
         max_in_flight=config.max_in_flight,
         policy=config.batch_policy,
-        size_of=size_of,
+        size_of=lambda stamped: size_of(stamped.item),
         name="corrector",
+        on_batch=metrics.observe_batch,
     )
+    return StampingBatcher(batcher)

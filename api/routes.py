@@ -2,7 +2,7 @@
 
 `schemas.parse_request` → `guards.answer_retry` / `answer_too_long` / `answer_cached` →
 `predict.answer_with_model` (`batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) →
-`schemas.build_response`, then one log line.
+`schemas.build_response`, then one log line and the request's metrics (`api.metrics`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api import guards, schemas
 from api.errors import PayloadTooLarge
 from api.logs import log_request
+from api.metrics import metrics_view
 from api.predict import answer_with_model, corrector_ready
 from api.state import app_state
 from config import REPO_ROOT
@@ -37,6 +38,7 @@ def inference() -> dict[str, Any]:
         or guards.answer_cached(req, state.cache)
         or answer_with_model(req, state.batcher, state.cache, deadline=arrival + state.config.budget_s)
     )
+    g.answer_path = outcome.path  # for the request's metrics (api.metrics.instrument)
     body = schemas.build_response(req.esun_uuid, outcome.answer, state.config, now=time.time())
     log_request(req.esun_uuid, req.retry, outcome.path, (time.monotonic() - arrival) * 1000,
                 outcome.batch_size, outcome.reason)
@@ -106,6 +108,8 @@ def register_routes(app: Flask) -> SpecTree:
     spec.register(app)  # /docs/openapi.json, /docs/swagger/, /docs/redoc/, ...
     app.add_url_rule("/openapi.json", "spec_json", lambda: spec.spec)
     app.add_url_rule("/docs", "docs_index", docs)
+    # Prometheus text, not JSON: served outside the OpenAPI document.
+    app.add_url_rule("/metrics", "metrics", metrics_view)
     return spec
 
 

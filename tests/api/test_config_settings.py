@@ -53,6 +53,8 @@ def test_config_from_env_reads_upper_case_field_names():
         ({"HTTP_THREADS": "64"}, "http_threads must be >= 2 * max_batch_size (128), got 64"),
         ({"MAX_TOP1_CHARS": "300"}, "max_top1_chars must be <= max_chars_per_hypothesis (200), got 300"),
         ({"CACHE_TTL_S": "-5"}, "cache_ttl_s must be > 0, got -5.0"),
+        ({"BATCHER_WORKERS": "0"}, "batcher_workers must be >= 1, got 0"),
+        ({"CUDA_DEVICES": "0,,1"}, "cuda_devices must be comma-separated device ids like '0,1', got '0,,1'"),
     ],
 )
 def test_config_rejects_bad_settings_naming_them(env, message):
@@ -76,9 +78,12 @@ def test_config_summary_hides_secrets():
     assert "s3cret" not in str(summary)
 
 
-def test_create_app_refuses_a_redis_url_until_a_redis_cache_exists(make_app, config):
-    with pytest.raises(ConfigError, match="redis_url"):
-        make_app(config=dataclasses.replace(config, redis_url="redis://localhost:6379/0"))
+def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app, config):
+    from api.cache import RedisResultCache
+    from api.state import EXTENSION_KEY
+
+    app = make_app(config=dataclasses.replace(config, redis_url="redis://localhost:6379/0"))
+    assert isinstance(app.extensions[EXTENSION_KEY].cache.shared, RedisResultCache)  # connects lazily
 
 
 def test_cli_flags_override_the_environment():

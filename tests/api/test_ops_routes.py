@@ -1,10 +1,12 @@
-"""/healthz, /readyz, /, /openapi.json, /docs, and the JSON answers to wrong URLs, methods and bugs."""
+"""/healthz, /readyz, /, /openapi.json, /docs, /metrics, and the JSON answers to wrong URLs, methods and bugs."""
 
 from __future__ import annotations
 
+import threading
 import tomllib
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.schemas import InferenceRequest, InferenceResponse
 from api.state import EXTENSION_KEY
@@ -93,3 +95,73 @@ def test_unexpected_error_answers_json_500_without_traceback(make_app, caplog):
     assert response.get_json() == {"error": "internal_error", "detail": "the server met an unexpected error"}
     assert "secret internals" not in response.get_data(as_text=True)
     assert any(r.name == "api.errors" and r.exc_info for r in caplog.records)
+
+
+def metric(client, name: str, **labels: str) -> float:
+    """Read one sample from the app's /metrics."""
+    text = client.get("/metrics").get_data(as_text=True)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    raise KeyError(f"{name}{labels} not in /metrics")
+
+
+def test_metrics_serves_prometheus_text_with_every_series_at_zero(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.mimetype == "text/plain"
+    text = response.get_data(as_text=True)
+    for series in ("esun_request_duration_seconds_bucket", "esun_requests_in_flight", "esun_fallbacks_total",
+                   "esun_batch_size_bucket", "esun_batch_duration_seconds_bucket",
+                   "esun_batch_queue_wait_seconds_bucket", "esun_cache_lookups_total", "esun_redis_circuit_open"):
+        assert series in text
+    assert metric(client, "esun_request_duration_seconds_count", path="deadline") == 0
+    assert metric(client, "esun_fallbacks_total", reason="overload") == 0
+
+
+def test_metrics_count_requests_by_path_with_batches_queue_wait_and_cache_lookups(client, make_body):
+    assert client.post("/inference", json=make_body()).status_code == 200
+    client.post("/inference", json=make_body())  # same question again: cached
+    client.post("/inference", json=make_body(retry=1))  # its retry: cached answer
+    client.post("/inference", json=make_body(esun_uuid="other", retry=1))  # retry of an unknown question: TOP1
+    client.post("/inference", data=b"not json")
+
+    assert metric(client, "esun_request_duration_seconds_count", path="model") == 1
+    assert metric(client, "esun_request_duration_seconds_count", path="cached") == 1
+    assert metric(client, "esun_request_duration_seconds_count", path="retry_cached") == 1
+    assert metric(client, "esun_request_duration_seconds_count", path="retry_top1") == 1
+    assert metric(client, "esun_request_duration_seconds_count", path="rejected") == 1
+    assert metric(client, "esun_fallbacks_total", reason="retry_top1") == 1
+    assert metric(client, "esun_batch_size_count") == 1
+    assert metric(client, "esun_batch_size_sum") == 1
+    assert metric(client, "esun_batch_queue_wait_seconds_count") == 1
+    assert metric(client, "esun_cache_lookups_total", level="local", result="hit") == 2
+    assert metric(client, "esun_cache_lookups_total", level="local", result="miss") == 2
+    assert metric(client, "esun_requests_in_flight") == 0
+
+
+def test_metrics_show_request_in_flight_and_deadline_fallback(make_app, fake_corrector, make_body):
+    gate = threading.Event()
+    corrector = fake_corrector(gate=gate)
+    client = make_app(corrector=corrector).test_client()
+    answered = []
+    waiter = threading.Thread(target=lambda: answered.append(client.post("/inference", json=make_body())))
+    waiter.start()
+    try:
+        assert corrector.started.wait(2)
+        assert metric(client, "esun_requests_in_flight") == 1
+    finally:
+        waiter.join(timeout=2)
+        gate.set()
+    assert answered[0].status_code == 200
+    assert metric(client, "esun_fallbacks_total", reason="deadline") == 1
+    assert metric(client, "esun_request_duration_seconds_count", path="deadline") == 1
+    assert metric(client, "esun_requests_in_flight") == 0
+
+
+def test_metrics_are_kept_per_app(make_app, make_body):
+    first, second = make_app().test_client(), make_app().test_client()
+    first.post("/inference", json=make_body())
+    assert metric(first, "esun_request_duration_seconds_count", path="model") == 1
+    assert metric(second, "esun_request_duration_seconds_count", path="model") == 0

@@ -1,10 +1,15 @@
-"""api.cache.MemoryResultCache: answers kept by esun_uuid, forgotten after their TTL or when evicted."""
+"""api.cache: answers kept by esun_uuid in process (TTL, LRU) and in Redis (JSON only, behind a circuit breaker)."""
 
 from __future__ import annotations
 
+import json
+import pickle
 import threading
 
-from api.cache import MemoryResultCache
+import pytest
+import redis
+
+from api.cache import CircuitBreaker, LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
 
 
 class Clock:
@@ -55,3 +60,170 @@ def test_cache_stays_consistent_under_concurrent_writers():
     for thread in threads:
         thread.join()
     assert len(cache) == 500
+
+
+# --- Redis (a fake client here; tests/deploy/test_redis_cache.py runs the same against redis-server) ---
+
+UNPICKLED: list[str] = []
+
+
+def _record_unpickling(note: str) -> None:
+    UNPICKLED.append(note)
+
+
+class Planted:
+    """A pickle that runs code when loaded: what a hostile or foreign writer could leave in Redis."""
+
+    def __reduce__(self):
+        return (_record_unpickling, ("code ran on unpickling",))
+
+
+class FakeRedis:
+    """The two calls RedisResultCache makes; `error` is raised by both while set."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.ttl_ms: dict[str, int] = {}
+        self.error: Exception | None = None
+        self.calls = 0
+
+    def get(self, key: str) -> bytes | None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return self.data.get(key)
+
+    def set(self, key: str, value: str, px: int) -> None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        self.data[key] = value.encode()
+        self.ttl_ms[key] = px
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.lookups: list[tuple[str, str]] = []
+        self.circuit: list[bool] = []
+
+    def cache_lookup(self, level: str, result: str) -> None:
+        self.lookups.append((level, result))
+
+    def redis_circuit(self, is_open: bool) -> None:
+        self.circuit.append(is_open)
+
+
+def redis_cache(client: FakeRedis, clock: Clock | None = None, observer: Observer | None = None) -> RedisResultCache:
+    return RedisResultCache(client, ttl_s=60, key_prefix="test:", observer=observer, breaker_failures=3,
+                            breaker_cooldown_s=5.0, clock=clock or Clock())
+
+
+def test_redis_cache_stores_answers_as_json_under_prefix_with_ttl():
+    client = FakeRedis()
+    cache = redis_cache(client)
+    cache.put("q1", "喂你好")
+    assert json.loads(client.data["test:q1"]) == {"answer": "喂你好"}
+    assert client.ttl_ms["test:q1"] == 60_000
+    assert cache.get("q1") == "喂你好"
+    assert cache.get("q2") is None
+
+
+def test_redis_cache_ignores_a_planted_pickle_instead_of_unpickling_it(caplog):
+    """Guards against service-streamer's RedisStreamer habit: it pickle.loads whatever Redis hands it."""
+    client = FakeRedis()
+    client.data["test:q1"] = pickle.dumps(Planted())
+    cache = redis_cache(client)
+    assert cache.get("q1") is None
+    assert UNPICKLED == []
+    assert any("not a cached answer" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("raw", [b'"just a string"', b'{"answer": 5}', b'{"answer": ""}', b"\xff\xfe", b"[1, 2]"])
+def test_redis_cache_reads_anything_but_its_own_json_as_a_miss(raw):
+    client = FakeRedis()
+    client.data["test:q1"] = raw
+    assert redis_cache(client).get("q1") is None
+
+
+def test_redis_cache_opens_circuit_after_three_failures_and_skips_redis_until_cooldown(caplog):
+    client, clock, observer = FakeRedis(), Clock(), Observer()
+    cache = redis_cache(client, clock, observer)
+    client.error = redis.TimeoutError("Timeout reading from socket")
+    for _ in range(3):
+        assert cache.get("q1") is None
+    assert cache.breaker.is_open and observer.circuit == [True]
+    assert sum("circuit open" in r.getMessage() for r in caplog.records) == 1  # one warning per outage
+    calls = client.calls
+    clock.now = 4.9
+    cache.put("q1", "答")
+    assert cache.get("q1") is None
+    assert client.calls == calls  # not asked while open
+    assert observer.lookups[-1] == ("redis", "skipped")
+
+
+def test_redis_cache_closes_circuit_when_the_trial_after_cooldown_succeeds():
+    client, clock, observer = FakeRedis(), Clock(), Observer()
+    cache = redis_cache(client, clock, observer)
+    client.error = redis.ConnectionError("Connection refused")
+    for _ in range(3):
+        cache.put("q1", "答")
+    assert cache.breaker.is_open
+    clock.now = 5.1
+    client.error = None
+    cache.put("q1", "答")
+    assert not cache.breaker.is_open and observer.circuit == [True, False]
+    assert cache.get("q1") == "答"
+
+
+def test_redis_cache_reopens_circuit_when_the_trial_fails():
+    client, clock = FakeRedis(), Clock()
+    cache = redis_cache(client, clock)
+    client.error = OSError("network unreachable")
+    for _ in range(3):
+        cache.get("q1")
+    clock.now = 5.1
+    assert cache.get("q1") is None  # the trial, failed
+    calls = client.calls
+    clock.now = 9.0
+    assert cache.get("q1") is None
+    assert client.calls == calls
+
+
+def test_circuit_breaker_lets_one_trial_through_at_a_time():
+    clock = Clock()
+    breaker = CircuitBreaker(failures=1, cooldown_s=1.0, clock=clock)
+    assert breaker.failed() is True
+    clock.now = 1.5
+    assert [breaker.allow(), breaker.allow()] == [True, False]
+    breaker.succeeded()
+    assert breaker.allow() and breaker.allow()
+
+
+def test_layered_cache_reads_local_first_then_redis_and_keeps_redis_hits_locally():
+    client, observer = FakeRedis(), Observer()
+    shared = redis_cache(client, observer=observer)
+    shared.put("q1", "從別的副本")
+    cache = LayeredResultCache(MemoryResultCache(max_entries=10, ttl_s=60), shared, observer)
+    assert cache.get("q1") == "從別的副本"
+    assert cache.local.get("q1") == "從別的副本"
+    calls = client.calls
+    assert cache.get("q1") == "從別的副本"
+    assert client.calls == calls
+    assert observer.lookups == [("local", "miss"), ("redis", "hit"), ("local", "hit")]
+
+
+def test_layered_cache_writes_both_levels_and_answers_locally_while_redis_is_down():
+    client = FakeRedis()
+    cache = LayeredResultCache(MemoryResultCache(max_entries=10, ttl_s=60), redis_cache(client))
+    cache.put("q1", "答")
+    assert json.loads(client.data["test:q1"]) == {"answer": "答"}
+    client.error = redis.ConnectionError("Connection refused")
+    cache.put("q2", "二")
+    assert (cache.get("q1"), cache.get("q2"), cache.get("q3")) == ("答", "二", None)
+
+
+def test_build_cache_is_in_process_only_without_redis_url(config):
+    cache = build_cache(config)
+    assert cache.shared is None
+    cache.put("q1", "答")
+    assert cache.get("q1") == "答"

@@ -1,0 +1,49 @@
+# The inference service: gunicorn (api/gunicorn_conf.py) serving the shipped corrector on $PORT (8080).
+#
+#   CPU (default):  docker build -t esun-asr .
+#   CUDA:           docker build -t esun-asr:cuda \
+#                     --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04 \
+#                     --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
+#                   docker run --gpus all -e DEVICE=cuda -p 8080:8080 esun-asr:cuda
+#
+# Dependencies are installed by `make install` from requirements.txt, the same path `make run` and `make test`
+# take, before the code is copied: changing code does not reinstall them. model/weights/ must hold the trained
+# weights when the image is built (they are copied with the code).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
+
+# torch==2.13.0 is pinned in requirements.txt; this index adds the build for the image's hardware (+cpu, +cu128),
+# which pip prefers over the plain one from the default index.
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_EXTRA_INDEX_URL=${TORCH_INDEX}
+
+# make for `make install`; Python 3.11 where the base image lacks it (CUDA images are plain Ubuntu).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && if ! command -v python3.11 >/dev/null 2>&1; then \
+         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3.11 python3.11-venv; \
+       fi \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY Makefile requirements.txt ./
+RUN make install PYTHON=python3.11
+
+COPY . .
+RUN useradd --system --uid 10001 --create-home --home-dir /home/app app
+USER app
+
+ENV PATH=/app/.venv/bin:$PATH \
+    HOST=0.0.0.0 \
+    PORT=8080
+EXPOSE 8080
+
+# /healthz: the process answers. The start period covers loading the weights and the warm-up batch.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('PORT', '8080'), timeout=2)"]
+
+CMD ["gunicorn", "-c", "api/gunicorn_conf.py", "api:create_app()"]

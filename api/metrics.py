@@ -1,0 +1,175 @@
+"""Prometheus metrics of one app, served at `/metrics` in the text exposition format.
+
+Each app has its own `CollectorRegistry` (built by `create_app`, kept in `app.extensions[METRICS_KEY]`), so
+test apps never share counters. gunicorn runs one worker process (api/gunicorn_conf.py), so one registry per
+process is the whole picture of a replica; Prometheus scrapes each replica. The series are listed in
+deploy/README.md.
+
+Queue wait (submit → start of the item's batch) is measured, not approximated: `StampingBatcher` stamps each
+item at submit and `measure_queue_wait` reads the stamp when the batch function starts; the process-based
+batcher reports the same interval from its worker processes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from flask import Flask, Response, current_app, g, request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+METRICS_KEY = "asr_correction_metrics"
+NAMESPACE = "esun"
+
+# How a request was answered: the `path` of the request log, plus "rejected" for a non-200 answer.
+REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "deadline", "overload", "error",
+                 "rejected")
+# Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
+FALLBACK_REASONS = ("retry_top1", "too_long", "deadline", "overload", "error")
+CACHE_LEVELS = ("local", "redis")
+CACHE_RESULTS = ("hit", "miss", "error", "skipped")
+# Around the judge's 1 s timeout and the 0.75 s default budget.
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+T = TypeVar("T")
+
+
+class Metrics:
+    """The service's series in their own registry; its methods are what the app's parts report through."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.request_seconds = Histogram(
+            "request_duration_seconds", "Time from arrival to answer of /inference, by how it was answered.",
+            ["path"], namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
+        self.in_flight = Gauge(
+            "requests_in_flight", "/inference requests being answered now.", namespace=NAMESPACE, registry=r)
+        self.fallbacks = Counter(
+            "fallbacks", "Answers that are TOP1 instead of the model's, by reason.", ["reason"],
+            namespace=NAMESPACE, registry=r)
+        self.batch_size = Histogram(
+            "batch_size", "Questions per call of the corrector.", namespace=NAMESPACE,
+            buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.batch_seconds = Histogram(
+            "batch_duration_seconds", "Run time of one call of the corrector.", namespace=NAMESPACE,
+            buckets=LATENCY_BUCKETS_S, registry=r)
+        self.queue_wait_seconds = Histogram(
+            "batch_queue_wait_seconds", "Time from a question's submit to the start of its batch (questions "
+            "that ran).", namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
+        self.cache_lookups = Counter(
+            "cache_lookups", "Answer cache lookups by level (local, redis) and result (hit, miss, error, "
+            "skipped: redis circuit open).", ["level", "result"], namespace=NAMESPACE, registry=r)
+        self.redis_circuit_open = Gauge(
+            "redis_circuit_open", "1 while the Redis circuit breaker is open (Redis not asked).",
+            namespace=NAMESPACE, registry=r)
+        # Every label value exists from the start, so rates and alerts see zeros instead of missing series.
+        for path in REQUEST_PATHS:
+            self.request_seconds.labels(path)
+        for reason in FALLBACK_REASONS:
+            self.fallbacks.labels(reason)
+        for level in CACHE_LEVELS:
+            for result in CACHE_RESULTS:
+                self.cache_lookups.labels(level, result)
+
+    def observe_request(self, path: str, seconds: float) -> None:
+        """Record one answered /inference request and, for a TOP1 answer, its fallback."""
+        self.request_seconds.labels(path).observe(seconds)
+        if path in FALLBACK_REASONS:
+            self.fallbacks.labels(path).inc()
+
+    def observe_batch(self, size: int, seconds: float) -> None:
+        """Record one call of the corrector (the batchers' on_batch hook)."""
+        self.batch_size.observe(size)
+        self.batch_seconds.observe(seconds)
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        """Record how long one question waited for its batch to start."""
+        self.queue_wait_seconds.observe(max(0.0, seconds))
+
+    def cache_lookup(self, level: str, result: str) -> None:
+        """Count one answer-cache lookup (api.cache.CacheObserver)."""
+        self.cache_lookups.labels(level, result).inc()
+
+    def redis_circuit(self, is_open: bool) -> None:
+        """Record the Redis circuit breaker's state (api.cache.CacheObserver)."""
+        self.redis_circuit_open.set(1 if is_open else 0)
+
+    def render(self) -> bytes:
+        """Return every series in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+def instrument(app: Flask, endpoint: str = "inference") -> None:
+    """Time every request of `endpoint` and count it in flight; its view names the answer's path in g.answer_path."""
+
+    @app.before_request
+    def _arrived() -> None:
+        if request.endpoint == endpoint:
+            g.metrics_arrival = time.monotonic()
+            app_metrics().in_flight.inc()
+
+    @app.teardown_request
+    def _answered(_exc: BaseException | None) -> None:
+        arrival = g.pop("metrics_arrival", None)
+        if arrival is None:
+            return
+        metrics = app_metrics()
+        metrics.in_flight.dec()
+        # No path: the view raised (bad request, body too large, a bug) and the answer is an error status.
+        metrics.observe_request(g.get("answer_path", "rejected"), time.monotonic() - arrival)
+
+
+def app_metrics() -> Metrics:
+    """Return the metrics of the app handling the current request."""
+    return current_app.extensions[METRICS_KEY]
+
+
+def metrics_view() -> Response:
+    """Serve the app's metrics to Prometheus."""
+    return Response(app_metrics().render(), mimetype=None, content_type=CONTENT_TYPE_LATEST)
+
+
+@dataclass(frozen=True, slots=True)
+class Stamped(Generic[T]):
+    """An item with the time.monotonic() of its submit."""
+
+    item: T
+    submitted_at: float
+
+
+def measure_queue_wait(fn: Callable[[list[T]], list[Any]], observe: Callable[[float], None]
+                       ) -> Callable[[list[Stamped[T]]], list[Any]]:
+    """Wrap a batch function of items into one of stamped items that records each item's queue wait."""
+
+    def run(stamped: list[Stamped[T]]) -> list[Any]:
+        started = time.monotonic()
+        for entry in stamped:
+            observe(started - entry.submitted_at)
+        return fn([entry.item for entry in stamped])
+
+    return run
+
+
+class StampingBatcher(Generic[T]):
+    """A batcher of `Stamped` items seen as a batcher of plain items: submit stamps, the rest passes through."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def submit(self, item: T, deadline: float) -> Future[Any]:
+        """Queue one item, stamped with the time of this call."""
+        return self.inner.submit(Stamped(item, time.monotonic()), deadline)
+
+    def alive(self) -> bool:
+        return self.inner.alive()
+
+    def stats(self) -> Any:
+        return self.inner.stats()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.inner.close(timeout)
