@@ -41,6 +41,8 @@ class Config:
     max_batch_size: int = 64
     max_batch_wait_s: float = 0.15
     batch_policy: str = "adaptive"
+    # A batch running longer than this makes /readyz say so (503); its waiters answer TOP1 at their deadline.
+    batch_stuck_after_s: float = 2.0
     max_in_flight: int = 512
     # The judge's HTTP timeout; answers are due `safety_margin_s` before it (network, JSON, scheduling).
     judge_timeout_s: float = 1.0
@@ -60,6 +62,8 @@ class Config:
     cuda_devices: str = ""
     # Model.
     device: str = "auto"
+    # torch's intra-op CPU threads; 0 keeps torch's default (one per core).
+    torch_threads: int = 0
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
     # server_uuid = sha256(captain_email + str(int(utc_now)) + server_uuid_salt), as the organiser's template.
     captain_email: str = ""
@@ -136,7 +140,8 @@ def _validate(c: Config) -> None:
         _at_least(c, name, 1)
     for name in ("max_batch_wait_s", "safety_margin_s"):
         _at_least(c, name, 0)
-    for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s"):
+    _at_least(c, "torch_threads", 0)
+    for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s", "batch_stuck_after_s"):
         _positive(c, name)
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)

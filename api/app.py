@@ -119,7 +119,7 @@ def _load_corrector(config: Config) -> CorrectorLike:
     # Imported here so that tests with fake correctors never import torch.
     from model.corrector import Corrector
 
-    corrector = Corrector(weights_dir=config.weights_dir, device=config.device)
+    corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.torch_threads)
     corrector.setup()
     return corrector
 
@@ -135,5 +135,6 @@ def _build_batcher(config: Config, corrector: CorrectorLike, metrics: Metrics) -
         size_of=lambda stamped: size_of(stamped.item),
         name="corrector",
         on_batch=metrics.observe_batch,
+        stuck_after_s=config.batch_stuck_after_s,
     )
     return StampingBatcher(batcher)

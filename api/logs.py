@@ -50,13 +50,15 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def configure_logging(level: str) -> None:
-    """Send the `api` loggers' records to stderr as JSON lines, at `level`; safe to call again."""
-    logger = logging.getLogger("api")
-    logger.setLevel(level)
-    if not any(isinstance(h.formatter, JsonFormatter) for h in logger.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(JsonFormatter())
-        logger.addHandler(handler)
+    """Send the `api` and `model` loggers' records to stderr as JSON lines, at `level`; safe to call again."""
+    # "model": the batcher's own records (a failed batch, a dead worker replaced) belong in the same stream.
+    for name in ("api", "model"):
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        if not any(isinstance(h.formatter, JsonFormatter) for h in logger.handlers):
+            handler = _StderrHandler()
+            handler.setFormatter(JsonFormatter())
+            logger.addHandler(handler)
 
 
 def log_request(esun_uuid: str, retry: int, path: str, latency_ms: float,

@@ -66,8 +66,18 @@ def readyz() -> tuple[dict[str, Any], int]:
     if not corrector_ready(state.corrector):
         reasons.append("corrector is not set up")
     if not state.batcher.alive():
-        reasons.append("batcher worker is not running")
+        reasons.append(batcher_trouble(state.batcher))
     return {"ready": not reasons, "reasons": reasons}, 503 if reasons else 200
+
+
+def batcher_trouble(batcher: Any) -> str:
+    """Say why the batcher is not alive: a batch running too long, or no worker running."""
+    stats = getattr(batcher, "stats", None)
+    if stats is not None:
+        snapshot = stats()
+        if snapshot.worker_alive and snapshot.running_for_s > 0:
+            return f"a batch has been running for {snapshot.running_for_s:.1f} s"
+    return "batcher worker is not running"
 
 
 def index() -> dict[str, Any]:

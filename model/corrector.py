@@ -74,15 +74,18 @@ def length_groups(lengths: list[tuple[int, int]], max_waste: float = 0.25, min_g
 class Corrector:
     """Correct batches of n-best lists with the shipped network."""
 
-    def __init__(self, weights_dir: Path | None = None, device: str = "auto") -> None:
+    def __init__(self, weights_dir: Path | None = None, device: str = "auto", threads: int = 0) -> None:
         self.weights_dir = Path(weights_dir or WEIGHTS_DIR)
         self.device_name = device
+        self.threads = threads
         self.ready = False
         self.meta: dict = {}
 
     def setup(self) -> None:
         """Load vocabulary, configuration and weights, then run a warm-up batch."""
         self.device = resolve_device(self.device_name)
+        if self.threads:
+            torch.set_num_threads(self.threads)
         self.meta = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
         self.vocab = Vocab.load(self.weights_dir / "vocab.json")
         self.featurizer = Featurizer(self.vocab)
