@@ -1,0 +1,41 @@
+"""The app the benchmark serves: the service's own app plus one read-only route with the batcher's counters.
+
+`gunicorn -c api/gunicorn_conf.py "testing.bench_app:create_bench_app()"` serves exactly what `make run` serves
+(`api:create_app()`: the shipped corrector, batcher and settings from the environment) and adds
+`GET /_bench/batcher`, the batcher's `stats()` (batches, items, padded waste, expired, overloaded), which no
+route of the service exposes. `create_bench_app(fake=True)` serves tests/clients/fake_app.py's FakeCorrector,
+to smoke-test the benchmark on a checkout without weights (`python -m testing.bench --fake`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from flask import Flask
+
+from api.state import EXTENSION_KEY
+
+STATS_ROUTE = "/_bench/batcher"
+
+
+def create_bench_app(fake: bool = False) -> Flask:
+    """Build the service's app (or the fake-corrector one) and add the batcher's counters at STATS_ROUTE."""
+    if fake:
+        from tests.clients.fake_app import create_fake_app
+
+        app = create_fake_app()
+    else:
+        from api import create_app
+
+        app = create_app()
+
+    def batcher_stats() -> tuple[dict[str, Any], int]:
+        stats_of = getattr(app.extensions[EXTENSION_KEY].batcher, "stats", None)
+        if stats_of is None:  # a batcher without counters (e.g. the process batcher): the bench does without
+            return {"error": "not_found", "detail": "this batcher keeps no stats"}, 404
+        stats = stats_of()
+        return (dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else dict(vars(stats))), 200
+
+    app.add_url_rule(STATS_ROUTE, "bench_batcher_stats", batcher_stats)
+    return app

@@ -1,0 +1,108 @@
+"""Send N different requests to /inference at once and check every answer as the judge would.
+
+    .venv/bin/python -m testing.concurrent_requests [--url http://127.0.0.1:8080] [-n 10] [--size N]
+
+The bodies are the real samples first, then variations of them (testing/samples.py), each under a fresh
+esun_uuid so none is answered from the cache. Prints each answer's status, latency and answer, then the total
+time; exits 1 if any answer is not a 200 with exactly the four keys (or came later than --timeout).
+"""
+
+# grequests monkey-patches the standard library (gevent) on import: it must come before anything else.
+import grequests  # isort: skip
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from testing.samples import check_answer, request_bodies, with_fresh_uuid
+
+
+@dataclass
+class Result:
+    """One request's fate: its status (0 when no answer came), latency, answer or the problem with it."""
+
+    index: int
+    esun_uuid: str
+    status: int
+    latency_s: float
+    answer: str
+    problem: str | None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
+    parser.add_argument("-n", type=int, default=10, help="how many requests to send at once (default 10)")
+    parser.add_argument("--size", type=int, default=None,
+                        help="grequests pool size: at most this many in flight (default: all N)")
+    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request counts as failed "
+                        "(default 1.0, the judge's timeout)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic variations")
+    return parser
+
+
+def send_all(url: str, n: int, size: int | None, timeout_s: float, seed: int = 0) -> tuple[list[Result], float]:
+    """Send n different bodies concurrently; return each result, in order, and the total wall time."""
+    bodies = [with_fresh_uuid(body) for body in request_bodies(n, seed)]
+    session = requests.Session()
+    session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=max(n, 1)))
+    session.trust_env = urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1")
+    pending = [grequests.post(f"{url.rstrip('/')}/inference", json=body, timeout=timeout_s, session=session)
+               for body in bodies]
+    errors: dict[int, BaseException] = {}
+
+    def on_error(request: grequests.AsyncRequest, exc: BaseException) -> None:
+        errors[pending.index(request)] = exc
+
+    started = time.perf_counter()
+    responses = grequests.map(pending, size=size, exception_handler=on_error)
+    total_s = time.perf_counter() - started
+    session.close()
+    return [_result(i, body, responses[i], errors.get(i)) for i, body in enumerate(bodies)], total_s
+
+
+def _result(index: int, body: dict, response: requests.Response | None, error: BaseException | None) -> Result:
+    uuid = body["esun_uuid"]
+    if response is None:
+        return Result(index, uuid, 0, float("nan"), "", f"no answer: {type(error).__name__}: {error}")
+    try:
+        data: object = response.json()
+    except ValueError:
+        data = response.text[:200]
+    answer = data.get("answer", "") if isinstance(data, dict) else ""
+    problem = check_answer(response.status_code, data, uuid)
+    return Result(index, uuid, response.status_code, response.elapsed.total_seconds(), str(answer), problem)
+
+
+def report(results: list[Result], total_s: float) -> str:
+    """Render one line per request, then the totals."""
+    lines = [f"{'#':>3}  {'status':>6}  {'latency':>9}  {'esun_uuid':<16}  answer / problem"]
+    for r in results:
+        latency = f"{r.latency_s * 1000:7.1f}ms" if r.status else "        -"
+        text = f"FAIL {r.problem}" if r.problem else r.answer
+        lines.append(f"{r.index:>3}  {r.status or '-':>6}  {latency}  {r.esun_uuid[:16]:<16}  {text}")
+    failed = sum(r.problem is not None for r in results)
+    answered = [r.latency_s for r in results if r.status]
+    slowest = f", slowest {max(answered) * 1000:.1f} ms" if answered else ""
+    lines.append(f"{len(results)} requests in {total_s * 1000:.1f} ms total{slowest}; "
+                 f"{len(results) - failed} valid, {failed} failed")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.n < 1:
+        print("-n must be >= 1", file=sys.stderr)
+        return 2
+    results, total_s = send_all(args.url, args.n, args.size, args.timeout, args.seed)
+    print(report(results, total_s))
+    return 1 if any(r.problem for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

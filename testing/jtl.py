@@ -1,0 +1,97 @@
+"""Read JMeter's results (.jtl, CSV with or without a header line, or XML) and tell whether every sample passed.
+
+    .venv/bin/python -m testing.jtl results.jtl      # prints a summary; exits 1 on no sample or any failed one
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+# JMeter 2.13's CSV columns when the file has no header line (jmeter.properties defaults).
+_DEFAULT_CSV_COLUMNS = ("timeStamp", "elapsed", "label", "responseCode", "responseMessage", "threadName",
+                        "dataType", "success", "bytes", "grpThreads", "allThreads", "Latency")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample of a .jtl: when it started (ms since the epoch), how long it took, and whether it passed."""
+
+    timestamp_ms: int
+    elapsed_ms: int
+    label: str
+    code: str
+    success: bool
+    message: str
+
+
+def read_jtl(path: Path) -> list[Sample]:
+    """Read every sample of a .jtl file; raise ValueError when the file cannot be read as one."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("<"):
+        return _read_xml(text)
+    return _read_csv(text)
+
+
+def _read_xml(text: str) -> list[Sample]:
+    root = ET.fromstring(text)
+    samples = []
+    for node in root:
+        message = " | ".join(m.text or "" for m in node.iter("failureMessage") if m.text)
+        samples.append(Sample(int(node.get("ts", 0)), int(node.get("t", 0)), node.get("lb", ""), node.get("rc", ""),
+                              node.get("s") == "true", message or node.get("rm", "")))
+    return samples
+
+
+def _read_csv(text: str) -> list[Sample]:
+    # A failure message may span lines inside its quotes: let the csv module see the newlines.
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    if not rows:
+        return []
+    header = rows[0] if "success" in rows[0] else list(_DEFAULT_CSV_COLUMNS)
+    body = rows[1:] if header is rows[0] else rows
+    samples = []
+    for row in body:
+        if not row:
+            continue
+        if len(row) < len(header):
+            raise ValueError(f"a .jtl row has {len(row)} columns, the header {len(header)}: {row}")
+        fields = dict(zip(header, row, strict=False))
+        samples.append(Sample(int(fields["timeStamp"]), int(fields["elapsed"]), fields["label"],
+                              fields["responseCode"], fields["success"] == "true",
+                              fields.get("failureMessage") or fields.get("responseMessage", "")))
+    return samples
+
+
+def summary(samples: list[Sample]) -> str:
+    """Describe a run: samples, failures, throughput and latency percentiles."""
+    if not samples:
+        return "no samples"
+    elapsed = sorted(s.elapsed_ms for s in samples)
+    span_s = max((max(s.timestamp_ms + s.elapsed_ms for s in samples) - min(s.timestamp_ms for s in samples)) / 1000,
+                 1e-3)
+    failed = [s for s in samples if not s.success]
+    cuts = statistics.quantiles(elapsed, n=100, method="inclusive") if len(elapsed) > 1 else elapsed * 99
+    lines = [f"{len(samples)} samples in {span_s:.1f} s ({len(samples) / span_s:.1f}/s), {len(failed)} failed; "
+             f"latency ms p50 {cuts[49]:.0f} p95 {cuts[94]:.0f} p99 {cuts[98]:.0f} max {elapsed[-1]}"]
+    lines += [f"  FAIL {s.label} {s.code}: {' '.join(s.message.split())}" for s in failed[:10]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m testing.jtl RESULTS.jtl", file=sys.stderr)
+        return 2
+    samples = read_jtl(Path(args[0]))
+    print(summary(samples))
+    return 0 if samples and all(s.success for s in samples) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Request bodies like the judge's: the real samples first, then variations of them.
+
+A variation changes what the model sees (another TOP1, fewer words, another order of hypotheses) and gets
+its own `esun_uuid`, so that no two bodies share an answer in the service's cache.
+
+`python -m testing.samples --csv testing/jmeter/requests.csv` writes JMeter's request file (one JSON body
+per line; JSON never holds a raw tab, so a tab-delimited CSV reads each line whole).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from preprocess.phones import text_phones
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# CI and every developer have shared/ beside the checkout (shared/README.md).
+REAL_REQUESTS = REPO_ROOT.parent / "shared" / "samples" / "real_requests.jsonl"
+RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
+
+Body = dict[str, Any]
+
+
+def real_bodies(path: Path = REAL_REQUESTS) -> list[Body]:
+    """Read the real request bodies of the competition, one JSON object per line."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Body]:
+    """Return n different bodies: the real ones first, then variations of them, each with its own esun_uuid."""
+    real = real_bodies(path)
+    bodies = [dict(body) for body in real[:n]]
+    rng = random.Random(seed)
+    index = 0
+    while len(bodies) < n:
+        base = real[index % len(real)]
+        vary = _VARIATIONS[(index // len(real)) % len(_VARIATIONS)]
+        body = vary(base, rng)
+        body["esun_uuid"] = _uuid_for(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
+        bodies.append(body)
+        index += 1
+    return bodies
+
+
+def with_fresh_uuid(body: Body) -> Body:
+    """Return a copy of the body under a new random esun_uuid (64 hex characters, like the judge's)."""
+    return {**body, "esun_uuid": uuid.uuid4().hex + uuid.uuid4().hex}
+
+
+def check_answer(status: int, data: object, sent_uuid: str) -> str | None:
+    """Say what is wrong with an answer for the judge, or None when it is a valid 200 with exactly the four keys."""
+    if status != 200:
+        return f"HTTP {status}, want 200"
+    if not isinstance(data, dict):
+        return f"body is not a JSON object: {data!r}"
+    if set(data) != RESPONSE_KEYS:
+        return f"keys {sorted(data)}, want exactly {sorted(RESPONSE_KEYS)}"
+    answer = data["answer"]
+    if not isinstance(answer, str) or not answer or " " in answer:
+        return f"answer must be a non-empty string without spaces, got {answer!r}"
+    if data["esun_uuid"] != sent_uuid:
+        return f"esun_uuid {data['esun_uuid']!r} is not the one sent ({sent_uuid!r})"
+    if not isinstance(data["server_timestamp"], int | float) or isinstance(data["server_timestamp"], bool):
+        return f"server_timestamp must be a number, got {data['server_timestamp']!r}"
+    if not isinstance(data["server_uuid"], str):
+        return f"server_uuid must be a string, got {data['server_uuid']!r}"
+    return None
+
+
+def _uuid_for(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _with_sentences(base: Body, sentences: list[str]) -> Body:
+    """Build a body around new hypotheses, with their phones written the judge's way."""
+    sentences = [s for s in sentences if s.strip()] or [base["sentence_list"][0]]
+    return {**base, "sentence_list": sentences, "phoneme_sequence_list": [text_phones(s) for s in sentences],
+            "retry": 2}
+
+
+def _rotate(base: Body, rng: random.Random) -> Body:
+    """Another hypothesis becomes TOP1."""
+    hyps = list(base["sentence_list"])
+    k = rng.randrange(1, len(hyps)) if len(hyps) > 1 else 0
+    return _with_sentences(base, hyps[k:] + hyps[:k])
+
+
+def _drop_first_word(base: Body, rng: random.Random) -> Body:
+    """The utterance starts one word later."""
+    return _with_sentences(base, [" ".join(s.split()[1:]) or s for s in base["sentence_list"]])
+
+
+def _drop_last_word(base: Body, rng: random.Random) -> Body:
+    """The utterance ends one word earlier."""
+    return _with_sentences(base, [" ".join(s.split()[:-1]) or s for s in base["sentence_list"]])
+
+
+def _shuffle_tail(base: Body, rng: random.Random) -> Body:
+    """TOP1 stays; the other hypotheses come in another order, and fewer of them."""
+    first, *rest = base["sentence_list"]
+    rng.shuffle(rest)
+    return _with_sentences(base, [first, *rest[: rng.randint(1, max(1, len(rest)))]])
+
+
+def _join_two(base: Body, rng: random.Random) -> Body:
+    """A longer utterance: each hypothesis followed by TOP1's last two words."""
+    tail = " ".join(base["sentence_list"][0].split()[-2:])
+    return _with_sentences(base, [f"{s} {tail}" for s in base["sentence_list"]])
+
+
+_VARIATIONS: list[Callable[[Body, random.Random], Body]] = [
+    _rotate, _drop_first_word, _drop_last_word, _shuffle_tail, _join_two,
+]
+
+
+def write_csv(path: Path, n: int = 10, seed: int = 0) -> None:
+    """Write n bodies, one compact JSON object per line, for JMeter's CSV Data Set (tab-delimited, unquoted)."""
+    lines = [json.dumps(body, ensure_ascii=False, separators=(",", ":")) for body in request_bodies(n, seed)]
+    if any("\t" in line or "\n" in line for line in lines):
+        raise ValueError("a body holds a tab or a newline: it would split in JMeter's CSV reader")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, help="write JMeter's request file here")
+    parser.add_argument("-n", type=int, default=10, help="how many bodies (default 10)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.csv:
+        write_csv(args.csv, args.n, args.seed)
+        print(f"wrote {args.n} bodies to {args.csv}")
+    else:
+        for body in request_bodies(args.n, args.seed):
+            print(json.dumps(body, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

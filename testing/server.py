@@ -1,0 +1,155 @@
+"""Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs.
+
+`ServerProcess` is what the benchmark and the client tests use: `start_server({"MAX_BATCH_SIZE": "1"}, log)`
+runs `gunicorn -c api/gunicorn_conf.py "api:create_app()"` with those settings in its environment, waits for
+`/readyz`, and writes the server's stderr (one JSON line per inference request) to `log`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WEIGHTS_FILES = ("model.safetensors", "config.json", "vocab.json")
+APP = "api:create_app()"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that is free on host right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def missing_weights(weights_dir: Path = REPO_ROOT / "model" / "weights") -> list[str]:
+    """Name the files of the shipped corrector that are not in weights_dir."""
+    return [name for name in WEIGHTS_FILES if not (weights_dir / name).is_file()]
+
+
+def gunicorn_command(app: str = APP) -> list[str]:
+    """Build the command `make run` uses, with this interpreter's gunicorn."""
+    gunicorn = Path(sys.executable).parent / "gunicorn"
+    runner = [str(gunicorn)] if gunicorn.exists() else [sys.executable, "-m", "gunicorn"]
+    return [*runner, "-c", "api/gunicorn_conf.py", app]
+
+
+@dataclass
+class ServerProcess:
+    """A gunicorn server started by `start_server`; its stdout and stderr go to `log_path`."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    settings: dict[str, str]
+
+    def log_lines(self) -> list[dict]:
+        """Read the JSON lines the server has logged so far (other lines, e.g. gunicorn's, are skipped)."""
+        out = []
+        for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    out.append(json.loads(line))
+        return out
+
+    def request_log(self) -> list[dict]:
+        """Return the server's one-line-per-inference-request records (`path`, `latency_ms`, `batch_size`)."""
+        return [line for line in self.log_lines() if line.get("logger") == "api.requests"]
+
+    def paths(self, since: int = 0) -> Counter[str]:
+        """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
+        return Counter(line.get("path", "?") for line in self.request_log()[since:])
+
+    def log_tail(self, lines: int = 40) -> str:
+        """Return the end of the server's log, for error messages."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """Stop gunicorn gracefully (SIGTERM to its master), killing it and its worker if it lingers."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_tree(self.process.pid)
+                self.process.wait(5)
+        return self.process.returncode
+
+
+def start_server(
+    settings: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
+    app: str = APP,
+    ready_timeout_s: float = 180.0,
+    host: str = "127.0.0.1",
+) -> ServerProcess:
+    """Start gunicorn with these settings (Config's environment variables) and wait until /readyz says ready."""
+    port = free_port(host)
+    env = {**os.environ, "HOST": host, "PORT": str(port), "PYTHONUNBUFFERED": "1", **(settings or {})}
+    if log_path is None:
+        log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"esun-server-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(gunicorn_command(app), cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = ServerProcess(f"http://{host}:{port}", process, log_path, dict(settings or {}))
+    try:
+        _wait_ready(server, ready_timeout_s)
+    except BaseException:
+        server.stop(timeout_s=5)
+        raise
+    return server
+
+
+@contextlib.contextmanager
+def running_server(settings: Mapping[str, str] | None = None, log_path: Path | None = None,
+                   app: str = APP) -> Iterator[ServerProcess]:
+    """Run a server for the duration of a with-block."""
+    server = start_server(settings, log_path, app)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _wait_ready(server: ServerProcess, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with requests.Session() as http:
+        http.trust_env = False  # the server is on loopback: never through a proxy
+        while time.monotonic() < deadline:
+            if not server.alive():
+                raise RuntimeError(f"server exited with {server.process.returncode} before it was ready; "
+                                   f"log {server.log_path}:\n{server.log_tail()}")
+            with contextlib.suppress(requests.RequestException):
+                if http.get(f"{server.url}/readyz", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.2)
+    raise TimeoutError(f"server not ready after {timeout_s:g} s; log {server.log_path}:\n{server.log_tail()}")
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill a process started here and its children (gunicorn's worker), by their ids."""
+    import psutil
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        parent = psutil.Process(pid)
+        for child in parent.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        parent.kill()
