@@ -53,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from queue import Empty
 from typing import Any, Generic, TypeVar
@@ -61,7 +61,15 @@ from typing import Any, Generic, TypeVar
 from service_streamer.managed_model import ManagedModel
 from service_streamer.service_streamer import Streamer, StreamWorker, mp
 
-from model.batcher import BatcherClosed, BatcherError, BatcherStats, BatchFailed, DeadlineExceeded, Overloaded
+from model.batcher import (
+    BatcherClosed,
+    BatcherError,
+    BatcherStats,
+    BatchFailed,
+    DeadlineExceeded,
+    Overloaded,
+    _Tally,  # the same counters as the threaded batcher
+)
 
 __all__ = ["ImportedModel", "ProcessBatcher", "run_guarded"]
 
@@ -190,25 +198,6 @@ class _Job:
     future: Future[Any]
     enqueued_at: float
     task_id: int = -1
-
-
-@dataclass
-class _Tally:
-    """Counters, under one lock."""
-
-    batches: int = 0
-    items: int = 0
-    failures: int = 0
-    dropped_expired: int = 0
-    overloaded: int = 0
-    last_batch_size: int = 0
-    restarts: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self.lock:
-            for name, count in counts.items():
-                setattr(self, name, getattr(self, name) + count)
 
 
 class _Streamer(Streamer):
