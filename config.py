@@ -43,7 +43,9 @@ class Config:
     batch_policy: str = "adaptive"
     # A batch running longer than this makes /readyz say so (503); its waiters answer TOP1 at their deadline.
     batch_stuck_after_s: float = 2.0
-    max_in_flight: int = 512
+    # Questions waiting for or in a batch; past this they answer TOP1 at once. Kept well under http_threads so
+    # that under overload threads stay free for those fast answers instead of queueing connections unseen.
+    max_in_flight: int = 96
     # The judge's HTTP timeout; answers are due `safety_margin_s` before it (network, JSON, scheduling).
     judge_timeout_s: float = 1.0
     safety_margin_s: float = 0.25
