@@ -559,8 +559,10 @@ def _start_profile(server: ServerProcess, out: Path, label: str, duration_s: flo
         return None
     target = out / f"profile-{label}.svg"
     print(f"bench: profiling the server with py-spy into {target}", flush=True)
-    return subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--subprocesses", "--idle",
-                             "--duration", str(math.ceil(duration_s + 1)), "--rate", "100", "-o", str(target)],
+    # --nonblocking and no --idle: pausing 130 threads 100 times a second collapsed the server being measured,
+    # and idle frames (threads waiting on the batcher) hid where the CPU goes.
+    return subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--subprocesses", "--nonblocking",
+                             "--duration", str(math.ceil(duration_s + 1)), "--rate", "50", "-o", str(target)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
