@@ -555,7 +555,7 @@ def _start_profile(server: ServerProcess, out: Path, label: str, duration_s: flo
     """Sample the server with py-spy during one point, if py-spy is installed; write a flame graph SVG."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
-        print("bench: --profile needs py-spy (`.venv/bin/pip install py-spy`); not profiling", flush=True)
+        print("bench: --profile needs py-spy (make install-dev installs it); not profiling", flush=True)
         return None
     target = out / f"profile-{label}.svg"
     print(f"bench: profiling the server with py-spy into {target}", flush=True)
