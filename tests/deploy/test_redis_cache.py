@@ -14,23 +14,10 @@ import pytest
 
 from api.cache import LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
 from api.state import EXTENSION_KEY
+from tests.api.test_result_cache import UNPICKLED, Planted  # the same planted pickle, against a real Redis
 from tests.deploy.procs import free_port
 
 pytestmark = pytest.mark.live
-
-UNPICKLED: list[str] = []
-
-
-def _record_unpickling(note: str) -> None:
-    UNPICKLED.append(note)
-
-
-class Planted:
-    """A pickle that runs code when loaded, as service-streamer's RedisStreamer would load it."""
-
-    def __reduce__(self):
-        return (_record_unpickling, ("code ran on unpickling",))
-
 
 @pytest.fixture
 def silent_redis() -> Iterator[str]:
