@@ -13,13 +13,15 @@ defects are made harmless here:
 
 Contract (in the manner of Ray Serve's ``batching.py``):
 
-- What starts a batch. With ``policy="adaptive"`` (the default) the batch function never idles while work waits:
-  a request that finds it free starts a batch at once, requests arriving while a batch runs form the next batch,
-  and when more than ``max_batch_size`` wait, the batch groups items of similar ``size_of`` around the oldest.
-  The next batch may be held open only while a new request is expected (measured arrival gap) soon enough to be
-  worth the wait, and never past ``max_wait_s`` after it opened nor past the oldest deadline minus the measured run
-  time of such a batch. With ``policy="fixed"`` a batch starts when ``max_batch_size`` items wait or
-  ``max_wait_s`` after the first was taken, whichever comes first: service-streamer's window, bounded.
+- What starts a batch. With ``policy="adaptive"`` (the default), under light load a request that finds the batch
+  function free starts a batch at once, requests arriving while a batch runs form the next batch, and the next
+  batch is held open only while a new request is expected (measured arrival gap) soon enough to be worth the
+  wait. Under heavy load (on average at least half a batch in the batcher) the window holds for a full batch
+  instead, until the stream pauses for ``_PATIENCE_GAPS`` arrival gaps: full batches cost the least per item.
+  Either way no window stays open past ``max_wait_s`` after it opened nor past the oldest deadline minus the
+  measured run time of such a batch, and when more than ``max_batch_size`` wait, the batch groups items of
+  similar ``size_of`` around the oldest. With ``policy="fixed"`` a batch starts when ``max_batch_size`` items wait
+  or ``max_wait_s`` after the first was taken, whichever comes first: service-streamer's window, bounded.
 - Deadlines. ``deadline`` is an absolute ``time.monotonic()``. An item whose deadline passes before its batch starts
   is not run: its future fails with ``DeadlineExceeded``, within about ``_POLL_S`` even if the worker is busy.
   An item already running is not interrupted: it resolves when its batch returns, late.
@@ -37,6 +39,7 @@ Contract (in the manner of Ray Serve's ``batching.py``):
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -70,6 +73,12 @@ _POLL_S = 0.05
 _EWMA_ALPHA = 0.3
 # An idle spell longer than this says nothing more about traffic; capping it lets the gap estimate recover.
 _GAP_CAP_S = 1.0
+# Time constant of the load average (mean number of items in the batcher, waiting or running).
+_LOAD_TAU_S = 1.0
+# Above this share of max_batch_size in the load average, full batches are within reach: hold for them.
+_FULL_LOAD_SHARE = 0.5
+# In throughput mode, how many expected arrival gaps of silence end the wait (the stream has paused).
+_PATIENCE_GAPS = 10.0
 POLICIES = ("adaptive", "fixed")
 
 
@@ -190,19 +199,33 @@ class _RunTimes:
         return self._by_bucket[nearest]
 
 
-class _Arrivals:
-    """EWMA of the gap between submits, the evidence that waiting could make a batch fuller."""
+class _Traffic:
+    """What submits say about the load: the arrival gap (EWMA) and the load average (items in the batcher).
+
+    Writers (note_arrival, note_count) are serialised by the batcher lock; the worker reads without it, so the
+    load state is one tuple replaced whole.
+    """
 
     def __init__(self) -> None:
         self.gap_s: float | None = None
         self._last: float | None = None
+        self._load: tuple[float, int, float] = (time.monotonic(), 0, 0.0)  # (since, count since then, average)
 
-    def note(self, now: float) -> None:
-        """Record one arrival; callers serialise this under the batcher lock."""
+    def note_arrival(self, now: float) -> None:
+        """Record one arrival."""
         if self._last is not None:
             sample = min(now - self._last, _GAP_CAP_S)
             self.gap_s = sample if self.gap_s is None else self.gap_s + _EWMA_ALPHA * (sample - self.gap_s)
         self._last = now
+
+    def note_count(self, now: float, count: int) -> None:
+        """Record that the number of items in the batcher changed to count at now."""
+        self._load = (now, count, self.load(now))
+
+    def load(self, now: float) -> float:
+        """Return the time-average number of items in the batcher over about the last _LOAD_TAU_S."""
+        since, count, average = self._load
+        return average + (1.0 - math.exp(-max(0.0, now - since) / _LOAD_TAU_S)) * (count - average)
 
 
 def _bucket(size: int) -> int:
@@ -286,15 +309,29 @@ class _Window:
     earliest_deadline: float
     gap_s: float | None
     run_s_next: float
+    load: float = 0.0
 
 
 def _adaptive_wait_s(window: _Window, max_batch_size: int, max_wait_s: float) -> float:
-    """Return how long to hold the next batch open for one more request; 0.0 means dispatch now."""
-    if window.waiting >= max_batch_size or window.arrived_idle or window.gap_s is None:
+    """Return how long to hold the next batch open for one more request; 0.0 means dispatch now.
+
+    Two regimes, told apart by the load average (mean number of items in the batcher). Under light load latency
+    wins: an item that finds the batch function idle runs at once, and a busy stream waits one arrival gap only
+    while that costs the waiting items less than the newcomer would lose by missing the batch. Under heavy load
+    (at least _FULL_LOAD_SHARE of a batch in the batcher on average) throughput wins: the window holds, even for
+    an item that found the function idle, until the batch is full, the stream pauses for _PATIENCE_GAPS gaps, or
+    the window must close. Full batches cost the least per item, and where the batch function shares the CPU with
+    the request threads (a CPU server), a small batch run during an arrival burst slows both.
+    """
+    if window.waiting >= max_batch_size or window.gap_s is None:
         return 0.0
     closes_at = min(window.opened_at + max_wait_s, window.earliest_deadline - window.run_s_next)
     if window.now + window.gap_s > closes_at:
         return 0.0  # no request is expected before the window must close, so waiting cannot fill the batch
+    if window.load >= _FULL_LOAD_SHARE * max_batch_size:
+        return min(_PATIENCE_GAPS * window.gap_s, closes_at - window.now)
+    if window.arrived_idle:
+        return 0.0
     # Waiting one gap delays each of the n waiting items by a gap; it spares the newcomer a whole run.
     if (window.waiting + 1) * window.gap_s >= window.run_s_next:
         return 0.0
@@ -375,7 +412,7 @@ class _BatchWorker(ThreadedWorker):
         runner: _BatchRunner[Any, Any],
         config: _Config,
         run_times: _RunTimes,
-        arrivals: _Arrivals,
+        traffic: _Traffic,
         tally: _Tally,
         requests: Queue[Any],
         responses: Queue[Any],
@@ -386,7 +423,7 @@ class _BatchWorker(ThreadedWorker):
         )
         self._config = config
         self._run_times = run_times
-        self._arrivals = arrivals
+        self._traffic = traffic
         self._tally = tally
         self._waiting: list[_Job[Any, Any]] = []
         self._opened_at = 0.0
@@ -447,8 +484,9 @@ class _BatchWorker(ThreadedWorker):
             opened_at=self._opened_at,
             arrived_idle=self._waiting[0].enqueued_at >= self._last_batch_end,
             earliest_deadline=min(job.deadline for job in self._waiting),
-            gap_s=self._arrivals.gap_s,
+            gap_s=self._traffic.gap_s,
             run_s_next=self._run_times.estimate(min(len(self._waiting) + 1, config.max_batch_size)),
+            load=self._traffic.load(now),
         )
         return _adaptive_wait_s(window, config.max_batch_size, config.max_wait_s)
 
@@ -591,7 +629,7 @@ class Batcher(Generic[T, R]):
         self._stuck_after_s = stuck_after_s
         self._tally = _Tally()
         self._run_times = _RunTimes()
-        self._arrivals = _Arrivals()
+        self._traffic = _Traffic()
         self._runner: _BatchRunner[T, R] = _BatchRunner(fn, self._tally, self._run_times, on_batch)
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
@@ -617,10 +655,11 @@ class Batcher(Generic[T, R]):
             if len(self._jobs) >= self._max_in_flight:
                 self._tally.add(overloaded=1)
                 raise Overloaded(f"{len(self._jobs)} items in flight, max_in_flight is {self._max_in_flight}")
-            self._arrivals.note(now)
+            self._traffic.note_arrival(now)
             # Registered before queueing: a resolver's callback waits for this lock, so the entry is there.
             job.future.add_done_callback(partial(self._forget, job))
             self._jobs.add(job)
+            self._traffic.note_count(now, len(self._jobs))
             self._streamer.submit([job])
         return job.future
 
@@ -675,13 +714,14 @@ class Batcher(Generic[T, R]):
     def _new_worker(self, requests: Queue[Any], responses: Queue[Any], destroy: threading.Event) -> _BatchWorker:
         """Build a worker that shares this batcher's measurements and counters."""
         return _BatchWorker(
-            self._runner, self._config, self._run_times, self._arrivals, self._tally, requests, responses, destroy
+            self._runner, self._config, self._run_times, self._traffic, self._tally, requests, responses, destroy
         )
 
     def _forget(self, job: _Job[T, R], _future: Future[R]) -> None:
         """Release a resolved job's slot and its streamer future."""
         with self._lock:
             self._jobs.discard(job)
+            self._traffic.note_count(time.monotonic(), len(self._jobs))
             if not self._jobs:
                 self._drained.notify_all()
         self._streamer.forget(job.task_id)

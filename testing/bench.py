@@ -3,14 +3,15 @@
     .venv/bin/python -m testing.bench [--sections a,b,c,d] [--duration S] [--quick] [--out docs/bench] [--profile]
 
 Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep the whole run under
-about 8 minutes on 2 cores):
+about 10 minutes on 2 cores):
 
 a. offline: the corrector alone (no HTTP), items/s by batch size 1..64 on the same inputs: the ceiling;
 b. closed loop: 1, 10 and 64 clients (one thread and one requests.Session each, next request when the previous
    is answered), batching on (the defaults) and off (MAX_BATCH_SIZE=1: one corrector call per request);
 c. open-loop overload: Poisson arrivals at 2x and 3x the capacity measured in b (batching on), each request
    on a thread of a large pool, latency counted from the scheduled send time;
-d. batch policy: BATCH_POLICY=fixed vs adaptive, latency at 1, 2, 4, 10, 64 clients and throughput at 64.
+d. batch policy: BATCH_POLICY=fixed vs adaptive, both servers up at once, latency at 1, 2, 4, 10, 64 clients
+   (the policies alternate at each point) and throughput at 64 in 8 ABBA rounds, compared by median.
 
 Every server is gunicorn started as `make run` starts it (testing/server.py), serving testing/bench_app.py:
 the service's own app plus a read-only route with the batcher's counters (batches, padded waste). Answers are
@@ -64,6 +65,7 @@ MAX_OPEN_LOOP_THREADS = 2048
 UUID_MARK = "@@ESUN_UUID@@"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "d")
+POLICIES = ("fixed", "adaptive")
 # Per-point durations (s) of a default run; --duration replaces them all.
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 8.0}
 QUICK_DURATION_S = 3.0
@@ -429,6 +431,7 @@ class Plan:
     b_clients: tuple[int, ...] = (1, 10, 64)
     c_factors: tuple[float, ...] = (2.0, 3.0)
     d_clients: tuple[int, ...] = (1, 2, 4, 10, 64)
+    d_rounds: int = 8
     fake: bool = False
     profile: bool = False
 
@@ -529,19 +532,36 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
     return {"capacity_rps": capacity_rps, "points": points}
 
 
+# Order of the throughput rounds at the most clients: ABBA cancels a linear drift of the shared machine.
+ABBA = (0, 1, 1, 0)
+
+
 def section_d(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, Any]:
-    """Batch policy fixed vs adaptive: latency by clients, throughput at the most clients."""
-    result: dict[str, Any] = {}
-    for policy in ("fixed", "adaptive"):
-        # The default policy is adaptive: that server is the batching-on one.
-        name = "batching-on" if Config().batch_policy == policy else f"policy-{policy}"
-        server = servers.get(name, {} if name == "batching-on" else {"BATCH_POLICY": policy})
-        points = []
-        for clients in plan.d_clients:
-            point = measure_closed(server, clients, plan.durations["d"], templates)
-            points.append(point)
+    """Batch policy fixed vs adaptive, both servers up at once: latency by clients (the policies alternate at each
+    point), then throughput at the most clients in `d_rounds` ABBA rounds, compared by median."""
+    default = Config().batch_policy
+    # The default policy's server is the batching-on one, shared with section b.
+    names = {policy: "batching-on" if policy == default else f"policy-{policy}" for policy in POLICIES}
+    running = {policy: servers.get(name, {} if name == "batching-on" else {"BATCH_POLICY": policy})
+               for policy, name in names.items()}
+    result: dict[str, Any] = {policy: [] for policy in POLICIES}
+    for clients in plan.d_clients:
+        for policy in POLICIES:
+            point = measure_closed(running[policy], clients, plan.durations["d"], templates)
+            result[policy].append(point)
             _print_point(f"d {policy}", f"{clients} clients", point)
-        result[policy] = points
+    most = max(plan.d_clients)
+    rounds: dict[str, list[float]] = {policy: [] for policy in POLICIES}
+    for i in range(plan.d_rounds):
+        policy = POLICIES[ABBA[i % len(ABBA)]]
+        point = measure_closed(running[policy], most, plan.durations["d"], templates)
+        rounds[policy].append(point["throughput_rps"])
+        _print_point(f"d round {i + 1} {policy}", f"{most} clients", point)
+    medians = {policy: statistics.median(r) if r else None for policy, r in rounds.items()}
+    ratio = medians["adaptive"] / medians["fixed"] if medians["adaptive"] and medians["fixed"] else None
+    result["throughput_rounds"] = {"clients": most, "rounds": rounds, "median_rps": medians,
+                                   "adaptive_over_fixed": None if ratio is None else round(ratio, 3)}
+    for name in names.values():
         if name != "batching-on":
             servers.release(name)
     return result
@@ -642,16 +662,24 @@ def markdown(results: dict[str, Any]) -> str:
                   "| policy | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
                   "non-200 | late > 1 s | mean batch | answers by path |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for policy in ("fixed", "adaptive"):
+        for policy in POLICIES:
             for p in results["d"].get(policy, []):
                 lines.append(_row(policy, p["clients"], p))
         lines += ["", "| policy | clients | batches | mean batch | padded chars per item (TOP1, spaces removed) |",
                   "|---|---:|---:|---:|---:|"]
-        for policy in ("fixed", "adaptive"):
+        for policy in POLICIES:
             for p in results["d"].get(policy, []):
                 b = p.get("batcher") or {}
                 lines.append(f"| {policy} | {p['clients']} | {_fmt(b.get('batches'))} | "
                              f"{_fmt(b.get('mean_batch_size'))} | {_fmt(b.get('padded_waste_per_item'))} |")
+        tr = results["d"].get("throughput_rounds")
+        if tr:
+            lines += ["", f"Throughput at {tr['clients']} clients, ABBA rounds (answers/s):", "",
+                      "| policy | rounds | median |", "|---|---|---:|"]
+            for policy in POLICIES:
+                lines.append(f"| {policy} | {', '.join(_fmt(x) for x in tr['rounds'][policy])} | "
+                             f"{_fmt(tr['median_rps'][policy])} |")
+            lines += ["", f"Adaptive over fixed (medians): {_fmt(tr['adaptive_over_fixed'])}."]
         lines.append("")
     return "\n".join(lines)
 
@@ -731,16 +759,21 @@ def plots(results: dict[str, Any], raw: dict[str, list[list[float]]], out: Path)
             for key, style in (("p50_ms", "-"), ("p99_ms", "--")):
                 left.plot(xs, [p[key] or float("nan") for p in points], style, marker="o", color=color,
                           label=f"{policy} {key[:3]}")
-            right.bar(policy, points[-1]["throughput_rps"] if points else 0, color=color)
+            rounds = (results["d"].get("throughput_rounds") or {}).get("rounds", {}).get(policy)
+            if rounds:
+                right.bar(policy, statistics.median(rounds), color=color)
+                right.plot([policy] * len(rounds), rounds, "k.", label=None)
+            else:
+                right.bar(policy, points[-1]["throughput_rps"] if points else 0, color=color)
         left.set(xscale="log", yscale="log", xlabel="clients", ylabel="latency (ms)",
                  title="d. Latency by clients, fixed vs adaptive")
-        ticks = sorted({p["clients"] for policy in ("fixed", "adaptive") for p in results["d"].get(policy, [])})
+        ticks = sorted({p["clients"] for policy in POLICIES for p in results["d"].get(policy, [])})
         left.set_xticks(ticks, [str(x) for x in ticks])
         left.legend(fontsize=8)
         left.grid(alpha=0.3)
         top = max(results["d"]["fixed"][-1]["clients"] if results["d"].get("fixed") else 0,
                   results["d"]["adaptive"][-1]["clients"] if results["d"].get("adaptive") else 0)
-        right.set(ylabel="answers/s", title=f"d. Throughput at {top} clients")
+        right.set(ylabel="answers/s", title=f"d. Throughput at {top} clients (median, dots: rounds)")
         save(fig, "d_policy_latency_by_clients.png")
     return written
 
@@ -816,7 +849,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
         return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,),
-                    d_clients=(1, 10, 64), fake=args.fake, profile=args.profile)
+                    d_clients=(1, 10, 64), d_rounds=2, fake=args.fake, profile=args.profile)
     return Plan(sections, durations, fake=args.fake, profile=args.profile)
 
 
@@ -874,7 +907,7 @@ def main(argv: list[str] | None = None) -> int:
                 raw[f"c/overload/{p['factor']:g}x"] = _raw_series(p)
         if "d" in plan.sections:
             results["d"] = section_d(plan, servers, templates)
-            for policy in ("fixed", "adaptive"):
+            for policy in POLICIES:
                 for p in results["d"][policy]:
                     raw[f"d/{policy}/{p['clients']} clients"] = _raw_series(p)
         results["servers"] = servers.info

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from model.batcher import (
     Overloaded,
     _adaptive_wait_s,
     _similar_sizes,
+    _Traffic,
     _Window,
 )
 
@@ -438,7 +440,54 @@ def test_batcher_window_never_holds_an_item_past_its_deadline(make_batcher: Make
         assert started <= min(deadlines[i] for i in batch)
 
 
+def load_up(batcher: Batcher[Any, Any], fn: HeldFn, items: int, seconds: float) -> list[Any]:
+    """Keep `items` items in the batcher for `seconds` (fn's first call held open), then let them finish."""
+    futures = [batcher.submit(0, soon())]
+    assert fn.entered.wait(2)
+    futures += [batcher.submit(i, soon()) for i in range(1, items)]
+    time.sleep(seconds)
+    fn.release.set()
+    return [f.result(timeout=2) for f in futures]
+
+
+def test_loaded_batcher_holds_an_idle_arrival_until_the_batch_is_full(make_batcher: MakeBatcher) -> None:
+    # Four items in flight for a second put the load average above half a batch of 4: throughput mode.
+    fn = HeldFn()
+    batcher = make_batcher(fn, max_batch_size=4, max_wait_s=0.5)
+    load_up(batcher, fn, items=4, seconds=1.0)
+    futures = [batcher.submit(10, soon())]  # finds the batch function idle
+    time.sleep(0.05)
+    futures += [batcher.submit(i, soon()) for i in (11, 12, 13)]
+
+    assert [f.result(timeout=2) for f in futures] == [20, 22, 24, 26]
+    assert fn.batches[-1] == [10, 11, 12, 13]
+
+
+def test_loaded_batcher_dispatches_when_the_stream_pauses(make_batcher: MakeBatcher) -> None:
+    fn = HeldFn()
+    batcher = make_batcher(fn, max_batch_size=4, max_wait_s=5.0)
+    load_up(batcher, fn, items=4, seconds=1.0)
+    for i in range(6):  # a stream at one item per 5 ms teaches the gap; then it stops with a batch half full
+        batcher.submit(i, soon())
+        time.sleep(0.005)
+    stopped = time.monotonic()
+
+    assert wait_until(lambda: sum(len(batch) for batch in fn.batches) == 10)
+    assert fn.started[-1] - stopped < 1.0  # far sooner than max_wait_s: waiting could not fill it
+
+
+def test_traffic_load_is_a_time_average_of_items_in_the_batcher() -> None:
+    traffic = _Traffic()
+    traffic.note_count(100.0, 10)
+    assert traffic.load(100.0) == pytest.approx(traffic.load(99.0), abs=1e-9)  # no time at 10 yet
+    assert traffic.load(101.0) == pytest.approx(10 * (1 - math.exp(-1.0)), rel=0.01)
+    assert traffic.load(120.0) == pytest.approx(10.0, rel=1e-6)
+    traffic.note_count(120.0, 0)
+    assert traffic.load(121.0) == pytest.approx(10 * math.exp(-1.0), rel=0.01)
+
+
 BUSY = {"now": 10.0, "waiting": 3, "opened_at": 10.0, "arrived_idle": False, "earliest_deadline": 12.0}
+LOADED = {**BUSY, "load": 6.0}
 
 
 @pytest.mark.parametrize(
@@ -452,10 +501,19 @@ BUSY = {"now": 10.0, "waiting": 3, "opened_at": 10.0, "arrived_idle": False, "ea
         pytest.param(_Window(**BUSY, gap_s=0.06, run_s_next=0.2), 0.0, id="wait-costs-more-than-it-saves"),
         pytest.param(_Window(**{**BUSY, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="deadline"),
         pytest.param(_Window(**{**BUSY, "opened_at": 9.855}, gap_s=0.01, run_s_next=0.2), 0.0, id="max-wait"),
+        # Heavy load (load average >= half of max_batch_size 8): hold for a full batch, patience 10 gaps.
+        pytest.param(_Window(**LOADED, gap_s=0.01, run_s_next=0.2), 0.1, id="loaded-waits-ten-gaps"),
+        pytest.param(_Window(**{**LOADED, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.1, id="loaded-idle"),
+        pytest.param(_Window(**LOADED, gap_s=0.06, run_s_next=0.2), 0.15, id="loaded-waits-to-max-wait"),
+        pytest.param(_Window(**{**LOADED, "waiting": 8}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-full"),
+        pytest.param(
+            _Window(**{**LOADED, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-deadline"
+        ),
+        pytest.param(_Window(**{**LOADED, "load": 3.9}, gap_s=0.06, run_s_next=0.2), 0.0, id="under-half-is-light"),
     ],
 )
 def test_adaptive_window_waits_only_when_it_can_fill_the_batch_in_budget(window: _Window, expected: float) -> None:
-    assert _adaptive_wait_s(window, max_batch_size=8, max_wait_s=0.15) == expected
+    assert _adaptive_wait_s(window, max_batch_size=8, max_wait_s=0.15) == pytest.approx(expected)
 
 
 # Length-aware batches.
