@@ -3,7 +3,7 @@
     .venv/bin/python -m testing.bench [--sections a,b,c,d] [--duration S] [--quick] [--out docs/bench] [--profile]
 
 Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep the whole run under
-about 10 minutes on 2 cores):
+about 12 minutes on 2 cores):
 
 a. offline: the corrector alone (no HTTP), items/s by batch size 1..64 on the same inputs: the ceiling;
 b. closed loop: 1, 10 and 64 clients (one thread and one requests.Session each, next request when the previous
@@ -67,7 +67,7 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "d")
 POLICIES = ("fixed", "adaptive")
 # Per-point durations (s) of a default run; --duration replaces them all.
-DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 8.0}
+DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 15.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
@@ -825,7 +825,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testing.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default="a,b,c,d", help="which sections to run, e.g. b,c (default a,b,c,d)")
     parser.add_argument("--duration", type=float, default=None,
-                        help="seconds measured per point, for every section (default a 2, b 10, c 10, d 8)")
+                        help="seconds measured per point, for every section (default a 2, b 10, c 10, d 15)")
     parser.add_argument("--quick", action="store_true",
                         help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run of the whole benchmark")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
