@@ -73,8 +73,12 @@ _POLL_S = 0.05
 _EWMA_ALPHA = 0.3
 # An idle spell longer than this says nothing more about traffic; capping it lets the gap estimate recover.
 _GAP_CAP_S = 1.0
-# Time constant of the load average (mean number of items in the batcher, waiting or running).
-_LOAD_TAU_S = 1.0
+# Time constants of the load average (mean number of items in the batcher, waiting or running): it follows a
+# rise within a fraction of a second and a fall over about a second, so heavy load switches the throughput mode
+# on at once and a short lull does not switch it off. A wrong switch costs little: the hold ends when arrivals
+# pause (_PATIENCE_GAPS) and never passes a deadline.
+_LOAD_RISE_TAU_S = 0.2
+_LOAD_FALL_TAU_S = 1.0
 # Above this share of max_batch_size in the load average, full batches are within reach: hold for them.
 _FULL_LOAD_SHARE = 0.5
 # In throughput mode, how many expected arrival gaps of silence end the wait (the stream has paused).
@@ -223,9 +227,10 @@ class _Traffic:
         self._load = (now, count, self.load(now))
 
     def load(self, now: float) -> float:
-        """Return the time-average number of items in the batcher over about the last _LOAD_TAU_S."""
+        """Return the recent time-average number of items in the batcher (see _LOAD_RISE_TAU_S)."""
         since, count, average = self._load
-        return average + (1.0 - math.exp(-max(0.0, now - since) / _LOAD_TAU_S)) * (count - average)
+        tau = _LOAD_RISE_TAU_S if count > average else _LOAD_FALL_TAU_S
+        return average + (1.0 - math.exp(-max(0.0, now - since) / tau)) * (count - average)
 
 
 def _bucket(size: int) -> int:

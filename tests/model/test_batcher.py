@@ -476,14 +476,14 @@ def test_loaded_batcher_dispatches_when_the_stream_pauses(make_batcher: MakeBatc
     assert fn.started[-1] - stopped < 1.0  # far sooner than max_wait_s: waiting could not fill it
 
 
-def test_traffic_load_is_a_time_average_of_items_in_the_batcher() -> None:
+def test_traffic_load_average_rises_fast_and_falls_slowly() -> None:
     traffic = _Traffic()
     traffic.note_count(100.0, 10)
     assert traffic.load(100.0) == pytest.approx(traffic.load(99.0), abs=1e-9)  # no time at 10 yet
-    assert traffic.load(101.0) == pytest.approx(10 * (1 - math.exp(-1.0)), rel=0.01)
+    assert traffic.load(100.2) == pytest.approx(10 * (1 - math.exp(-1.0)), rel=0.01)  # rise: 0.2 s
     assert traffic.load(120.0) == pytest.approx(10.0, rel=1e-6)
     traffic.note_count(120.0, 0)
-    assert traffic.load(121.0) == pytest.approx(10 * math.exp(-1.0), rel=0.01)
+    assert traffic.load(121.0) == pytest.approx(10 * math.exp(-1.0), rel=0.01)  # fall: 1 s
 
 
 BUSY = {"now": 10.0, "waiting": 3, "opened_at": 10.0, "arrived_idle": False, "earliest_deadline": 12.0}
