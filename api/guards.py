@@ -7,10 +7,14 @@ The view tries them in this order, then the model (`api.predict`):
    how a slow moment becomes a collapse).
 2. `answer_too_long`: a TOP1 over `max_top1_chars` (spaces removed) is answered with TOP1.
 3. `answer_cached`: a first attempt whose question was already answered gets the same answer.
+
+Answers are cached under `cache_key`: the esun_uuid and a digest of TOP1, so that a uuid reused for another
+question never gets the old question's answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from api.cache import ResultCache
@@ -33,11 +37,17 @@ def top1(req: InferenceRequest, path: str, reason: str | None = None, batch_size
     return Outcome(top1_answer(req.sentence_list), path, batch_size, reason)
 
 
+def cache_key(req: InferenceRequest) -> str:
+    """Name a question in the result cache: its esun_uuid and a digest of its TOP1."""
+    digest = hashlib.sha256(req.sentence_list[0].encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{req.esun_uuid}#{digest}"
+
+
 def answer_retry(req: InferenceRequest, cache: ResultCache) -> Outcome | None:
     """Answer a retry from the cache, else with TOP1; pass a first attempt."""
     if not req.is_retry:
         return None
-    cached = cache.get(req.esun_uuid)
+    cached = cache.get(cache_key(req))
     return Outcome(cached, "retry_cached") if cached else top1(req, "retry_top1")
 
 
@@ -50,5 +60,5 @@ def answer_too_long(req: InferenceRequest, max_top1_chars: int) -> Outcome | Non
 
 def answer_cached(req: InferenceRequest, cache: ResultCache) -> Outcome | None:
     """Answer a question already answered with the same answer; pass a new one."""
-    cached = cache.get(req.esun_uuid)
+    cached = cache.get(cache_key(req))
     return Outcome(cached, "cached") if cached else None

@@ -16,10 +16,14 @@ from functools import partial
 from typing import Protocol
 
 from api.cache import ResultCache
-from api.guards import Outcome, top1
+from api.guards import Outcome, cache_key, top1
 from api.schemas import InferenceRequest
 from model.batcher import DeadlineExceeded, Overloaded
-from preprocess.text import NBest, strip_spaces
+from preprocess.text import NBest, han_only, strip_spaces, top1_answer
+
+# Far above any real sentence (hypotheses are at most max_chars_per_hypothesis) and far under the judge's
+# 10,240-character response limit.
+MAX_ANSWER_CHARS = 1000
 
 
 class CorrectorLike(Protocol):
@@ -80,36 +84,47 @@ def answer_with_model(
         return top1(req, "overload", reason="batcher queue is full")
     except Exception as exc:  # BatcherClosed or a bug: still a TOP1 answer on the judge's path
         return top1(req, "error", reason=f"submit failed: {_describe(exc)}")
-    future.add_done_callback(partial(_remember, cache, req.esun_uuid))
+    key, top1_text = cache_key(req), top1_answer(req.sentence_list)
+    future.add_done_callback(partial(_remember, cache, key, top1_text))
     try:
         prediction = future.result(timeout=max(0.0, deadline - time.monotonic()))
     except (TimeoutError, DeadlineExceeded):
         return top1(req, "deadline", reason="no answer within budget")
     except Exception as exc:  # BatchFailed, or the corrector's own error
         return top1(req, "error", reason=_describe(exc))
-    answer = usable_answer(prediction.answer)
+    answer = usable_answer(prediction.answer, top1_text)
     if answer is None:
-        return top1(req, "error", reason=f"corrector gave an unusable answer: {prediction.answer!r}",
+        return top1(req, "error", reason=f"corrector gave an unusable answer: {str(prediction.answer)[:80]!r}",
                     batch_size=prediction.batch_size)
     # Also stored by _remember, but that callback may run after this thread has answered.
-    cache.put(req.esun_uuid, answer)
+    cache.put(key, answer)
     return Outcome(answer, "model", prediction.batch_size)
 
 
-def usable_answer(answer: object) -> str | None:
-    """Return the answer without spaces, or None when it is not a non-empty string."""
+def usable_answer(answer: object, top1_text: str) -> str | None:
+    """Return the answer without spaces if the judge can take it, else None (the caller answers TOP1).
+
+    Usable: a non-empty string of at most MAX_ANSWER_CHARS Han characters, or TOP1's own answer (which keeps a
+    hypothesis with no Han character as it is). Anything else, e.g. Latin letters, control characters or lone
+    surrogates (which would make the JSON body unencodable), is refused here, at the model's boundary.
+    """
     if not isinstance(answer, str):
         return None
-    return strip_spaces(answer) or None
+    answer = strip_spaces(answer)
+    if answer and answer == top1_text:
+        return answer
+    if not answer or len(answer) > MAX_ANSWER_CHARS or han_only(answer) != answer:
+        return None
+    return answer
 
 
-def _remember(cache: ResultCache, esun_uuid: str, future: Future[Prediction]) -> None:
+def _remember(cache: ResultCache, key: str, top1_text: str, future: Future[Prediction]) -> None:
     """Store a model answer for the retry, also when its request stopped waiting (runs in the worker)."""
     if future.cancelled() or future.exception() is not None:
         return
-    answer = usable_answer(future.result().answer)
+    answer = usable_answer(future.result().answer, top1_text)
     if answer is not None:
-        cache.put(esun_uuid, answer)
+        cache.put(key, answer)
 
 
 def _describe(exc: BaseException) -> str:

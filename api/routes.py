@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 import tomllib
 from typing import Any
@@ -25,6 +26,8 @@ from api.predict import answer_with_model, corrector_ready
 from api.state import app_state
 from config import REPO_ROOT
 
+logger = logging.getLogger("api")
+
 
 def inference() -> dict[str, Any]:
     """Answer one question of the judge: the corrected sentence, or TOP1 when the model cannot in time."""
@@ -32,12 +35,16 @@ def inference() -> dict[str, Any]:
     state = app_state()
     req = schemas.parse_request(read_body(state.config.max_body_bytes), state.config)
     g.esun_uuid = req.esun_uuid
-    outcome = (
-        guards.answer_retry(req, state.cache)
-        or guards.answer_too_long(req, state.config.max_top1_chars)
-        or guards.answer_cached(req, state.cache)
-        or answer_with_model(req, state.batcher, state.cache, deadline=arrival + state.config.budget_s)
-    )
+    try:
+        outcome = (
+            guards.answer_retry(req, state.cache)
+            or guards.answer_too_long(req, state.config.max_top1_chars)
+            or guards.answer_cached(req, state.cache)
+            or answer_with_model(req, state.batcher, state.cache, deadline=arrival + state.config.budget_s)
+        )
+    except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
+        logger.exception("answering %s failed; answering TOP1", req.esun_uuid)
+        outcome = guards.top1(req, "error", reason=f"{type(exc).__name__}: {exc}")
     g.answer_path = outcome.path  # for the request's metrics (api.metrics.instrument)
     body = schemas.build_response(req.esun_uuid, outcome.answer, state.config, now=time.time())
     log_request(req.esun_uuid, req.retry, outcome.path, (time.monotonic() - arrival) * 1000,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from api.guards import cache_key
 from api.state import EXTENSION_KEY
 from preprocess.text import NBest, top1_answer
 
@@ -85,7 +87,7 @@ def test_inference_answers_top1_when_deadline_passes(make_app, fake_corrector, c
 
     # The late answer is kept for the judge's retry.
     cache = client.application.extensions[EXTENSION_KEY].cache
-    wait_until(lambda: cache.get(body["esun_uuid"]) is not None)
+    wait_until(lambda: cache.get(cache_key(SimpleNamespace(**body))) is not None)
     assert post(client, make_body(retry=1)) == slow.expected(NBest(tuple(body["sentence_list"])))
     assert request_paths()[-1] == "retry_cached"
 
@@ -156,3 +158,52 @@ def test_inference_logs_one_line_per_request_with_latency_and_batch_size(client,
     assert model["path"] == "model" and model["batch_size"] == 1 and model["latency_ms"] >= 0
     assert retry["path"] == "retry_cached" and retry["batch_size"] is None
     assert {"esun_uuid", "retry", "path", "latency_ms", "batch_size"} <= set(model)
+
+
+@pytest.mark.parametrize(
+    "bad_answer",
+    ["x" * 20_000, "\ud800", "改 waa", "", "  ", None, 123, "喂\x00你好", "答" * 1001],
+    ids=["huge-latin", "lone-surrogate", "latin-inside", "empty", "blank", "none", "int", "control", "too-long"],
+)
+def test_inference_answers_top1_when_the_model_answer_is_unusable(make_app, fake_corrector, make_body,
+                                                                  request_paths, bad_answer):
+    client = make_app(corrector=fake_corrector(answer=lambda item: bad_answer)).test_client()
+    body = make_body()
+    response = client.post("/inference", json=body)
+    assert response.status_code == 200
+    assert response.get_json()["answer"] == top1_answer(body["sentence_list"])
+    assert request_paths() == ["error"]
+    # Nothing unusable was kept for the retry either.
+    assert post(client, make_body(retry=1)) == top1_answer(body["sentence_list"])
+
+
+def test_inference_keeps_a_model_answer_equal_to_a_top1_without_han(make_app, fake_corrector, make_body,
+                                                                    request_paths):
+    client = make_app(corrector=fake_corrector(answer=lambda item: "waa 5g")).test_client()
+    assert post(client, make_body(sentence_list=["waa 5g", "哇"])) == "waa5g"
+    assert request_paths() == ["model"]
+
+
+def test_inference_never_gives_a_reused_uuid_the_answer_of_another_question(client, make_body, corrector,
+                                                                            request_paths):
+    first = post(client, make_body(esun_uuid="c" * 64, sentence_list=["喂 你好"]))
+    second = post(client, make_body(esun_uuid="c" * 64, sentence_list=["今天 天氣 很 好"]))
+    assert first != second
+    assert second == corrector.expected(NBest(("今天 天氣 很 好",)))
+    assert request_paths() == ["model", "model"]
+
+
+def test_inference_answers_top1_when_a_guard_raises(make_app, make_body, request_paths, monkeypatch):
+    from api import guards
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug in a guard")
+
+    monkeypatch.setattr(guards, "answer_cached", broken)
+    client = make_app().test_client()
+    body = make_body()
+    response = client.post("/inference", json=body)
+    assert response.status_code == 200
+    assert set(response.get_json()) == {"esun_uuid", "server_uuid", "server_timestamp", "answer"}
+    assert response.get_json()["answer"] == top1_answer(body["sentence_list"])
+    assert request_paths() == ["error"]
