@@ -12,8 +12,11 @@ import re
 from dataclasses import dataclass, field
 
 HTR = "<htr>"
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_NON_HAN = re.compile(r"[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+# Han characters: the CJK unified ideographs (extension A, the basic block, extensions B and later), the
+# compatibility ideographs, and 〇 (U+3007, "zero" in 二〇二二, which Unicode counts as Han).
+_HAN_RANGES = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_HAN = re.compile(f"[{_HAN_RANGES}]")
+_NON_HAN = re.compile(f"[^{_HAN_RANGES}]+")
 
 
 @dataclass(frozen=True)

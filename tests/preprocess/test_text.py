@@ -33,3 +33,8 @@ def test_text_phones_spells_htr_as_spn():
 
 def test_char_syllable_is_none_for_non_chinese():
     assert char_syllable("a") is None
+
+
+def test_han_only_keeps_ling_zero_and_extension_b_characters():
+    assert han_only("二〇二二 年") == "二〇二二年"
+    assert han_only("𠀋 好") == "𠀋好"  # U+2000B, CJK extension B
