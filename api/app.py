@@ -62,6 +62,9 @@ def create_app(
     register_error_handlers(app)
     register_routes(app)
     instrument(app)
+    if not config.captain_email:
+        # server_uuid is sha256(captain_email + str(int(utc_now)) + salt): without the email it names no team.
+        log.warning("CAPTAIN_EMAIL is not set: server_uuid will not identify the team")
     log.info("app ready", extra={"fields": {"config": config.summary()}})
     return app
 

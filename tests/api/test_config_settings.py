@@ -109,3 +109,12 @@ def test_gunicorn_conf_serves_one_gthread_worker_on_port(monkeypatch):
     assert settings["threads"] >= 2 * 32
     assert settings["graceful_timeout"] > 0
     assert settings["preload_app"] is False
+
+
+def test_app_warns_when_captain_email_is_missing(make_app, config, caplog):
+    import dataclasses
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="api.app")
+    make_app(config=dataclasses.replace(config, captain_email=""))
+    assert any("CAPTAIN_EMAIL" in r.getMessage() for r in caplog.records)
