@@ -6,22 +6,26 @@
 - `RedisResultCache`: answers shared by every replica behind the load balancer, so a retry that lands on
   another replica than its first attempt still gets the corrected answer;
 - `LayeredResultCache`: the one the app serves with: the local cache first, then Redis when `redis_url` is set,
-  and it counts hits and misses per level.
+  and it counts hits and misses per level. It writes to Redis through a `WriteBehind`: one daemon thread.
 
 Redis is a help, never a dependency: every Redis call has short socket timeouts and no retries, and a
 `CircuitBreaker` stops calling a Redis that keeps failing, so a dead or slow Redis costs at most a few
 `timeout_s` every `cooldown_s` and the service answers from the local cache (or TOP1) within its budget.
+A Redis that is slow but answers (30 ms a SET) never trips the breaker, so writes do not wait for it at all:
+they are queued for the writer thread, and dropped (counted) when the queue is full. Reads stay synchronous.
 Values are JSON text (`{"answer": "..."}`), read back with `json.loads` and checked: never pickle, so a value
 planted in Redis by someone else can at worst be ignored, never run.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -39,6 +43,10 @@ REDIS_TIMEOUT_S = 0.05
 REDIS_KEY_PREFIX = "esun:answer:"
 BREAKER_FAILURES = 3
 BREAKER_COOLDOWN_S = 5.0
+# Writes waiting for Redis: at 30 ms a SET, a full queue is half a minute behind; later ones are dropped.
+WRITE_QUEUE_SIZE = 1024
+# How long a closing writer (or the process's exit) waits for the queued writes to land.
+WRITE_DRAIN_S = 1.0
 
 
 class ResultCache(Protocol):
@@ -250,20 +258,130 @@ class RedisResultCache:
             self._observer.cache_lookup("redis", result)
 
 
+class WriteBehind:
+    """Run `write(key, value)` on one daemon thread, so that a slow store never holds up the thread that asks.
+
+    `submit` only queues and returns: the caller may be the batcher's single worker thread, settling a batch
+    of futures whose callbacks store answers, and 64 synchronous 30 ms writes there would make the rest of
+    the batch and the next one miss the judge's deadline. The queue is bounded (`max_pending`); a write for a
+    key already queued replaces it (the latest answer wins, and the queue does not grow); a write that finds
+    the queue full or the writer closed is dropped and counted in `dropped`, with one warning per burst.
+    A `write` that raises is logged and the thread goes on with the next. The thread starts with the first
+    write (so an app built before a fork starts it in the process that serves), and `close` stops it once the
+    queue is drained; it is also called at exit, since a daemon thread would die with its queue unwritten.
+    """
+
+    def __init__(self, write: Callable[[str, str], None], max_pending: int = WRITE_QUEUE_SIZE,
+                 name: str = "cache-writer") -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+        self._write = write
+        self._max_pending = max_pending
+        self._name = name
+        self._pending: OrderedDict[str, str] = OrderedDict()
+        self._cond = threading.Condition()
+        self._writing = False  # a write taken off the queue has not returned yet
+        self._closed = False
+        self._dropping = False  # writes were dropped since the queue was last empty: warned already
+        self._dropped = 0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def dropped(self) -> int:
+        """How many writes were dropped (queue full, or submitted after `close`)."""
+        with self._cond:
+            return self._dropped
+
+    @property
+    def pending(self) -> int:
+        """How many writes wait in the queue (the one being written not included)."""
+        with self._cond:
+            return len(self._pending)
+
+    def submit(self, key: str, value: str) -> bool:
+        """Queue a write and return at once: True when queued, False when dropped."""
+        with self._cond:
+            full = key not in self._pending and len(self._pending) >= self._max_pending
+            if not (self._closed or full):
+                self._pending[key] = value
+                self._start()
+                self._cond.notify_all()
+                return True
+            self._dropped += 1
+            warn, self._dropping = not self._dropping, True
+            dropped, closed = self._dropped, self._closed
+        if warn:
+            log.warning("cache write dropped: the writer is %s", "closed" if closed else "behind",
+                        extra={"fields": {"writer": self._name, "max_pending": self._max_pending,
+                                          "dropped_total": dropped}})
+        return False
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued write has returned; False when `timeout` seconds passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._writing, timeout)
+
+    def close(self, timeout: float = WRITE_DRAIN_S) -> None:
+        """Refuse new writes, let the thread write what is queued, and wait up to `timeout` for it to stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("cache writer still busy after close", extra={"fields": {
+                    "writer": self._name, "timeout_s": timeout, "pending": self.pending}})
+
+    def _start(self) -> None:
+        # Called with the lock held. is_alive(): a thread does not survive a fork of its process.
+        if self._thread is not None and self._thread.is_alive():
+            return
+        first = self._thread is None
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        if first:
+            # Drain the queue before exit, so that a stopping replica's last answers land.
+            atexit.register(self.close, WRITE_DRAIN_S)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._closed)
+                if not self._pending:
+                    return  # closed, and nothing left to write
+                key, value = self._pending.popitem(last=False)
+                self._writing = True
+            try:
+                self._write(key, value)
+            except Exception:
+                log.exception("cache write failed", extra={"fields": {"writer": self._name}})
+            finally:
+                with self._cond:
+                    self._writing = False
+                    if not self._pending:
+                        self._dropping = False  # caught up: the next drop starts a new burst, worth a warning
+                    self._cond.notify_all()
+
+
 class LayeredResultCache:
     """The local cache first, then (if any) the shared one; answers found in the shared one are kept locally.
 
-    `put` writes both, the shared one synchronously: the answer is in Redis before the response leaves, so a
-    replica killed right after answering has not lost it for the retry that goes to another replica. `put` also
-    runs on the batcher's worker thread (api.predict stores late answers from a done-callback): there a hung
-    Redis costs one socket timeout per answer until the breaker opens, a few times per cooldown at most.
+    `put` stores the answer locally at once, and hands the shared write to a `WriteBehind`: it never waits for
+    Redis. `put` runs on the batcher's worker thread (api.predict stores answers from a done-callback), where
+    one synchronous write per answer to a slow Redis would hold up the whole batch and the next. The answer is
+    in Redis a moment after the response leaves (a retry on this replica reads the local cache first); a
+    replica that stops drains its queue at exit (`close`), one that is killed loses the writes still queued.
+    A put of the answer the local cache already holds is not written again: api.predict stores each answer
+    twice (from the request's thread and from the callback), and a slow Redis should take it once.
     """
 
     def __init__(self, local: MemoryResultCache, shared: ResultCache | None = None,
-                 observer: CacheObserver | None = None) -> None:
+                 observer: CacheObserver | None = None, max_pending_writes: int = WRITE_QUEUE_SIZE) -> None:
         self.local = local
         self.shared = shared
         self._observer = observer
+        self.writer = WriteBehind(shared.put, max_pending_writes) if shared is not None else None
 
     def get(self, esun_uuid: str) -> str | None:
         """Return the answer from the local cache, else from the shared one, else None."""
@@ -277,10 +395,20 @@ class LayeredResultCache:
         return answer
 
     def put(self, esun_uuid: str, answer: str) -> None:
-        """Store the answer locally and in the shared cache."""
+        """Store the answer locally, and queue it for the shared cache unless it is stored already."""
+        known = self.local.get(esun_uuid)
         self.local.put(esun_uuid, answer)
-        if self.shared is not None:
-            self.shared.put(esun_uuid, answer)
+        if self.writer is not None and known != answer:
+            self.writer.submit(esun_uuid, answer)
+
+    def flush(self, timeout: float = WRITE_DRAIN_S) -> bool:
+        """Wait until the queued shared writes have landed; False when `timeout` seconds passed first."""
+        return self.writer.flush(timeout) if self.writer is not None else True
+
+    def close(self, timeout: float = WRITE_DRAIN_S) -> None:
+        """Write what is queued for the shared cache (up to `timeout`), then stop the writer thread."""
+        if self.writer is not None:
+            self.writer.close(timeout)
 
     def _count(self, result: str) -> None:
         if self._observer is not None:

@@ -40,13 +40,16 @@ accesslog = None  # the app writes one JSON line per request itself
 
 
 def worker_exit(server: object, worker: object) -> None:
-    """Stop the batcher's worker thread when gunicorn stops the worker process."""
+    """Stop the batcher's worker thread, then land the cache's queued Redis writes, when the worker stops."""
     from api.state import EXTENSION_KEY
 
     app = getattr(worker, "wsgi", None)
     state = getattr(app, "extensions", {}).get(EXTENSION_KEY)
     if state is not None:
         state.batcher.close()
+        close_cache = getattr(state.cache, "close", None)
+        if close_cache is not None:
+            close_cache()
 
 
 def post_worker_init(worker: object) -> None:

@@ -216,10 +216,12 @@ def test_layered_cache_writes_both_levels_and_answers_locally_while_redis_is_dow
     client = FakeRedis()
     cache = LayeredResultCache(MemoryResultCache(max_entries=10, ttl_s=60), redis_cache(client))
     cache.put("q1", "答")
+    assert cache.flush(timeout=2)  # Redis is written by the cache's writer thread
     assert json.loads(client.data["test:q1"]) == {"answer": "答"}
     client.error = redis.ConnectionError("Connection refused")
     cache.put("q2", "二")
     assert (cache.get("q1"), cache.get("q2"), cache.get("q3")) == ("答", "二", None)
+    cache.close()
 
 
 def test_build_cache_is_in_process_only_without_redis_url(config):

@@ -48,6 +48,7 @@ def test_redis_cache_shares_answers_between_two_replicas(redis_server, redis_cli
     config = dataclasses.replace(config, redis_url=redis_server)
     first, second = build_cache(config), build_cache(config)
     first.put("q1", "喂你好密碼我要進去")
+    assert first.flush(timeout=2)  # written to Redis by the cache's writer thread, a moment after put
     assert second.get("q1") == "喂你好密碼我要進去"
     assert redis_client.get("esun:answer:q1").decode() == '{"answer": "喂你好密碼我要進去"}'
     assert 0 < redis_client.pttl("esun:answer:q1") <= config.cache_ttl_s * 1000
@@ -113,5 +114,7 @@ def test_retry_on_another_replica_gets_the_model_answer_from_redis(make_app, con
     first, second = make_app(config=config).test_client(), make_app(config=config).test_client()
     answer = first.post("/inference", json=make_body()).get_json()["answer"]
     assert answer.startswith("改")
+    # The judge retries after its timeout; by then the first replica's writer thread has stored the answer.
+    assert first.application.extensions[EXTENSION_KEY].cache.flush(timeout=2)
     assert second.post("/inference", json=make_body(retry=1)).get_json()["answer"] == answer
     assert request_paths() == ["model", "retry_cached"]
