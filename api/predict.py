@@ -21,7 +21,7 @@ from api.schemas import InferenceRequest
 from model.batcher import DeadlineExceeded, Overloaded
 from preprocess.text import NBest, han_only, strip_spaces, top1_answer
 
-# Far above any real sentence (hypotheses are at most max_chars_per_hypothesis) and far under the judge's
+# Far above any real sentence (the model sees TOP1s of at most max_top1_chars) and far under the judge's
 # 10,240-character response limit.
 MAX_ANSWER_CHARS = 1000
 

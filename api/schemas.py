@@ -1,16 +1,39 @@
 """Request and response schemas of the HTTP API, and the functions that read and write them.
 
 The pydantic models here are both what the code validates with and what `/openapi.json` documents.
-What is accepted follows the judge's contract (`shared/spec/api-contract.md`), erring towards a 200
-answer for anything the judge can send:
+What is accepted follows the judge's contract (`shared/spec/api-contract.md`) and the product rule: bad input
+gets a clear 400 with a JSON error body, but anything readable gets a 200 answer, since a 400 scores zero for
+that question while TOP1 (`sentence_list[0]`, spaces removed) is always a valid answer.
 
-- `retry` is an int or a numeric string (`2`, `"2"`); only 0, 1 and 2 are accepted.
-- `esun_timestamp` is an int or a float; it is not used.
+A request is refused (400) only when it holds no usable question:
+
+- the body is not a JSON object (not UTF-8, not JSON, nested too deep for the parser, or not an object);
+- `esun_uuid` is missing, not a string, empty, longer than `MAX_UUID_CHARS` or holds control characters or
+  lone surrogates (it is echoed back in the answer, so it must be safe to echo);
+- `sentence_list` is missing, not a list, or empty;
+- TOP1 (`sentence_list[0]`) is not a string, is blank, or holds control characters or lone surrogates.
+
+Everything else is read leniently:
+
+- Later hypotheses: only the first `max_hypotheses` entries of `sentence_list` are read (TOP1 first); among
+  them, a later one that is not a string, is blank, is longer than `max_chars_per_hypothesis` or holds
+  control characters or lone surrogates is dropped. The corrector never sees one.
+- A TOP1 longer than `max_chars_per_hypothesis` is kept: the too-long guard (`api.guards.answer_too_long`)
+  answers it with TOP1 at once when it has more than `max_top1_chars` characters besides whitespace; one
+  with fewer is mostly whitespace, and the model reads only its Han characters (at most 64, linear work).
+  Only a TOP1 of more than `MAX_TOP1_KEPT_CHARS` characters besides whitespace is cut after that many, so
+  that the answer (TOP1's characters besides whitespace, at most) keeps the whole response under the judge's
+  10,240 characters; the judge sends nothing so long.
+- `esun_timestamp` is optional and may hold any value: it is never used. It reads as a float, or None when
+  missing or not a finite number.
+- `retry` is an int 0, 1 or 2, or a numeric string (`2`, `"2"`). Missing, unparseable, a boolean, or out of
+  range it reads as 2, a first attempt (the model path is bounded by the deadline and overload guards), except
+  a negative number, which reads as 0 (the last attempt).
 - `phoneme_sequence_list` is optional and never a reason to refuse: missing, null, empty, shorter or longer
   than `sentence_list`, or holding odd strings, it is passed on as it is (truncated to `max_hypotheses`);
   when it is not a list of strings it is dropped.
-- `sentence_list[0]` (TOP1) must hold characters. A later hypothesis that is empty or only spaces is
-  accepted and dropped, since it carries nothing to choose from; the corrector never sees one.
+- An integer too long for Python to read as an int (the body is valid JSON all the same) is read as a float,
+  which is out of range wherever it appears.
 - Unknown keys (the sender adds `"res_text": null`) are ignored.
 """
 
@@ -18,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from typing import Annotated, Any
 
@@ -39,10 +63,22 @@ from config import Config
 from preprocess.text import NBest
 
 MAX_UUID_CHARS = 256
+# A TOP1 is cut after this many characters besides whitespace: the answer then takes at most 2 * 4,096
+# characters of JSON (a quote or backslash is escaped), which with an esun_uuid of MAX_UUID_CHARS (escaped, 512)
+# keeps the response under the judge's 10,240.
+MAX_TOP1_KEPT_CHARS = 4096
+# `\s` is str.isspace(), the whitespace that str.split() (preprocess.text.strip_spaces) removes. `\s*\S` cannot
+# backtrack, so matching is linear.
+_TOP1_KEPT = re.compile(rf"(?:\s*\S){{{MAX_TOP1_KEPT_CHARS}}}")
 _CONTROL_CHARS = r"\x00-\x1f\x7f-\x9f"
 # C0/C1 control characters and lone surrogates (which `\ud800` escapes in JSON can produce).
 _FORBIDDEN_CHARS = re.compile(rf"[{_CONTROL_CHARS}\ud800-\udfff]")
 _RETRY_VALUES = (0, 1, 2)
+FIRST_ATTEMPT = 2
+LAST_ATTEMPT = 0
+# Python refuses to read an int of more than 4,300 digits (sys.get_int_max_str_digits) and reading one is
+# quadratic; no field the service uses needs more than a few digits, so a longer integer is read as a float.
+_MAX_INT_DIGITS = 20
 _DEFAULT_CONFIG = Config()
 # The same rules as JSON Schema patterns, so that /openapi.json promises only what parse_request accepts
 # (schemathesis sends requests the document allows and expects them answered). Lone surrogates are not
@@ -52,24 +88,31 @@ _PLAIN_NOT_BLANK = rf"^[^{_CONTROL_CHARS}]*[^\s{_CONTROL_CHARS}][^{_CONTROL_CHAR
 
 
 def _as_retry(value: Any) -> int:
+    """Read `retry` leniently: 0, 1 or 2 as sent; a negative number as 0; anything else as 2 (first attempt)."""
     number = value
-    integral_float = isinstance(value, float) and value.is_integer()
-    if integral_float or (isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,3}\s*", value)):
-        number = int(value)
-    if isinstance(number, bool) or not isinstance(number, int) or number not in _RETRY_VALUES:
-        raise PydanticCustomError("retry", "must be 0, 1 or 2, got {value}", {"value": repr(value)})
-    return number
+    if isinstance(value, str):
+        try:
+            number = float(value)  # "2", " 2 ", "2.0"; float() is linear in the length, unlike int()
+        except ValueError:
+            return FIRST_ATTEMPT
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        return FIRST_ATTEMPT
+    if number < 0:
+        return LAST_ATTEMPT
+    if number in _RETRY_VALUES:  # NaN is in no range: a first attempt
+        return int(number)
+    return FIRST_ATTEMPT
 
 
-def _as_timestamp(value: Any) -> float:
+def _as_timestamp(value: Any) -> float | None:
+    """Read `esun_timestamp`, which is never used: a finite number of seconds, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PydanticCustomError(
-            "esun_timestamp", "must be a number of seconds, got {kind}", {"kind": type(value).__name__}
-        )
+        return None
     try:
-        return float(value)
-    except OverflowError:  # a JSON integer of hundreds of digits: OverflowError is not turned into a 400 by pydantic
-        raise PydanticCustomError("esun_timestamp", "must be a number of seconds, got an integer too large") from None
+        number = float(value)
+    except OverflowError:  # an int past float range (only when validated from Python: parse_request reads floats)
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _as_phonemes(value: Any) -> list[str]:
@@ -79,27 +122,56 @@ def _as_phonemes(value: Any) -> list[str]:
     return []
 
 
+def _cut_top1(top1: str) -> str:
+    """Cut TOP1 after its MAX_TOP1_KEPT_CHARS-th character besides whitespace; most TOP1s are kept whole."""
+    if len(top1) <= MAX_TOP1_KEPT_CHARS:
+        return top1
+    kept = _TOP1_KEPT.match(top1)
+    return kept.group() if kept else top1
+
+
+def _usable_later(value: Any, max_chars: int) -> bool:
+    """Tell whether a hypothesis after TOP1 is kept: a string with characters, not too long, no control chars."""
+    return (isinstance(value, str) and len(value) <= max_chars and bool(value.strip())
+            and not _FORBIDDEN_CHARS.search(value))
+
+
 def _hypotheses_schema(config: Config) -> dict[str, Any]:
-    """Document sentence_list's limits as `_readable_hypotheses` checks them."""
-    hypothesis = {"type": "string", "maxLength": config.max_chars_per_hypothesis}
+    """Document sentence_list as `_usable_hypotheses` reads it: only TOP1 can make a request refused."""
     return {
+        "type": "array",
         "minItems": 1,
-        "maxItems": config.max_hypotheses,
-        "prefixItems": [{**hypothesis, "pattern": _PLAIN_NOT_BLANK}],
-        "items": {**hypothesis, "pattern": _PLAIN_TEXT},
+        "prefixItems": [{
+            "type": "string", "pattern": _PLAIN_NOT_BLANK,
+            "description": f"TOP1: must hold characters and no control characters; any length (cut after "
+                           f"{MAX_TOP1_KEPT_CHARS} characters besides whitespace)",
+        }],
+        "items": {
+            "description": f"a later hypothesis, any value: one past the first {config.max_hypotheses} entries, "
+                           f"or that is not a string, is blank, is longer than {config.max_chars_per_hypothesis} "
+                           "characters or holds control characters, is dropped",
+        },
+        "description": "the ASR n-best, best first, words separated by spaces (limits shown are the defaults of "
+                       "max_hypotheses and max_chars_per_hypothesis)",
     }
 
 
+Hypotheses = Annotated[list[StrictStr], WithJsonSchema(_hypotheses_schema(_DEFAULT_CONFIG))]
 Retry = Annotated[
     int,
     BeforeValidator(_as_retry),
-    WithJsonSchema({"anyOf": [{"type": "integer", "enum": [0, 1, 2]}, {"type": "string", "enum": ["0", "1", "2"]}],
-                    "description": "attempts left: 2 on the first attempt, then 1, then 0"}),
+    # Any value is accepted (_as_retry reads what it cannot use as a first attempt), so the document says so.
+    WithJsonSchema({"anyOf": [{"type": "integer", "enum": [0, 1, 2]}, {"type": "string", "enum": ["0", "1", "2"]},
+                              {"description": "any other value: a negative number reads as 0, anything else "
+                                              "(missing included) as 2"}],
+                    "description": "attempts left: 2 on the first attempt, then 1, then 0; optional"}),
 ]
 Timestamp = Annotated[
-    float,
+    float | None,
     BeforeValidator(_as_timestamp),
-    WithJsonSchema({"type": "number", "description": "when this attempt was sent, seconds since the epoch"}),
+    # Never used, so never a reason to refuse: any value is accepted.
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"description": "any other value, ignored"}],
+                    "description": "when this attempt was sent, seconds since the epoch; optional and not used"}),
 ]
 Phonemes = Annotated[
     list[str],
@@ -121,15 +193,10 @@ class InferenceRequest(BaseModel):
     esun_uuid: StrictStr = Field(min_length=1, max_length=MAX_UUID_CHARS,
                                  description="id of the question, identical on every retry",
                                  json_schema_extra={"pattern": _PLAIN_TEXT})
-    esun_timestamp: Timestamp
-    sentence_list: list[StrictStr] = Field(
-        description="the ASR n-best, best first, words separated by spaces; TOP1 must hold characters, a later "
-                    "blank hypothesis is dropped (limits shown are the defaults of max_hypotheses and "
-                    "max_chars_per_hypothesis)",
-        json_schema_extra=_hypotheses_schema(_DEFAULT_CONFIG),
-    )
+    esun_timestamp: Timestamp = None
+    sentence_list: Hypotheses
     phoneme_sequence_list: Phonemes = Field(default_factory=list)
-    retry: Retry
+    retry: Retry = FIRST_ATTEMPT
 
     @field_validator("esun_uuid")
     @classmethod
@@ -138,28 +205,25 @@ class InferenceRequest(BaseModel):
             raise PydanticCustomError("control_char", "must not hold control characters")
         return value
 
-    @field_validator("sentence_list")
+    @field_validator("sentence_list", mode="before")
     @classmethod
-    def _readable_hypotheses(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        config = _config_of(info)
-        if not 1 <= len(value) <= config.max_hypotheses:
-            raise PydanticCustomError(
-                "hypothesis_count", "must hold 1 to {max} hypotheses, got {n}",
-                {"max": config.max_hypotheses, "n": len(value)},
-            )
-        if not value[0].strip():
+    def _usable_hypotheses(cls, value: Any, info: ValidationInfo) -> Any:
+        """Refuse a list without a usable TOP1; keep TOP1 and the usable hypotheses among the first max_hypotheses."""
+        if not isinstance(value, list):
+            return value  # pydantic names the type: "Input should be a valid list"
+        if not value:
+            raise PydanticCustomError("no_hypothesis", "must hold at least one hypothesis (TOP1)")
+        top1 = value[0]
+        if not isinstance(top1, str):
+            raise PydanticCustomError("top1_type", "the first hypothesis (TOP1) must be a string, got {kind}",
+                                      {"kind": _json_kind(top1)})
+        if not top1.strip():
             raise PydanticCustomError("empty_top1", "the first hypothesis (TOP1) must hold characters")
-        for index, sentence in enumerate(value):
-            if len(sentence) > config.max_chars_per_hypothesis:
-                raise PydanticCustomError(
-                    "hypothesis_too_long", "hypothesis {index} has {n} characters, more than {max}",
-                    {"index": index, "n": len(sentence), "max": config.max_chars_per_hypothesis},
-                )
-            if _FORBIDDEN_CHARS.search(sentence):
-                raise PydanticCustomError(
-                    "control_char", "hypothesis {index} holds control characters", {"index": index}
-                )
-        return value
+        if _FORBIDDEN_CHARS.search(top1):
+            raise PydanticCustomError("control_char", "the first hypothesis (TOP1) holds control characters")
+        config = _config_of(info)
+        later = [s for s in value[1 : config.max_hypotheses] if _usable_later(s, config.max_chars_per_hypothesis)]
+        return [_cut_top1(top1), *later]
 
     @field_validator("phoneme_sequence_list")
     @classmethod
@@ -169,15 +233,11 @@ class InferenceRequest(BaseModel):
     @property
     def is_retry(self) -> bool:
         """Tell whether an earlier attempt at this question already failed on the judge's side."""
-        return self.retry < 2
+        return self.retry < FIRST_ATTEMPT
 
     def to_nbest(self) -> NBest:
-        """Give the corrector's view of the question: TOP1 and the non-blank hypotheses after it."""
-        first, *rest = self.sentence_list
-        return NBest(
-            sentences=(first, *(s for s in rest if s.strip())),
-            phonemes=tuple(self.phoneme_sequence_list),
-        )
+        """Give the corrector's view of the question: TOP1 and the usable hypotheses after it."""
+        return NBest(sentences=tuple(self.sentence_list), phonemes=tuple(self.phoneme_sequence_list))
 
 
 class InferenceResponse(BaseModel):
@@ -221,7 +281,7 @@ def parse_request(body: bytes, config: Config) -> InferenceRequest:
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_read_int)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"body is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, arrays nested too deep
@@ -248,6 +308,11 @@ def build_response(esun_uuid: str, answer: str, config: Config, now: float) -> d
 def server_uuid(captain_email: str, now: float, salt: str) -> str:
     """Make the id of an answer the way the organiser's template did."""
     return hashlib.sha256((captain_email + str(int(now)) + salt).encode("utf-8")).hexdigest()
+
+
+def _read_int(digits: str) -> int | float:
+    """Read a JSON integer: as an int, or as a float (maybe infinite) when it is too long to matter as an int."""
+    return int(digits) if len(digits) <= _MAX_INT_DIGITS else float(digits)
 
 
 def _config_of(info: ValidationInfo) -> Config:
