@@ -17,7 +17,8 @@ Contract (in the manner of Ray Serve's ``batching.py``):
   function free starts a batch at once, requests arriving while a batch runs form the next batch, and the next
   batch is held open only while a new request is expected (measured arrival gap) soon enough to be worth the
   wait. Under heavy load (on average at least half a batch in the batcher) the window holds for a full batch
-  instead, until the stream pauses for ``_PATIENCE_GAPS`` arrival gaps: full batches cost the least per item.
+  instead (or for as many as were recently in the batcher at once), until the stream pauses: full batches cost
+  the least per item.
   Either way no window stays open past ``max_wait_s`` after it opened nor past the oldest deadline minus the
   measured run time of such a batch, and when more than ``max_batch_size`` wait, the batch groups items of
   similar ``size_of`` around the oldest. With ``policy="fixed"`` a batch starts when ``max_batch_size`` items wait
@@ -83,6 +84,11 @@ _LOAD_FALL_TAU_S = 1.0
 _FULL_LOAD_SHARE = 0.5
 # In throughput mode, how many expected arrival gaps of silence end the wait (the stream has paused).
 _PATIENCE_GAPS = 10.0
+# ... and at least this share of the batch's run time: the wait costs latency, not throughput, and a pause of a
+# few gaps is often only the scheduler (two cores shared with the request threads), not the stream's end.
+_PATIENCE_RUN_SHARE = 0.25
+# The peak number of items in the batcher is taken over the last one to two windows of this length.
+_PEAK_WINDOW_S = 1.0
 POLICIES = ("adaptive", "fixed")
 
 
@@ -214,6 +220,8 @@ class _Traffic:
         self.gap_s: float | None = None
         self._last: float | None = None
         self._load: tuple[float, int, float] = (time.monotonic(), 0, 0.0)  # (since, count since then, average)
+        # (peak of the previous window, peak of the current window, current window's index, count now)
+        self._peaks: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     def note_arrival(self, now: float) -> None:
         """Record one arrival."""
@@ -225,6 +233,20 @@ class _Traffic:
     def note_count(self, now: float, count: int) -> None:
         """Record that the number of items in the batcher changed to count at now."""
         self._load = (now, count, self.load(now))
+        previous, current, window, held = self._peaks
+        index = int(now / _PEAK_WINDOW_S)
+        if index != window:
+            # The count held across the boundary belongs to the new window (and to a skipped one).
+            previous, current, window = (current if index == window + 1 else held), held, index
+        self._peaks = (previous, max(current, count), window, count)
+
+    def peak(self, now: float) -> int:
+        """Return the most items in the batcher at once over the last one to two _PEAK_WINDOW_S."""
+        previous, current, window, held = self._peaks
+        index = int(now / _PEAK_WINDOW_S)
+        if index == window:
+            return max(previous, current)
+        return max(current, held) if index == window + 1 else held
 
     def load(self, now: float) -> float:
         """Return the recent time-average number of items in the batcher (see _LOAD_RISE_TAU_S)."""
@@ -315,6 +337,7 @@ class _Window:
     gap_s: float | None
     run_s_next: float
     load: float = 0.0
+    peak: int = 0
 
 
 def _adaptive_wait_s(window: _Window, max_batch_size: int, max_wait_s: float) -> float:
@@ -324,9 +347,11 @@ def _adaptive_wait_s(window: _Window, max_batch_size: int, max_wait_s: float) ->
     wins: an item that finds the batch function idle runs at once, and a busy stream waits one arrival gap only
     while that costs the waiting items less than the newcomer would lose by missing the batch. Under heavy load
     (at least _FULL_LOAD_SHARE of a batch in the batcher on average) throughput wins: the window holds, even for
-    an item that found the function idle, until the batch is full, the stream pauses for _PATIENCE_GAPS gaps, or
-    the window must close. Full batches cost the least per item, and where the batch function shares the CPU with
-    the request threads (a CPU server), a small batch run during an arrival burst slows both.
+    an item that found the function idle, until the batch is full or holds as many items as were recently in the
+    batcher at once (its peak: with fewer clients than a batch, no one else is coming), until the stream pauses
+    (_PATIENCE_GAPS gaps and _PATIENCE_RUN_SHARE of a run), or until the window must close. Full batches cost the
+    least per item, and where the batch function shares the CPU with the request threads (a CPU server), a small
+    batch run during an arrival burst slows both.
     """
     if window.waiting >= max_batch_size or window.gap_s is None:
         return 0.0
@@ -334,7 +359,10 @@ def _adaptive_wait_s(window: _Window, max_batch_size: int, max_wait_s: float) ->
     if window.now + window.gap_s > closes_at:
         return 0.0  # no request is expected before the window must close, so waiting cannot fill the batch
     if window.load >= _FULL_LOAD_SHARE * max_batch_size:
-        return min(_PATIENCE_GAPS * window.gap_s, closes_at - window.now)
+        if window.waiting >= window.peak:
+            return 0.0  # every item recently in the batcher is here: waiting cannot fill the batch
+        patience = max(_PATIENCE_GAPS * window.gap_s, _PATIENCE_RUN_SHARE * window.run_s_next)
+        return min(patience, closes_at - window.now)
     if window.arrived_idle:
         return 0.0
     # Waiting one gap delays each of the n waiting items by a gap; it spares the newcomer a whole run.
@@ -492,6 +520,7 @@ class _BatchWorker(ThreadedWorker):
             gap_s=self._traffic.gap_s,
             run_s_next=self._run_times.estimate(min(len(self._waiting) + 1, config.max_batch_size)),
             load=self._traffic.load(now),
+            peak=self._traffic.peak(now),
         )
         return _adaptive_wait_s(window, config.max_batch_size, config.max_wait_s)
 

@@ -476,6 +476,28 @@ def test_loaded_batcher_dispatches_when_the_stream_pauses(make_batcher: MakeBatc
     assert fn.started[-1] - stopped < 1.0  # far sooner than max_wait_s: waiting could not fill it
 
 
+def test_traffic_peak_is_the_most_items_at_once_over_the_last_window_or_two() -> None:
+    traffic = _Traffic()
+    for now, count in [(100.1, 1), (100.2, 5), (100.3, 2), (101.5, 3)]:
+        traffic.note_count(now, count)
+    assert traffic.peak(101.6) == 5  # the previous window's peak still counts
+    assert traffic.peak(102.4) == 3  # it is gone two windows later; 3 is still held
+    traffic.note_count(102.5, 0)
+    assert traffic.peak(104.9) == 0
+
+
+def test_loaded_batcher_runs_as_soon_as_every_recent_item_is_back(make_batcher: MakeBatcher) -> None:
+    # Throughput mode with fewer clients than a batch: 3 items at most were in flight, so the fourth never
+    # comes; the batch goes when the 3 are back, not after the patience or the window.
+    fn = HeldFn()
+    batcher = make_batcher(fn, max_batch_size=4, max_wait_s=5.0)
+    load_up(batcher, fn, items=3, seconds=1.0)
+    started = time.monotonic()
+    futures = [batcher.submit(i, soon()) for i in (10, 11, 12)]
+    assert [f.result(timeout=2) for f in futures] == [20, 22, 24]
+    assert time.monotonic() - started < 0.2
+
+
 def test_traffic_load_average_rises_fast_and_falls_slowly() -> None:
     traffic = _Traffic()
     traffic.note_count(100.0, 10)
@@ -487,7 +509,7 @@ def test_traffic_load_average_rises_fast_and_falls_slowly() -> None:
 
 
 BUSY = {"now": 10.0, "waiting": 3, "opened_at": 10.0, "arrived_idle": False, "earliest_deadline": 12.0}
-LOADED = {**BUSY, "load": 6.0}
+LOADED = {**BUSY, "load": 6.0, "peak": 8}
 
 
 @pytest.mark.parametrize(
@@ -510,6 +532,8 @@ LOADED = {**BUSY, "load": 6.0}
             _Window(**{**LOADED, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-deadline"
         ),
         pytest.param(_Window(**{**LOADED, "load": 3.9}, gap_s=0.06, run_s_next=0.2), 0.0, id="under-half-is-light"),
+        pytest.param(_Window(**{**LOADED, "peak": 3}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-all-of-peak-here"),
+        pytest.param(_Window(**LOADED, gap_s=0.001, run_s_next=0.2), 0.05, id="loaded-patience-floor-quarter-run"),
     ],
 )
 def test_adaptive_window_waits_only_when_it_can_fill_the_batch_in_budget(window: _Window, expected: float) -> None:
