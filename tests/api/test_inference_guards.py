@@ -207,3 +207,29 @@ def test_inference_answers_top1_when_a_guard_raises(make_app, make_body, request
     assert set(response.get_json()) == {"esun_uuid", "server_uuid", "server_timestamp", "answer"}
     assert response.get_json()["answer"] == top1_answer(body["sentence_list"])
     assert request_paths() == ["error"]
+
+
+@pytest.mark.parametrize(("judge_timeout_s", "path"), [(1.0, "deadline"), (2.0, "model")])
+def test_inference_budget_follows_the_judge_timeout_setting(make_app, fake_corrector, config, make_body,
+                                                            request_paths, judge_timeout_s, path):
+    # The judge relaxed its timeout from 1 s to 2 s; a 1 s model answer is late for the first, in time for the second.
+    settings = dataclasses.replace(config, judge_timeout_s=judge_timeout_s, safety_margin_s=0.5)
+    client = make_app(config=settings, corrector=fake_corrector(delay_s=1.0)).test_client()
+    body = make_body()
+    started = time.monotonic()
+    answer = post(client, body)
+    assert time.monotonic() - started < judge_timeout_s
+    assert request_paths() == [path]
+    model_answer = fake_corrector.expected(NBest(tuple(body["sentence_list"])))
+    assert answer == (top1_answer(body["sentence_list"]) if path == "deadline" else model_answer)
+
+
+def test_inference_reads_a_body_that_starts_with_a_utf8_bom(client, make_body, request_paths):
+    import json
+
+    body = make_body()
+    response = client.post("/inference", data=b"\xef\xbb\xbf" + json.dumps(body).encode("utf-8"))
+    assert response.status_code == 200
+    assert response.get_json()["esun_uuid"] == body["esun_uuid"]
+    assert request_paths() == ["model"]
+

@@ -8,6 +8,7 @@ the JSON log says why each TOP1 was given.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -207,3 +208,29 @@ def test_inference_answers_every_question_when_worker_dies_mid_burst(
     assert_model_answers([client.post(question(i)) for i in range(100, 104)])
     assert app.extensions[EXTENSION_KEY].batcher.stats().restarts == 1
     assert client.ready() == (200, READY)
+
+
+def test_judge_retries_are_answered_at_once_while_the_first_attempt_is_still_waiting(
+    serve: Callable[..., Any], fault_corrector: FaultCorrector, fault_config: Config,
+    judge: Callable[[str], JudgeClient], json_log: Callable[[], list[dict[str, Any]]],
+) -> None:
+    # The judge gave up on attempt 1 (its clock, or the network) while the service still waits on a hung batch:
+    # retries 1 and 0 of that question must not queue behind it, and get TOP1 (nothing computed yet).
+    _, base = serve(fault_corrector)
+    client = judge(base)
+    fault_corrector.arm(Hang(HANG_S))
+    body = question(0)
+    first: list[Answer] = []
+    waiter = threading.Thread(target=lambda: first.append(client.post(body)))
+    waiter.start()
+    assert fault_corrector.hanging.wait(2)
+    retries = [client.post({**body, "retry": retry}) for retry in (1, 0)]
+    waiter.join(fault_config.judge_timeout_s + 1)
+
+    for retry in retries:
+        assert retry.status == 200 and retry.answer == top1_of(body)
+        assert retry.elapsed_s < 0.25
+    assert first[0].status == 200 and first[0].answer == top1_of(body)  # the first attempt itself: TOP1 at budget
+    paths = [line["path"] for line in json_log() if line.get("esun_uuid") == body["esun_uuid"] and "path" in line]
+    assert sorted(paths) == ["deadline", "retry_top1", "retry_top1"]
+    assert fault_corrector.calls == 1, "a retry reached the model"
