@@ -87,7 +87,7 @@ _PATIENCE_GAPS = 10.0
 # ... and at least this share of the batch's run time: the wait costs latency, not throughput, and a pause of a
 # few gaps is often only the scheduler (two cores shared with the request threads), not the stream's end.
 _PATIENCE_RUN_SHARE = 0.25
-# The fewest waiting items whose arrival times tell a rate (below: a short look, _PATIENCE_RUN_SHARE of a run).
+# The fewest waiting items whose arrival times tell a rate.
 _RATE_MIN_ITEMS = 3
 # The peak number of items in the batcher is taken over the last one to two windows of this length.
 _PEAK_WINDOW_S = 1.0
@@ -350,14 +350,14 @@ def _adaptive_wait_s(window: _Window, max_batch_size: int, max_wait_s: float) ->
     wins: an item that finds the batch function idle runs at once, and a busy stream waits one arrival gap only
     while that costs the waiting items less than the newcomer would lose by missing the batch. Under heavy load
     (at least _FULL_LOAD_SHARE of a batch in the batcher on average) throughput wins where a full batch is within
-    reach: while the waiting items arrived fast enough to fill the batch before the window closes, the window
-    holds, even for an item that found the function idle (it first looks for _PATIENCE_RUN_SHARE of a run, to see
-    whether a burst follows), until the batch is full or holds as many items as were recently in the batcher at
-    once (its peak: with fewer clients than a batch, no one else is coming), until the stream pauses
-    (_PATIENCE_GAPS gaps, at least _PATIENCE_RUN_SHARE of a run), or until the window must close. Full batches
-    cost the least per item, and where the batch function shares the CPU with the request threads (a CPU
-    server), a small batch run during an arrival burst slows both. A steady stream too slow to fill a batch in
-    the window (open-loop load) keeps the latency rules, so holding never just adds the window to every answer.
+    reach: the window holds, even for an item that found the function idle (under heavy load, the first of a
+    burst), until the batch is full or holds as many items as were recently in the batcher at once (its peak:
+    with fewer clients than a batch, no one else is coming), until the stream pauses (_PATIENCE_GAPS gaps, at
+    least _PATIENCE_RUN_SHARE of a run), or until the window must close. Full batches cost the least per item,
+    and where the batch function shares the CPU with the request threads (a CPU server), a small batch run during
+    an arrival burst slows both. But when the items that came during the last run arrived at a steady rate too
+    slow to fill the batch in the window (open-loop load), the latency rules apply: holding would only add the
+    window to every answer.
     """
     if window.waiting >= max_batch_size or window.gap_s is None:
         return 0.0
@@ -369,14 +369,13 @@ def _adaptive_wait_s(window: _Window, max_batch_size: int, max_wait_s: float) ->
         if window.waiting >= target:
             return 0.0  # every item recently in the batcher is here: waiting cannot fill the batch
         left_s = closes_at - window.now
-        probe_s = _PATIENCE_RUN_SHARE * window.run_s_next
-        if window.waiting < _RATE_MIN_ITEMS:
-            # Too few items to tell the arrival rate: look briefly (the start of a burst, or of a slow stream).
-            if (probe_left_s := window.opened_at + probe_s - window.now) > 0:
-                return min(probe_left_s, left_s)
-        elif window.waiting + (window.waiting - 1) / max(window.span_s, 1e-9) * left_s >= target:
-            # At the rate the waiting items came, the batch fills before the window closes: hold for it.
-            return min(max(_PATIENCE_GAPS * window.gap_s, probe_s), left_s)
+        # Items that came while a batch ran arrived at the stream's steady rate: hold only if that rate fills the
+        # batch before the window closes. An item that found the function idle under heavy load is most often the
+        # first of a burst (clients whose answers just went out), whose rate is not known yet: hold.
+        steady = not window.arrived_idle and window.waiting >= _RATE_MIN_ITEMS
+        rate = (window.waiting - 1) / max(window.span_s, 1e-9)
+        if not steady or window.waiting + rate * left_s >= target:
+            return min(max(_PATIENCE_GAPS * window.gap_s, _PATIENCE_RUN_SHARE * window.run_s_next), left_s)
     if window.arrived_idle:
         return 0.0
     # Waiting one gap delays each of the n waiting items by a gap; it spares the newcomer a whole run.
