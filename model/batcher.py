@@ -18,7 +18,7 @@ Contract (in the manner of Ray Serve's ``batching.py``):
   batch is held open only while a new request is expected (measured arrival gap) soon enough to be worth the
   wait. Under heavy load (on average at least half a batch in the batcher) the window holds for a full batch
   instead (or for as many as were recently in the batcher at once), until the stream pauses: full batches cost
-  the least per item.
+  the least per item; unless the items waiting came at a steady rate too slow to fill it in time (open loop).
   Either way no window stays open past ``max_wait_s`` after it opened nor past the oldest deadline minus the
   measured run time of such a batch, and when more than ``max_batch_size`` wait, the batch groups items of
   similar ``size_of`` around the oldest. With ``policy="fixed"`` a batch starts when ``max_batch_size`` items wait

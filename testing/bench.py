@@ -539,11 +539,11 @@ ABBA = (0, 1, 1, 0)
 def section_d(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, Any]:
     """Batch policy fixed vs adaptive, both servers up at once: latency by clients (the policies alternate at each
     point), then throughput at the most clients in `d_rounds` ABBA rounds, compared by median."""
-    default = Config().batch_policy
-    # The default policy's server is the batching-on one, shared with section b.
-    names = {policy: "batching-on" if policy == default else f"policy-{policy}" for policy in POLICIES}
-    running = {policy: servers.get(name, {} if name == "batching-on" else {"BATCH_POLICY": policy})
-               for policy, name in names.items()}
+    # Fresh servers for both policies: the batching-on server of b and c may still be busy with the overload's
+    # abandoned requests, which would handicap whichever policy it serves.
+    servers.release("batching-on")
+    names = {policy: f"policy-{policy}" for policy in POLICIES}
+    running = {policy: servers.get(name, {"BATCH_POLICY": policy}) for policy, name in names.items()}
     result: dict[str, Any] = {policy: [] for policy in POLICIES}
     for clients in plan.d_clients:
         for policy in POLICIES:
@@ -562,8 +562,7 @@ def section_d(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, A
     result["throughput_rounds"] = {"clients": most, "rounds": rounds, "median_rps": medians,
                                    "adaptive_over_fixed": None if ratio is None else round(ratio, 3)}
     for name in names.values():
-        if name != "batching-on":
-            servers.release(name)
+        servers.release(name)
     return result
 
 
