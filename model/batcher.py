@@ -809,13 +809,18 @@ class Batcher(Generic[T, R]):
 
 def _validate(max_batch_size: int, max_wait_s: float, max_in_flight: int, policy: str, stuck_after_s: float) -> None:
     """Reject settings the batcher cannot honour."""
+    _validate_limits(max_batch_size, max_wait_s, max_in_flight)
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if stuck_after_s <= 0:
+        raise ValueError(f"stuck_after_s must be > 0, got {stuck_after_s}")
+
+
+def _validate_limits(max_batch_size: int, max_wait_s: float, max_in_flight: int) -> None:
+    """Reject batch limits no batcher (threaded or process) can honour."""
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
     if max_wait_s < 0:
         raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    if stuck_after_s <= 0:
-        raise ValueError(f"stuck_after_s must be > 0, got {stuck_after_s}")

@@ -52,7 +52,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from queue import Empty
@@ -68,7 +68,9 @@ from model.batcher import (
     BatchFailed,
     DeadlineExceeded,
     Overloaded,
+    _settle,
     _Tally,  # the same counters as the threaded batcher
+    _validate_limits,
 )
 
 __all__ = ["ImportedModel", "ProcessBatcher", "run_guarded"]
@@ -503,18 +505,6 @@ class ProcessBatcher(Generic[T, R]):
             logger.exception("batcher hook failed")
 
 
-def _settle(future: Future[Any], *, result: Any = None, error: BaseException | None = None) -> bool:
-    """Resolve a future unless someone else already did; say whether this call resolved it."""
-    try:
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-    except InvalidStateError:
-        return False  # the collector, the monitor, close() or a cancelling waiter got there first
-    return True
-
-
 def _failed(message: str, cause: BaseException | None = None) -> BatchFailed:
     error = BatchFailed(message)
     error.__cause__ = cause
@@ -528,11 +518,6 @@ def _validate(model_class: type, worker_num: int, max_batch_size: int, max_wait_
         raise ValueError(f"model_class must be a ManagedModel subclass, got {model_class!r}")
     if worker_num < 1:
         raise ValueError(f"worker_num must be >= 1, got {worker_num}")
-    if max_batch_size < 1:
-        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-    if max_wait_s < 0:
-        raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
-    if max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    _validate_limits(max_batch_size, max_wait_s, max_in_flight)
     if late_grace_s < 0:
         raise ValueError(f"late_grace_s must be >= 0, got {late_grace_s}")
