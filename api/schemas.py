@@ -1,7 +1,7 @@
 """Request and response schemas of the HTTP API, and the functions that read and write them.
 
 The pydantic models here are both what the code validates with and what `/openapi.json` documents.
-What is accepted follows the judge's contract (`shared/spec/api-contract.md`) and the product rule: bad input
+What is accepted follows the judge's contract (`docs/contract.md`) and the product rule: bad input
 gets a clear 400 with a JSON error body, but anything readable gets a 200 answer, since a 400 scores zero for
 that question while TOP1 (`sentence_list[0]`, spaces removed) is always a valid answer.
 

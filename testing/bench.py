@@ -47,13 +47,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
+from testing import cli
 
-from config import Config
-from preprocess.text import NBest, han_only, strip_spaces
-from testing.bench_app import STATS_ROUTE
-from testing.samples import RESPONSE_KEYS, real_bodies
-from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
+with cli.dev_requirements("testing.bench"):
+    import requests
+
+    from config import Config
+    from preprocess.text import NBest, han_only, strip_spaces
+    from testing.bench_app import STATS_ROUTE
+    from testing.samples import RESPONSE_KEYS, real_bodies
+    from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
 JUDGE_TIMEOUT_S = 1.0
 # Clients wait longer than the judge, to see how late a late answer is.
@@ -927,4 +930,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main, "testing.bench")

@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from testing import cli
+
 # JMeter 2.13's CSV columns when the file has no header line (jmeter.properties defaults).
 _DEFAULT_CSV_COLUMNS = ("timeStamp", "elapsed", "label", "responseCode", "responseMessage", "threadName",
                         "dataType", "success", "bytes", "grpThreads", "allThreads", "Latency")
@@ -88,10 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m testing.jtl RESULTS.jtl", file=sys.stderr)
         return 2
-    samples = read_jtl(Path(args[0]))
+    path = Path(args[0])
+    if not path.is_file():
+        raise cli.ToolError(f"no results file at {path}")
+    samples = read_jtl(path)
     print(summary(samples))
     return 0 if samples and all(s.success for s in samples) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main, "testing.jtl")

@@ -19,18 +19,38 @@ from pathlib import Path
 from typing import Any
 
 from preprocess.phones import text_phones
+from testing import cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# CI and every developer have shared/ beside the checkout (shared/README.md).
-REAL_REQUESTS = REPO_ROOT.parent / "shared" / "samples" / "real_requests.jsonl"
+# Real competition n-best lists, no ground truth (testing/data/README.md).
+REAL_REQUESTS = REPO_ROOT / "testing" / "data" / "real_requests.jsonl"
 RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
 
 Body = dict[str, Any]
 
 
 def real_bodies(path: Path = REAL_REQUESTS) -> list[Body]:
-    """Read the real request bodies of the competition, one JSON object per line."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """Read the real request bodies of the competition, one JSON object per line; a ToolError says what is wrong."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise cli.ToolError(f"cannot read the request bodies in {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise cli.ToolError(f"{path} is not UTF-8 text: {exc.reason}") from None
+    bodies = [_body(path, number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    if not bodies:
+        raise cli.ToolError(f"{path} holds no request body")
+    return bodies
+
+
+def _body(path: Path, number: int, line: str) -> Body:
+    try:
+        body = json.loads(line)
+    except ValueError as exc:
+        raise cli.ToolError(f"{path}:{number}: not JSON ({exc})") from None
+    if not isinstance(body, dict) or not isinstance(body.get("sentence_list"), list) or not body["sentence_list"]:
+        raise cli.ToolError(f"{path}:{number}: not a request body (a JSON object with a sentence_list)")
+    return body
 
 
 def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Body]:
@@ -120,27 +140,31 @@ _VARIATIONS: list[Callable[[Body, random.Random], Body]] = [
 ]
 
 
-def write_csv(path: Path, n: int = 10, seed: int = 0) -> None:
+def write_csv(path: Path, n: int = 10, seed: int = 0, samples: Path = REAL_REQUESTS) -> None:
     """Write n bodies, one compact JSON object per line, for JMeter's CSV Data Set (tab-delimited, unquoted)."""
-    lines = [json.dumps(body, ensure_ascii=False, separators=(",", ":")) for body in request_bodies(n, seed)]
+    bodies = request_bodies(n, seed, samples)
+    lines = [json.dumps(body, ensure_ascii=False, separators=(",", ":")) for body in bodies]
     if any("\t" in line or "\n" in line for line in lines):
         raise ValueError("a body holds a tab or a newline: it would split in JMeter's CSV reader")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testing.samples", description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, help="write JMeter's request file here")
     parser.add_argument("-n", type=int, default=10, help="how many bodies (default 10)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS,
+                        help="the bodies to start from, one JSON object per line (default: the real samples)")
+    args = parser.parse_args(argv)
     if args.csv:
-        write_csv(args.csv, args.n, args.seed)
+        write_csv(args.csv, args.n, args.seed, args.samples)
         print(f"wrote {args.n} bodies to {args.csv}")
     else:
-        for body in request_bodies(args.n, args.seed):
+        for body in request_bodies(args.n, args.seed, args.samples):
             print(json.dumps(body, ensure_ascii=False))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main, "testing.samples")

@@ -45,11 +45,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import psutil
-import requests
+from testing import cli
 
-from testing.samples import check_answer, request_bodies, with_fresh_uuid
-from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
+with cli.dev_requirements("testing.soak"):
+    import psutil
+    import requests
+
+    from testing.samples import check_answer, request_bodies, with_fresh_uuid
+    from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
 JUDGE_TIMEOUT_S = 1.0
 # Clients wait longer than the judge, to see how late a late answer is.
@@ -476,4 +479,4 @@ def print_summary(report: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main, "testing.soak")

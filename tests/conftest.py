@@ -6,7 +6,6 @@ not the model, and need no weights. The served default is always the real correc
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -23,9 +22,7 @@ from api import create_app
 from api.state import EXTENSION_KEY
 from config import Config
 from preprocess.text import NBest, han_only
-
-# CI and every developer have shared/ beside the checkout (shared/README.md).
-REAL_REQUESTS = Path(__file__).resolve().parents[2] / "shared" / "samples" / "real_requests.jsonl"
+from testing.samples import real_bodies
 
 
 class FakeCorrector:
@@ -156,8 +153,8 @@ def http() -> Iterator[requests.Session]:
 
 @pytest.fixture
 def real_requests() -> list[dict[str, Any]]:
-    """The five real request bodies of the competition."""
-    return [json.loads(line) for line in REAL_REQUESTS.read_text(encoding="utf-8").splitlines() if line]
+    """The five real request bodies of the competition (testing/data/real_requests.jsonl)."""
+    return real_bodies()
 
 
 @pytest.fixture

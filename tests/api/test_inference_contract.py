@@ -1,4 +1,4 @@
-"""POST /inference against the judge's contract (shared/spec/api-contract.md), through the test client."""
+"""POST /inference against the judge's contract (docs/contract.md), through the test client."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def test_simulator_neighbouring_hypotheses_differ_in_few_places(simulator, corpu
     for s in sents:
         hyps = [h.replace(" ", "") for h in simulator.simulate(s, rng).sentences]
         gaps += [Levenshtein.distance(a, b) for a, b in zip(hyps, hyps[1:], strict=False)]
-    # in shared/samples/real_requests.jsonl 64 % of neighbouring pairs differ in at most two characters
+    # in testing/data/real_requests.jsonl 64 % of neighbouring pairs differ in at most two characters
     assert sum(g <= 2 for g in gaps) / len(gaps) >= 0.6
     assert sorted(gaps)[len(gaps) // 2] <= 2
 

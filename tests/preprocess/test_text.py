@@ -23,7 +23,7 @@ def test_han_only_drops_punctuation_and_digits():
 
 
 def test_text_phones_spells_the_judges_notation():
-    # from shared/spec/phonemes.md: 見 = ts6 j A: n4, 成 = ttss_h ax N2, 是 = ss4, 的 = t ax5
+    # from docs/contract.md (the phone notation): 見 = ts6 j A: n4, 成 = ttss_h ax N2, 是 = ss4, 的 = t ax5
     assert text_phones("見 成 是 的") == "ts6 j A: n4 ttss_h ax N2 ss4 t ax5"
 
 

@@ -1,0 +1,48 @@
+"""The client tools' entry points: a problem the user can fix is one line on stderr, never a traceback.
+
+Imports only the standard library, and little of it: `concurrent_requests` imports this before grequests,
+which must monkey-patch the standard library before anything else loads it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+# The install step that puts the tools' Python packages (requirements-dev.txt) into .venv.
+INSTALL_STEP = "make install-dev"
+
+
+class ToolError(Exception):
+    """A problem the user can fix (a missing file, a bad input); its message is one line."""
+
+
+def missing_module_line(prog: str, module: str | None) -> str:
+    """Say which package is missing and which install step brings it."""
+    return (f"{prog}: the Python package {module!r} is not installed: run `{INSTALL_STEP}`, then "
+            f"`.venv/bin/python -m {prog}`")
+
+
+@contextmanager
+def dev_requirements(prog: str) -> Iterator[None]:
+    """Exit with one line naming the install step when a module imported in the block is missing."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        print(missing_module_line(prog, exc.name), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run(main: Callable[[], int], prog: str) -> NoReturn:
+    """Exit with main's status; a ToolError or a missing module becomes one line on stderr and status 2."""
+    try:
+        code = main()
+    except ToolError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        code = 2
+    except ModuleNotFoundError as exc:
+        print(missing_module_line(prog, exc.name), file=sys.stderr)
+        code = 2
+    sys.exit(code)
