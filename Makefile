@@ -23,7 +23,7 @@ install-dev: $(VENV)/.installed-dev
 
 ## Serve the shipped corrector with gunicorn (one process, gthread) on $(PORT).
 run: install
-	PORT=$(PORT) $(VENV)/bin/gunicorn -c api/gunicorn_conf.py "api:create_app()"
+	@PORT=$(PORT) $(VENV)/bin/gunicorn -c api/gunicorn_conf.py "api:create_app()"
 
 ## System tools the tests start: JMeter and newman (client tests), redis-server and nginx (deployment test).
 tools:

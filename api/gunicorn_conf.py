@@ -20,9 +20,15 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from config import Config  # noqa: E402
+from config import Config, ConfigError  # noqa: E402
 
-_config = Config.from_env()
+try:
+    _config = Config.from_env()
+except ConfigError as exc:
+    # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
+    # SystemExit through: one line naming the setting, as `python -m api` prints, and a non-zero status.
+    print(f"config error: {exc}", file=sys.stderr)
+    sys.exit(2)
 
 bind = f"{_config.host}:{_config.port}"
 workers = 1

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +112,26 @@ def test_gunicorn_conf_serves_one_gthread_worker_on_port(monkeypatch):
     assert settings["threads"] >= 2 * 32
     assert settings["graceful_timeout"] > 0
     assert settings["preload_app"] is False
+
+
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+
+
+@pytest.mark.parametrize("command", [
+    [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", "api:create_app()"],  # make run
+    [sys.executable, "-m", "api"],
+], ids=["gunicorn", "python-m-api"])
+@pytest.mark.parametrize(("env", "message"), [
+    ({"MAX_BATCH_SIZE": "0"}, "max_batch_size must be >= 1, got 0"),
+    ({"JUDGE_TIMEOUT_S": "soon"}, "judge_timeout_s must be a number, got 'soon'"),
+])
+def test_server_start_says_a_bad_setting_in_one_line_and_exits_nonzero(command, env, message):
+    """Regression: under gunicorn a bad setting printed 26 lines of traceback under "Failed to read config file"."""
+    run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", **env}, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr == f"config error: {message}\n"
+    assert run.stdout == ""
 
 
 def test_app_warns_when_captain_email_is_missing(make_app, config, caplog):
