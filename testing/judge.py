@@ -1,0 +1,243 @@
+"""Put labelled questions to a running service as the judge does: `python -m testing.judge --data FILE --url URL`.
+
+What the judge does (the API contract, "Time limit and retries"), and so what this does:
+
+- each question is POSTed to `URL/inference` with `esun_uuid`, `esun_timestamp` (reset on every attempt),
+  `sentence_list`, `phoneme_sequence_list` and `retry` 2;
+- an attempt fails when it times out (`timeout_s`, requests' timeout as the judge's sender uses it: for the
+  connection and for each wait on the socket), cannot connect, or gets a non-200; the question is then
+  re-sent at once, no back-off, with `retry` 1, then 0: at most 3 attempts, the earliest valid 200 counts;
+- a 200 whose body is not a JSON object with exactly `esun_uuid` (the one sent), `server_uuid`,
+  `server_timestamp` and `answer` (a string), or is longer than the sender's 10,240 characters, is malformed.
+  The judge stores such an answer as a failure and does not re-send it (contract, "Response"), so neither does
+  this unless `retry_malformed` is set;
+- a fixed number of questions is outstanding: `concurrency` threads, each with its own `requests.Session`,
+  each taking the next question once its current one is settled.
+
+A question with no valid answer has `answer` None; the judge scores it as an empty answer (`JudgedAnswer.scored`).
+`esun_uuid` is sha256 of a salt and the id: the same on every attempt of a question, and new on every run
+(the salt is random unless given), because the service keeps answers by `esun_uuid` for an hour and a
+second run would otherwise be answered from that cache. Scoring (CER) is left to the caller
+(`model.evaluate --data FILE --url URL`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import requests
+
+from preprocess.labelled import Labelled, LabelledFormatError, read_labelled
+
+Outcome = Literal["answered", "late", "non_200", "connection_error", "malformed"]
+RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
+MAX_RESPONSE_CHARS = 10_240  # the judge's sender truncates longer bodies, which then fail to parse
+RETRIES = (2, 1, 0)
+
+
+@dataclass(frozen=True)
+class JudgedAnswer:
+    """One question as the judge saw it: the counted answer (None: none valid) and each attempt's outcome."""
+
+    id: str
+    esun_uuid: str
+    answer: str | None
+    outcomes: tuple[Outcome, ...]
+    latency_s: float | None  # of the counted attempt
+
+    @property
+    def attempts(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def scored(self) -> str:
+        """Return what the judge scores: the answer, or nothing when there was none."""
+        return self.answer if self.answer is not None else ""
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Nearest-rank percentiles of the counted attempts' latencies, in seconds (None: no answer at all)."""
+
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+    max_s: float | None
+
+
+@dataclass(frozen=True)
+class JudgeRun:
+    """A whole run: answers in input order, failed attempts by kind, and the latency of the counted answers."""
+
+    answers: list[JudgedAnswer]
+    late: int
+    non_200: int
+    connection_errors: int
+    malformed: int
+    unanswered: int
+    latency: Latency
+    wall_s: float
+
+    def summary(self) -> dict[str, Any]:
+        """Return the counts and latencies (not the answers) as a JSON-ready dict."""
+        return {"questions": len(self.answers), "unanswered": self.unanswered, "late": self.late,
+                "non_200": self.non_200, "connection_errors": self.connection_errors, "malformed": self.malformed,
+                "attempts": sum(a.attempts for a in self.answers), "latency_s": vars(self.latency),
+                "wall_s": round(self.wall_s, 3)}
+
+
+def esun_uuid_of(item_id: str, salt: str) -> str:
+    """Derive a question's esun_uuid from its id: 64 hex characters, as in the judge's examples."""
+    return hashlib.sha256(f"{salt}:{item_id}".encode()).hexdigest()
+
+
+def valid_answer(text: str, esun_uuid: str) -> str | None:
+    """Return the answer of a 200's body when the judge can read it, else None."""
+    if len(text) > MAX_RESPONSE_CHARS:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or set(data) != RESPONSE_KEYS or data["esun_uuid"] != esun_uuid:
+        return None
+    stamp = data["server_timestamp"]
+    if not isinstance(data["server_uuid"], str) or isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return None
+    return data["answer"] if isinstance(data["answer"], str) else None
+
+
+class _Sessions:
+    """One requests.Session per thread, all closed at the end."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._all: list[requests.Session] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            session.trust_env = False  # aim at the URL given, never through a proxy from the environment
+            with self._lock:
+                self._all.append(session)
+        return session
+
+    def close(self) -> None:
+        with self._lock:
+            for session in self._all:
+                session.close()
+
+
+def _attempt(session: requests.Session, url: str, item: Labelled, esun_uuid: str, retry: int,
+             timeout_s: float) -> tuple[Outcome, str | None, float]:
+    body = {"esun_uuid": esun_uuid, "esun_timestamp": int(time.time()), "sentence_list": list(item.nbest.sentences),
+            "phoneme_sequence_list": list(item.nbest.phonemes), "retry": retry}
+    started = time.perf_counter()
+    try:
+        response = session.post(url, json=body, timeout=timeout_s)
+        content = response.content
+    except requests.Timeout:
+        return "late", None, time.perf_counter() - started
+    except requests.RequestException:  # refused, reset, broken transfer: the judge's "connection error"
+        return "connection_error", None, time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        return "non_200", None, elapsed
+    try:
+        answer = valid_answer(content.decode("utf-8"), esun_uuid)
+    except UnicodeDecodeError:
+        answer = None
+    return ("answered" if answer is not None else "malformed"), answer, elapsed
+
+
+def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, timeout_s: float,
+        retry_malformed: bool = False) -> JudgedAnswer:
+    """Put one question with the judge's retries; return the earliest valid answer."""
+    outcomes: list[Outcome] = []
+    for retry in RETRIES:
+        outcome, answer, elapsed = _attempt(session, url, item, esun_uuid, retry, timeout_s)
+        outcomes.append(outcome)
+        if outcome == "answered":
+            return JudgedAnswer(item.id, esun_uuid, answer, tuple(outcomes), elapsed)
+        if outcome == "malformed" and not retry_malformed:
+            break
+    return JudgedAnswer(item.id, esun_uuid, None, tuple(outcomes), None)
+
+
+def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: int = 10,
+          uuid_salt: str | None = None, retry_malformed: bool = False) -> JudgeRun:
+    """Put every item to the service at `url` as the judge does; return the answers in input order."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"url must start with http:// or https://, got {url!r}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    endpoint = url.rstrip("/") + "/inference"
+    salt = uuid_salt if uuid_salt is not None else secrets.token_hex(8)
+    sessions = _Sessions()
+    started = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge") as pool:
+            answers = list(pool.map(
+                lambda item: ask(sessions.get(), endpoint, item, esun_uuid_of(item.id, salt), timeout_s,
+                                 retry_malformed),
+                items))
+    finally:
+        sessions.close()
+    return summarise(answers, time.perf_counter() - started)
+
+
+def summarise(answers: list[JudgedAnswer], wall_s: float) -> JudgeRun:
+    """Count failed attempts by kind and take the latency percentiles of the counted answers."""
+    outcomes = [o for a in answers for o in a.outcomes]
+    latencies = sorted(a.latency_s for a in answers if a.latency_s is not None)
+    return JudgeRun(
+        answers=answers,
+        late=outcomes.count("late"),
+        non_200=outcomes.count("non_200"),
+        connection_errors=outcomes.count("connection_error"),
+        malformed=outcomes.count("malformed"),
+        unanswered=sum(a.answer is None for a in answers),
+        latency=Latency(*(_nearest_rank(latencies, q) for q in (50, 90, 99, 100))),
+        wall_s=wall_s,
+    )
+
+
+def _nearest_rank(ordered: list[float], q: float) -> float | None:
+    # nearest rank: a percentile is a latency some answer really had
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the judge over a labelled file and print the counts and latencies as JSON."""
+    ap = argparse.ArgumentParser(description="Put labelled questions to a running service as the judge does.")
+    ap.add_argument("--data", type=Path, required=True, help="labelled file: the official JSON list, or JSONL")
+    ap.add_argument("--url", default="http://127.0.0.1:8080")
+    ap.add_argument("--timeout", type=float, default=1.0, help="the judge's HTTP timeout in seconds")
+    ap.add_argument("--concurrency", type=int, default=10, help="questions outstanding at once")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N questions (0 = all)")
+    args = ap.parse_args(argv)
+    try:
+        items = read_labelled(args.data)
+    except (LabelledFormatError, OSError) as e:
+        ap.exit(2, f"{e}\n")
+    run = judge(args.url, items[: args.limit or None], args.timeout, args.concurrency)
+    print(json.dumps(run.summary(), indent=1))
+    return 0 if run.unanswered == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
