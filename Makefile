@@ -25,7 +25,8 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	@PORT=$(PORT) $(VENV)/bin/gunicorn -c api/gunicorn_conf.py "api:create_app()"
 
-## System tools the tests start: JMeter and newman (client tests), redis-server and nginx (deployment test).
+## System tools the tests start: JMeter and newman (client tests), chromium (docs pages), redis-server and nginx
+## (deployment test).
 tools:
 	bash testing/install_tools.sh
 	bash deploy/install_tools.sh

@@ -2,7 +2,8 @@
 # Install the tools the client tests (tests/clients/) need; idempotent: what is already there is skipped.
 #   - JMeter 2.13 from Debian (`jmeter` + its HTTP sampler, `jmeter-http`), a JDK to build the XStream fix that
 #     lets Debian's JMeter 2.13 load plans at all (testing/jmeter/xstream/), and that fix;
-#   - newman, pinned in testing/postman/package.json(+ lock), installed in testing/postman/node_modules.
+#   - newman, pinned in testing/postman/package.json(+ lock), installed in testing/postman/node_modules;
+#   - Debian's chromium, headless, for the test that renders /docs (tests/api/test_docs_pages.py).
 # Run from anywhere: `bash testing/install_tools.sh` (`make test` runs it first). Needs root (or sudo) for apt.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -43,4 +44,11 @@ if [ -x "$newman_bin" ] && [ postman/node_modules/.package-lock.json -nt postman
 else
     echo "install_tools: installing newman into testing/postman/node_modules"
     (cd postman && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# Chromium, to render the API docs pages as a browser does.
+if command -v chromium >/dev/null 2>&1; then
+    echo "install_tools: chromium already installed ($(chromium --version 2>/dev/null || echo '?'))"
+else
+    apt_install chromium
 fi
