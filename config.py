@@ -18,13 +18,15 @@ from typing import Any, get_type_hints
 
 REPO_ROOT = Path(__file__).resolve().parent
 DEFAULT_WEIGHTS_DIR = REPO_ROOT / "model" / "weights"
+DEFAULT_LM_PATH = REPO_ROOT / "model" / "lm" / "zh_CN.lm"
 
 BATCH_POLICIES = ("adaptive", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
+STAGES = ("full", "lm", "net")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
 # Choice settings are matched case-insensitively: LOG_LEVEL=info and DEVICE=CPU both work.
-_CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower}
+_CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower, "stage": str.lower}
 
 
 class ConfigError(ValueError):
@@ -67,6 +69,10 @@ class Config:
     # torch's intra-op CPU threads; 0 keeps torch's default (one per core).
     torch_threads: int = 0
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
+    # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
+    # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).
+    lm_path: Path = field(default=DEFAULT_LM_PATH)
+    stage: str = "full"
     # server_uuid = sha256(captain_email + str(int(utc_now)) + server_uuid_salt), as the organiser's template.
     captain_email: str = ""
     server_uuid_salt: str = ""
@@ -147,6 +153,9 @@ def _validate(c: Config) -> None:
         _positive(c, name)
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
+    _one_of(c, "stage", STAGES)
+    if c.stage != "net" and not c.lm_path.is_file():
+        raise ConfigError(f"lm_path must name an existing KenLM file, got {str(c.lm_path)!r}")
     _one_of(c, "log_level", LOG_LEVELS)
     if c.budget_s <= 0:
         raise ConfigError(

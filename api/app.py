@@ -101,7 +101,9 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Batc
     return ProcessBatcher(
         ImportedModel,
         model_init_kwargs={"target": target, "env": env,
-                           "kwargs": {"weights_dir": config.weights_dir, "device": config.device}},
+                           "kwargs": {"weights_dir": config.weights_dir, "device": config.device,
+                                      "lm_path": config.lm_path if config.stage != "net" else None,
+                                      "stage": config.stage}},
         worker_num=config.batcher_workers,
         cuda_devices=devices or None,
         max_batch_size=config.max_batch_size,
@@ -122,7 +124,8 @@ def _load_corrector(config: Config) -> CorrectorLike:
     # Imported here so that tests with fake correctors never import torch.
     from model.corrector import Corrector
 
-    corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.torch_threads)
+    corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.torch_threads,
+                          lm_path=config.lm_path if config.stage != "net" else None, stage=config.stage)
     corrector.setup()
     return corrector
 

@@ -19,7 +19,9 @@ import torch
 from safetensors.torch import load_file
 
 from model.features import Example, Featurizer, Vocab, collate
+from model.lm import DEFAULT_LM_PATH, LanguageModel
 from model.network import CorrectorNet, NetConfig
+from model.rerank import Reranker, RerankWeights
 from preprocess.text import NBest, top1_answer
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -74,12 +76,16 @@ def length_groups(lengths: list[tuple[int, int]], max_waste: float = 0.25, min_g
 class Corrector:
     """Correct batches of n-best lists with the shipped network."""
 
-    def __init__(self, weights_dir: Path | None = None, device: str = "auto", threads: int = 0) -> None:
+    def __init__(self, weights_dir: Path | None = None, device: str = "auto", threads: int = 0,
+                 lm_path: Path | None = DEFAULT_LM_PATH, stage: str = "full") -> None:
         self.weights_dir = Path(weights_dir or WEIGHTS_DIR)
         self.device_name = device
         self.threads = threads
+        self.lm_path = lm_path
+        self.stage = stage  # "full" (network + LM), "lm" (LM over the n-best), "net" (the network alone)
         self.ready = False
         self.meta: dict = {}
+        self.lm: LanguageModel | None = None
 
     def setup(self) -> None:
         """Load vocabulary, configuration and weights, then run a warm-up batch."""
@@ -96,9 +102,21 @@ class Corrector:
         net.eval()
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         self.net = net.to(self.device, self.dtype)
+        if self.lm_path is not None:
+            self.lm = LanguageModel(Path(self.lm_path))
+        self.reranker = self._reranker()
         warm = NBest(("喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去", "喂 您好 密碼 我 要 進去"))
         self.predict_batch([warm] * 4)
         self.ready = True
+
+    def _reranker(self) -> Reranker | None:
+        """The second stage the weights' config describes for `stage`, or None for the network alone."""
+        fitted = self.meta.get("rerank", {}).get(self.stage)
+        if self.stage == "net" or fitted is None:
+            return None
+        if self.lm is None:
+            raise ValueError(f"stage {self.stage!r} needs the language model, but no LM_PATH was given")
+        return Reranker(self.lm, RerankWeights.from_dict(fitted["weights"]))
 
     def batch(self, items: list[NBest]) -> Batch:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
@@ -130,9 +148,14 @@ class Corrector:
         """Turn probabilities back into one answer per item, in order."""
         answers: list[str] = []
         for i, (item, example) in enumerate(zip(items, batch.examples, strict=True)):
-            answer = choose(example, probs[i], self.threshold) if example is not None else ""
+            answer = self._answer(example, probs.get(i)) if example is not None else ""
             answers.append(answer or top1_answer(item.sentences))
         return answers
+
+    def _answer(self, example: Example, probs: np.ndarray) -> str:
+        if self.reranker is None:
+            return choose(example, probs, self.threshold)
+        return self.reranker.choose(example, probs if self.stage == "full" else None)
 
     def predict_batch(self, items: list[NBest]) -> list[str]:
         """Correct a list of n-best lists: batch → predict → unbatch."""

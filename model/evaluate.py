@@ -1,110 +1,223 @@
-"""Evaluate the shipped corrector: `python -m model.evaluate [--json] [--write]`.
+"""Score the corrector on labelled n-best lists: `python -m model.evaluate [--data FILE] [--url URL]`.
 
-Two evaluation sets, both simulated with fixed seeds:
-- `test`: the news test split (documents never trained on), default recogniser;
-- `reviews`: product-review text (never trained on), the REVIEWS recogniser with other error rates
-  and another mix of errors.
-For each: TOP1 CER, model CER, n-best oracle CER, relative reduction, sentences made better / worse,
-sentences whose TOP1 was right and got changed, and the corrector's time per batch of 64 and of 1.
-`--write` stores the figures in the weights' config.json so `GET /` can show them.
+Evaluation sets (3,000 lists each by default, seeded; none of them is what the second stage was fitted on):
+- `test`: the news test split (documents never trained on), our default simulated recogniser;
+- `reviews`: product-review text (never trained on), the REVIEWS recogniser with other error rates and mix;
+- `decoded`: the news test split decoded by `preprocess.decode_sim` — lattices of sound-alike characters
+  decoded under a character bigram of the review text, so errors are fluent as a real recogniser's are;
+- any labelled file given with `--data` (the competition's JSON list or JSONL of the same objects).
+
+Per set: TOP1 CER, answer CER, n-best oracle CER, the share of the TOP1 → oracle gap closed, sentences made
+better / worse, right TOP1s changed. Answers come from the corrector in this process (`--stage` picks the
+network alone, LM rescoring alone or both; `--stage all` prints the ablation table) or, with `--url`, from a
+running service over HTTP as the judge asks (retries, timeout, late and non-200 answers counted).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
+import resource
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
 from model.corrector import WEIGHTS_DIR, Corrector, timed
-from preprocess.simulate import DEFAULT, REVIEWS, SimConfig, load_simulator
-from preprocess.text import strip_spaces
+from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
+from preprocess.text import NBest, han_only, strip_spaces
 
-SETS: dict[str, tuple[str, SimConfig, int]] = {"test": ("test", DEFAULT, 11), "reviews": ("reviews", REVIEWS, 12)}
+STAGES = ("net", "lm", "full")
+SIM_SETS = ("test", "reviews", "decoded")
 
 
-def eval_set(corrector: Corrector, corpus: Path, name: str, limit: int) -> dict:
-    """Simulate one evaluation set and score the corrector on it."""
-    split, sim_cfg, seed = SETS[name]
-    sim = load_simulator(corpus, sim_cfg)
+@dataclass(frozen=True)
+class LabelledSet:
+    name: str
+    nbests: list[NBest]
+    truths: list[str]
+
+
+@dataclass(frozen=True)
+class SetScore:
+    """What a user's score is made of, on one set."""
+
+    sentences: int
+    top1_cer: float
+    answer_cer: float
+    oracle_cer: float
+    gap_closed: float  # (TOP1 errors - answer errors) / (TOP1 errors - oracle errors)
+    made_better: int
+    made_worse: int
+    made_worse_share: float
+    top1_right: int
+    top1_right_changed: int
+    top1_right_changed_share: float
+
+
+def cer_score(nbests: list[NBest], truths: list[str], answers: list[str]) -> SetScore:
+    """Score answers against truths, beside TOP1 and the n-best oracle (characters as the judge counts)."""
+    total = max(1, sum(map(len, truths)))
+    top1_e = ans_e = oracle_e = better = worse = right = right_changed = 0
+    for nb, ans, ref in zip(nbests, answers, truths, strict=True):
+        hyps = [han_only(h) or strip_spaces(h) for h in nb.sentences] or [""]
+        t1 = Levenshtein.distance(hyps[0], ref)
+        a = Levenshtein.distance(ans, ref)
+        top1_e += t1
+        ans_e += a
+        oracle_e += min(Levenshtein.distance(h, ref) for h in hyps)
+        better += a < t1
+        worse += a > t1
+        right += t1 == 0
+        right_changed += t1 == 0 and ans != hyps[0]
+    n = max(1, len(truths))
+    return SetScore(len(truths), top1_e / total, ans_e / total, oracle_e / total,
+                    (top1_e - ans_e) / max(1, top1_e - oracle_e), better, worse, worse / n, right, right_changed,
+                    right_changed / max(1, right))
+
+
+def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
+    """Build one of the simulated evaluation sets, seeded."""
+    if name == "decoded":
+        from preprocess.decode_sim import DecodeConfig, DecodingSimulator
+
+        sim = DecodingSimulator.from_corpus(corpus, DecodeConfig())
+        split, seed = "test", 13
+    else:
+        sim = load_simulator(corpus, DEFAULT if name == "test" else REVIEWS)
+        split, seed = ("test", 11) if name == "test" else ("reviews", 12)
     rng = random.Random(seed)
     sents = [s for s in (corpus / f"{split}.txt").read_text(encoding="utf-8").split("\n") if s][:limit]
-    truths = [strip_spaces(s) for s in sents]
-    nbests = [sim.simulate(s, rng, phones=True) for s in sents]
+    if hasattr(sim, "utter"):  # what was said: sometimes with a spoken filler the truth keeps
+        sents = [sim.utter(s, rng) for s in sents]
+    return LabelledSet(name, [sim.simulate(s, rng, phones=True) for s in sents], [strip_spaces(s) for s in sents])
+
+
+def file_set(path: Path, limit: int) -> LabelledSet:
+    """Read a labelled file (the competition's format) as an evaluation set."""
+    from preprocess.labelled import read_labelled
+
+    items = read_labelled(path)[: limit or None]
+    return LabelledSet(path.name, [it.nbest for it in items], [it.truth for it in items])
+
+
+def local_answers(corrector: Corrector, nbests: list[NBest]) -> list[str]:
+    """Answer every list with the corrector in this process, in batches of 64."""
     answers: list[str] = []
     for i in range(0, len(nbests), 64):
         answers += corrector.predict_batch(nbests[i : i + 64])
-    total = sum(map(len, truths))
-    top1_e = model_e = oracle_e = better = worse = right_changed = top1_right = 0
-    for nb, ans, ref in zip(nbests, answers, truths, strict=True):
-        hyps = [strip_spaces(h) for h in nb.sentences]
-        t1 = Levenshtein.distance(hyps[0], ref)
-        m = Levenshtein.distance(ans, ref)
-        top1_e += t1
-        model_e += m
-        oracle_e += min(Levenshtein.distance(h, ref) for h in hyps)
-        better += m < t1
-        worse += m > t1
-        top1_right += t1 == 0
-        right_changed += t1 == 0 and ans != hyps[0]
-    n = len(sents)
-    batch64 = nbests[:64]
-    return {
-        "sentences": n,
-        "top1_cer": top1_e / total,
-        "model_cer": model_e / total,
-        "oracle_cer": oracle_e / total,
-        "relative_reduction": (top1_e - model_e) / max(top1_e, 1),
-        "made_better": better,
-        "made_worse": worse,
-        "made_worse_share": worse / n,
-        "top1_right": top1_right,
-        "top1_right_changed": right_changed,
-        "top1_right_changed_share": right_changed / max(top1_right, 1),
-        "ms_per_batch_64": 1000 * timed(corrector.predict_batch, batch64),
-        "ms_per_batch_1": 1000 * timed(corrector.predict_batch, batch64[:1], repeat=20),
-    }
+    return answers
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Evaluate the corrector on both evaluation sets.")
+def remote_answers(url: str, data: LabelledSet, timeout_s: float, concurrency: int) -> tuple[list[str], dict]:
+    """Ask a running service as the judge does; a question with no valid answer scores as empty."""
+    from preprocess.labelled import Labelled
+    from testing.judge import judge
+
+    items = [Labelled(f"{data.name}-{i}", t, nb) for i, (nb, t) in enumerate(zip(data.nbests, data.truths,
+                                                                                     strict=True))]
+    run = judge(url, items, timeout_s=timeout_s, concurrency=concurrency)
+    answers = [a.answer or "" for a in run.answers]
+    return answers, run.summary()
+
+
+def timings(corrector: Corrector, nbests: list[NBest]) -> dict:
+    """Median time of a batch of 64 and of 1, and the process's peak memory."""
+    return {"ms_per_batch_64": 1000 * timed(corrector.predict_batch, nbests[:64]),
+            "ms_per_batch_1": 1000 * timed(corrector.predict_batch, nbests[:1], repeat=20),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+ROWS = [("sentences", "{:d}"), ("top1_cer", "{:.2%}"), ("answer_cer", "{:.2%}"), ("oracle_cer", "{:.2%}"),
+        ("gap_closed", "{:.1%}"), ("made_better", "{:d}"), ("made_worse", "{:d}"), ("made_worse_share", "{:.2%}"),
+        ("top1_right", "{:d}"), ("top1_right_changed", "{:d}"), ("top1_right_changed_share", "{:.2%}")]
+
+
+def table(results: dict[str, dict], rows: list[tuple[str, str]] = ROWS) -> str:
+    """Render {set: {metric: value}} as a markdown table, one column per set."""
+    names = list(results)
+    lines = [f"| metric | {' | '.join(names)} |", "|---|" + "---|" * len(names)]
+    for key, fmt in rows:
+        cells = [fmt.format(results[s][key]) if key in results[s] else "" for s in names]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def evaluate(sets: list[LabelledSet], answer: Callable[[LabelledSet], tuple[list[str], dict]]) -> dict[str, dict]:
+    """Answer and score each set; extra figures from `answer` (timings, HTTP counts) join its column."""
+    results = {}
+    for data in sets:
+        answers, extra = answer(data)
+        results[data.name] = asdict(cer_score(data.nbests, data.truths, answers)) | extra
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Score the corrector on labelled n-best lists.")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
     ap.add_argument("--weights", type=Path, default=WEIGHTS_DIR)
-    ap.add_argument("--limit", type=int, default=3000, help="sentences per set")
+    ap.add_argument("--data", type=Path, action="append", default=[], help="labelled file(s) to score")
+    ap.add_argument("--sets", default=None, help=f"simulated sets, comma-separated (default {','.join(SIM_SETS)};"
+                    " none when --data is given)")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="lists per set (default: 3,000 per simulated set, all of a --data file)")
+    ap.add_argument("--stage", choices=(*STAGES, "all"), default="full", help="all: the ablation table")
+    ap.add_argument("--url", help="score a running service over HTTP instead, e.g. http://127.0.0.1:8080")
+    ap.add_argument("--timeout-s", type=float, default=1.0, help="with --url: the judge's timeout")
+    ap.add_argument("--concurrency", type=int, default=10, help="with --url: questions outstanding")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     ap.add_argument("--write", action="store_true", help="store the figures in the weights' config.json")
-    args = ap.parse_args()
-    if not (args.corpus / "test.txt").exists():
+    args = ap.parse_args(argv)
+    names = [s for s in (args.sets if args.sets is not None else ("" if args.data else ",".join(SIM_SETS)))
+             .split(",") if s]
+    if names and not (args.corpus / "test.txt").exists():
         from preprocess.corpus import build, write
 
         write(build(), args.corpus)
-    corrector = Corrector(args.weights, device=args.device)
-    corrector.setup()
-    results = {name: eval_set(corrector, args.corpus, name, args.limit) for name in SETS}
-    results["machine"] = f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores"
-    if args.write:
+    try:
+        sets = [simulated_set(args.corpus, n, args.limit or 3000) for n in names]
+        sets += [file_set(p, args.limit or 0) for p in args.data]
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.url:
+        results = {"http": evaluate(sets, lambda d: remote_answers(args.url, d, args.timeout_s, args.concurrency))}
+    else:
+        results = {}
+        for stage in STAGES if args.stage == "all" else (args.stage,):
+            corrector = Corrector(args.weights, device=args.device, stage=stage)
+            corrector.setup()
+            results[stage] = evaluate(sets, lambda d, c=corrector: (local_answers(c, d.nbests),
+                                                                    timings(c, d.nbests)))
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    if args.write and not args.url:
         cfg_path = args.weights / "config.json"
         meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-        meta["evaluation"] = results
+        meta["evaluation"] = results.get("full", next(iter(results.values()))) | {"machine": machine}
         cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
     if args.json:
-        print(json.dumps(results, indent=1))
-        return
-    rows = [
-        ("sentences", "{:d}"), ("top1_cer", "{:.2%}"), ("model_cer", "{:.2%}"), ("oracle_cer", "{:.2%}"),
-        ("relative_reduction", "{:.1%}"), ("made_better", "{:d}"), ("made_worse", "{:d}"),
-        ("made_worse_share", "{:.2%}"), ("top1_right", "{:d}"), ("top1_right_changed", "{:d}"),
-        ("top1_right_changed_share", "{:.2%}"), ("ms_per_batch_64", "{:.1f}"), ("ms_per_batch_1", "{:.1f}"),
-    ]  # fmt: skip
-    print(f"| metric | {' | '.join(SETS)} |\n|---|" + "---|" * len(SETS))
-    for key, fmt in rows:
-        print(f"| {key} | " + " | ".join(fmt.format(results[s][key]) for s in SETS) + " |")
-    print(f"machine: {results['machine']}")
+        print(json.dumps(results | {"machine": machine}, indent=1))
+        return 0
+    extra = [("ms_per_batch_64", "{:.1f}"), ("ms_per_batch_1", "{:.1f}"), ("peak_rss_mib", "{:.0f}"),
+             ("late", "{:d}"), ("non_200", "{:d}"), ("connection_errors", "{:d}"), ("p50_ms", "{:.1f}"),
+             ("p99_ms", "{:.1f}")]
+    for stage, by_set in results.items():
+        print(f"\n## {stage}\n\n{table(by_set, ROWS + extra)}")
+    if len(results) > 1:
+        print("\n## ablation: answer CER (gap closed)\n")
+        print("| set | " + " | ".join(results) + " |\n|---|" + "---|" * len(results))
+        for name in next(iter(results.values())):
+            print(f"| {name} | " + " | ".join(f"{r[name]['answer_cer']:.2%} ({r[name]['gap_closed']:.1%})"
+                                              for r in results.values()) + " |")
+    print(f"\nmachine: {machine}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

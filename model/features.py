@@ -103,6 +103,7 @@ class Example:
     cand_mask: np.ndarray  # [L, C] bool
     candidates: list[list[str]]
     labels: np.ndarray | None = None  # [L] int64, -100 where the truth is not a candidate
+    rows: list[list[str]] = field(default_factory=list)  # each other hypothesis's segment per TOP1 position
 
 
 def boundary_tags(top1_words: list[str]) -> list[int]:
@@ -249,7 +250,8 @@ class Featurizer:
             labels = np.array([c.index(g) if g in c else -100 for c, g in zip(candidates, gold, strict=True)],
                               dtype=np.int64)
         bnd = np.array(tags, dtype=np.int64)
-        return Example(top1, chars, syl, tone, bnd, pos_feats, cand_ids, cand_feats, cand_mask, candidates, labels)
+        return Example(top1, chars, syl, tone, bnd, pos_feats, cand_ids, cand_feats, cand_mask, candidates, labels,
+                       rows)
 
 
 def collate(examples: list[Example]) -> dict[str, np.ndarray]:

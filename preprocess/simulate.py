@@ -22,9 +22,11 @@ from pathlib import Path
 
 from preprocess.confusion import ConfusionSet
 from preprocess.phones import text_phones
-from preprocess.text import NBest
+from preprocess.text import SPOKEN_FILLERS, NBest
 
 FILLERS = ("喂", "噢", "啊", "呃", "嗯", "的", "那")
+# Fillers a speaker says, commonest first (what `Simulator.utter` puts into a truth).
+SAID_FILLERS = ("欸", "呃", "喂", "嗯", "痾", "啊", "那")
 DROPPABLE = frozenset("的了是在就也有和都啊")
 
 
@@ -36,7 +38,12 @@ class SimConfig:
     p_uncertain: float = 0.35  # a word has competing spellings
     p_top1_wrong: float = 0.40  # an uncertain word's best spelling is not the truth
     p_certain_error: float = 0.015  # a word is misrecognised with no competitor offering the truth
-    p_filler: float = 0.02  # a filler may be inserted before a word
+    # A recogniser drops spoken fillers more often than it invents them: a truth holds a said filler in
+    # p_spoken_filler of sentences, TOP1 drops it with p_filler_dropped (other hypotheses mostly keep it),
+    # and a filler nobody said is inserted before a word with p_filler.
+    p_filler: float = 0.008
+    p_spoken_filler: float = 0.08
+    p_filler_dropped: float = 0.3
     alternatives: tuple[int, ...] = (1, 2, 2, 3, 3)  # number of competing spellings, drawn uniformly
     # mix of competitor kinds: same syllable, near syllable, word homophone, re-segment, drop, random char
     mix: tuple[float, ...] = (0.46, 0.18, 0.12, 0.12, 0.06, 0.06)
@@ -51,7 +58,9 @@ REVIEWS = SimConfig(
     p_uncertain=0.26,
     p_top1_wrong=0.38,
     p_certain_error=0.02,
-    p_filler=0.04,
+    p_filler=0.015,
+    p_spoken_filler=0.12,
+    p_filler_dropped=0.4,
     alternatives=(1, 2, 2, 3, 4),
     mix=(0.34, 0.26, 0.10, 0.10, 0.10, 0.10),
     score_spread=1.4,
@@ -97,9 +106,27 @@ class Simulator:
             return [] if word in DROPPABLE else None
         return None
 
+    def utter(self, sentence: str, rng: random.Random) -> str:
+        """Return what the speaker said: the sentence, sometimes with a filler at its start or mid-way."""
+        words = sentence.split()
+        if not words or rng.random() >= self.config.p_spoken_filler:
+            return sentence
+        at = 0 if rng.random() < 0.7 else rng.randrange(len(words))
+        filler = rng.choices(SAID_FILLERS, [1.0 / (i + 1) for i in range(len(SAID_FILLERS))])[0]
+        return " ".join(words[:at] + [filler] + words[at:])
+
+    def _filler_slot(self, word: str, rng: random.Random) -> list[tuple[float, tuple[str, ...]]]:
+        """A said filler: heard, or dropped (in TOP1 with p_filler_dropped, else lower in the list)."""
+        pen = -abs(rng.gauss(0.0, self.config.score_spread)) - 0.05
+        if rng.random() < self.config.p_filler_dropped:
+            return [(0.0, ()), (pen, (word,))]
+        return [(0.0, (word,)), (pen, ())] if rng.random() < 0.5 else [(0.0, (word,))]
+
     def _slot(self, word: str, rng: random.Random) -> list[tuple[float, tuple[str, ...]]]:
         """Return the scored spellings of one word position, best first."""
         cfg = self.config
+        if word in SPOKEN_FILLERS and len(word) == 1:
+            return self._filler_slot(word, rng)
         truth = (word,)
         if rng.random() < cfg.p_certain_error:
             wrong = self._corrupt(word, rng)
@@ -175,8 +202,9 @@ def statistics(sim: Simulator, sentences: list[str], seed: int = 0) -> dict[str,
     rng = random.Random(seed)
     top1_err = oracle_err = total = in_list = n_hyps = top1_right = 0
     for sent in sentences:
-        ref = sent.replace(" ", "")
-        nb = sim.simulate(sent, rng)
+        said = sim.utter(sent, rng)
+        ref = said.replace(" ", "")
+        nb = sim.simulate(said, rng)
         hyps = [h.replace(" ", "") for h in nb.sentences]
         e, n = cer_counts(hyps[0], ref)
         top1_err += e

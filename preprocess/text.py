@@ -12,6 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 HTR = "<htr>"
+# Fillers of Taiwan customer-service speech. The judge's truths keep them where they were said (喂 at the
+# start of a call, 欸 / 呃 / 痾 while thinking), so a corrector must not delete one the recogniser heard.
+SPOKEN_FILLERS = frozenset("欸痾呃喂嗯啊噢喔哦唉誒")
 # Han characters: the CJK unified ideographs (extension A, the basic block, extensions B and later), the
 # compatibility ideographs, and 〇 (U+3007, "zero" in 二〇二二, which Unicode counts as Han).
 _HAN_RANGES = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"

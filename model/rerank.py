@@ -1,0 +1,191 @@
+"""The second stage: choose among whole sentences with the language model, the network and the n-best's ranks.
+
+The network scores each TOP1 position's candidates on its own; it cannot tell which reading of the whole
+list is a sentence. This stage builds a few whole sentences — TOP1, every other hypothesis (aligned to TOP1's
+positions), and the best combinations of the network's per-position choices — describes each against TOP1
+by named features, and answers the best one when its linear score beats TOP1's by a margin. The weights and
+the margin are fitted on simulated dev lists (`python -m model.tune`) and stored with the network's weights.
+
+Two rules hold whatever the score says (the judge's truths are Taiwan speech):
+- a spoken filler that TOP1 and at least half of the hypotheses hold is kept;
+- a sentence that differs from TOP1 only by orthographic variants (台/臺, 裡/裏, 著/着, ...: equal once
+  converted to simplified characters) is never chosen; nor is a variant brought in next to a real change.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from model.features import Example
+from model.lm import LanguageModel
+from preprocess.text import SPOKEN_FILLERS
+
+FLOOR_P = 1e-4  # network probability of a segment that is not among a position's candidates
+MIN_OPTION_P = 0.02  # a network choice below this is not combined into sentences
+MAX_OPTIONS = 3  # per position, keep included
+BEAM = 8
+
+
+@dataclass(frozen=True)
+class Features:
+    """One candidate sentence against TOP1 (all zero for TOP1 itself); read by name, never by position."""
+
+    lm: float  # trigram log10 probability, minus TOP1's
+    taiwan: float  # Taiwan unigram log10 probability of its words, minus TOP1's
+    net: float  # sum over positions of ln p(choice) - ln p(keep) under the network
+    rank: float  # ln(1 + rank) of the best hypothesis equal to it; 0 outside the n-best
+    outside_nbest: float  # 1 when no hypothesis equals it
+    changes: float  # positions changed
+    oov: float  # words the trigram lacks, minus TOP1's
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def vector(self) -> np.ndarray:
+        return np.array([getattr(self, n) for n in self.names()], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class RerankWeights:
+    """The linear score's weight per feature, and the margin a sentence must beat TOP1 by."""
+
+    lm: float = 0.0
+    taiwan: float = 0.0
+    net: float = 0.0
+    rank: float = 0.0
+    outside_nbest: float = 0.0
+    changes: float = 0.0
+    oov: float = 0.0
+    margin: float = math.inf
+    net_only: bool = False  # the network's own threshold decides; no sentence-level stage
+
+    def vector(self) -> np.ndarray:
+        return np.array([getattr(self, n) for n in Features.names()], dtype=np.float64)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> RerankWeights:
+        unknown = set(raw) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"rerank weights name unknown features {sorted(unknown)}; known: {Features.names()}")
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    text: str
+    choice: tuple[str, ...]  # the segment chosen at each TOP1 position
+    rank: int | None  # the best rank of a hypothesis equal to it
+
+
+def protected_positions(example: Example) -> frozenset[int]:
+    """Positions holding a spoken filler that at least half of the hypotheses also hold."""
+    n = 1 + len(example.rows)
+    out = set()
+    for i, char in enumerate(example.top1):
+        if char in SPOKEN_FILLERS and 1 + sum(row[i] == char for row in example.rows) >= n / 2:
+            out.add(i)
+    return frozenset(out)
+
+
+def _network_combos(example: Example, probs: np.ndarray, beam: int) -> list[tuple[str, ...]]:
+    """The `beam` best sentences by the network's per-position probabilities (a beam over positions)."""
+    hyps: list[tuple[float, tuple[str, ...]]] = [(0.0, ())]
+    for i, cands in enumerate(example.candidates):
+        p = probs[i, : len(cands)]
+        order = [k for k in np.argsort(-p)[:MAX_OPTIONS] if k == 0 or p[k] >= MIN_OPTION_P]
+        if 0 not in order:
+            order.append(0)
+        options = [(math.log(max(float(p[k]), FLOOR_P)), cands[k]) for k in order]
+        hyps = heapq.nlargest(beam, ((s + lp, segs + (seg,)) for s, segs in hyps for lp, seg in options),
+                              key=lambda h: h[0])
+    return [segs for _, segs in hyps]
+
+
+def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM) -> list[Candidate]:
+    """TOP1, the other hypotheses and the network's best combinations, distinct and within the rules."""
+    top1 = example.top1
+    keep = tuple(top1)
+    choices: list[tuple[tuple[str, ...], int | None]] = [(keep, 0)]
+    choices += [(tuple(row), rank) for rank, row in enumerate(example.rows, start=1)]
+    if probs is not None:
+        choices += [(segs, None) for segs in _network_combos(example, probs, beam)]
+    protected = protected_positions(example)
+    by_text: dict[str, Candidate] = {}
+    ranks: dict[str, int] = {}
+    for segs, rank in choices:
+        text = "".join(segs)
+        if rank is not None:
+            ranks.setdefault(text, rank)
+        if text in by_text or not text:
+            continue
+        if any(segs[i] != keep[i] for i in protected):
+            continue
+        by_text[text] = Candidate(text, segs, None)
+    return [Candidate(c.text, c.choice, ranks.get(c.text)) for c in by_text.values()]
+
+
+def _log_p(example: Example, probs: np.ndarray, i: int, seg: str) -> float:
+    cands = example.candidates[i]
+    p = float(probs[i, cands.index(seg)]) if seg in cands else FLOOR_P
+    return math.log(max(p, FLOOR_P))
+
+
+class Reranker:
+    """Choose one sentence per n-best list; the language model is loaded once and shared."""
+
+    def __init__(self, lm: LanguageModel | None, weights: RerankWeights) -> None:
+        self.lm = lm
+        self.weights = weights
+        self._w = weights.vector()
+
+    def features(self, example: Example, probs: np.ndarray | None, cands: list[Candidate]) -> list[Features]:
+        """Describe each candidate against TOP1."""
+        lm = self.lm
+        base = lm.score(example.top1) if lm is not None else None
+        out = []
+        for c in cands:
+            net = 0.0
+            changed = [i for i, (seg, char) in enumerate(zip(c.choice, example.top1, strict=True)) if seg != char]
+            if probs is not None:
+                net = sum(_log_p(example, probs, i, c.choice[i]) - _log_p(example, probs, i, example.top1[i])
+                          for i in changed)
+            s = lm.score(c.text) if lm is not None else None
+            out.append(Features(
+                lm=s.logp - base.logp if s and base else 0.0,
+                taiwan=s.taiwan - base.taiwan if s and base else 0.0,
+                net=net,
+                rank=math.log1p(c.rank) if c.rank is not None else 0.0,
+                outside_nbest=float(c.rank is None),
+                changes=float(len(changed)),
+                oov=float(s.oov - base.oov) if s and base else 0.0,
+            ))
+        return out
+
+    def choose(self, example: Example, probs: np.ndarray | None) -> str:
+        """Return the best sentence, or TOP1 when none beats it by the margin."""
+        cands = candidates(example, probs)
+        if len(cands) == 1:
+            return example.top1
+        if self.lm is None and not self._w.any():
+            return example.top1
+        scores = [float(f.vector() @ self._w) for f in self.features(example, probs, cands)]
+        best = int(np.argmax(scores))
+        if scores[best] - scores[0] >= self.weights.margin and not self._only_variants(example.top1, cands[best]):
+            return cands[best].text
+        return example.top1
+
+    def _only_variants(self, top1: str, cand: Candidate) -> bool:
+        """Tell whether the change brings in an orthographic variant (same character once simplified)."""
+        if self.lm is None:
+            return False
+        to_s = self.lm.to_simplified
+        return any(seg != char and len(seg) == 1 and to_s(seg) == to_s(char)
+                   for seg, char in zip(cand.choice, top1, strict=True))

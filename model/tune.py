@@ -1,0 +1,173 @@
+"""Fit the second stage's weights and margin on dev lists: `python -m model.tune [--data FILE ...]`.
+
+Dev lists are the news dev split (documents never trained on) simulated by the default recogniser and by
+recognisers drawn around it, plus any labelled files given with `--data` (the competition's format). For each
+list the candidates of `model.rerank` are described by their features and their edit distance to the truth;
+the weights maximise the likelihood of the best candidates under a softmax over each list's candidates
+(listwise, L2-regularised), and the margin is the one with the lowest CER that keeps precision: at most
+`--max-worse` of the sentences made worse and at most `--max-right-changed` of right TOP1s changed.
+`--variant` fits the ablations: `lm` (language model and rank prior over the n-best only) or `full`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from rapidfuzz.distance import Levenshtein
+
+from model.corrector import WEIGHTS_DIR, Corrector
+from model.rerank import Features, Reranker, RerankWeights, candidates
+from preprocess.simulate import load_simulator
+from preprocess.text import NBest, strip_spaces
+
+LM_ONLY = ("lm", "taiwan", "rank", "outside_nbest", "changes", "oov")
+
+
+@dataclass
+class DevList:
+    feats: np.ndarray  # [K, F], row 0 is TOP1
+    errors: np.ndarray  # [K] edit distance of each candidate to the truth
+    truth_len: int
+
+
+def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool) -> list[DevList]:
+    """Describe every candidate of every list, with its errors."""
+    out: list[DevList] = []
+    reranker = Reranker(corrector.lm, RerankWeights())
+    for start in range(0, len(nbests), 64):
+        chunk = nbests[start : start + 64]
+        batch = corrector.batch(chunk)
+        probs = corrector.predict(batch)
+        for k, example in enumerate(batch.examples):
+            truth = truths[start + k]
+            if example is None:
+                continue
+            p = probs[k] if use_net else None
+            cands = candidates(example, p)
+            feats = reranker.features(example, p, cands)
+            out.append(DevList(np.stack([f.vector() for f in feats]),
+                               np.array([Levenshtein.distance(c.text, truth) for c in cands]), len(truth)))
+    return out
+
+
+def fit_weights(lists: list[DevList], mask: np.ndarray, l2: float = 1e-3, steps: int = 200) -> np.ndarray:
+    """Maximise the softmax likelihood of each list's least-error candidates (features outside `mask` are 0)."""
+    useful = [d for d in lists if len(d.errors) > 1 and d.errors.min() < d.errors.max()]
+    k_max = max((len(d.errors) for d in useful), default=1)
+    x = np.zeros((len(useful), k_max, len(mask)))
+    valid = np.zeros((len(useful), k_max), dtype=bool)
+    gold = np.zeros((len(useful), k_max), dtype=bool)
+    for n, d in enumerate(useful):
+        k = len(d.errors)
+        x[n, :k], valid[n, :k], gold[n, :k] = d.feats, True, d.errors == d.errors.min()
+    xt, vt, gt = torch.tensor(x), torch.tensor(valid), torch.tensor(gold)
+    m = torch.tensor(mask, dtype=torch.float64)
+    w = torch.zeros(len(mask), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w], max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        s = xt @ (w * m)
+        all_ = torch.logsumexp(s.masked_fill(~vt, -1e9), 1)
+        good = torch.logsumexp(s.masked_fill(~gt, -1e9), 1)
+        loss = (all_ - good).mean() + l2 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    if len(useful):
+        opt.step(closure)
+    return (w * m).detach().numpy()
+
+
+def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right_changed: float) -> tuple[
+        float, dict]:
+    """Choose the margin with the lowest CER within the precision bounds."""
+    total = sum(d.truth_len for d in lists)
+    gains = []  # (score lead of the best candidate, errors if chosen, errors of TOP1)
+    for d in lists:
+        s = d.feats @ w
+        b = int(np.argmax(s))
+        gains.append((float(s[b] - s[0]), int(d.errors[b]), int(d.errors[0])))
+    base = sum(g[2] for g in gains)
+    n_right = max(1, sum(g[2] == 0 for g in gains))
+    best = (float("inf"), {"cer": base / total, "top1_cer": base / total, "worse": 0.0, "right_changed": 0.0})
+    for margin in sorted({round(g[0], 3) for g in gains if g[0] > 0}):
+        chosen = [g for g in gains if g[0] >= margin]
+        errs = base + sum(g[1] - g[2] for g in chosen)
+        worse = sum(g[1] > g[2] for g in chosen) / len(gains)
+        right = sum(g[2] == 0 and g[1] != 0 for g in chosen) / n_right  # a changed right TOP1 has errors
+        if worse <= max_worse and right <= max_right_changed and errs / total < best[1]["cer"]:
+            best = (margin, {"cer": errs / total, "top1_cer": base / total, "worse": worse, "right_changed": right})
+    return best
+
+
+def simulated_dev(corpus: Path, n: int, seed: int) -> tuple[list[NBest], list[str]]:
+    """Simulate dev lists: half by the default recogniser, half by recognisers drawn around it."""
+    from model.train import jittered
+
+    sim = load_simulator(corpus)
+    base = sim.config
+    rng = random.Random(seed)
+    sents = [s for s in (corpus / "dev.txt").read_text(encoding="utf-8").split("\n") if s][:n]
+    nbests = []
+    truths = []
+    for k, s in enumerate(sents):
+        sim.config = base if k % 2 == 0 else jittered(rng)
+        said = sim.utter(s, rng)
+        nbests.append(sim.simulate(said, rng, phones=False))
+        truths.append(strip_spaces(said))
+    sim.config = base
+    return nbests, truths
+
+
+def fit(corrector: Corrector, nbests: list[NBest], truths: list[str], variant: str, max_worse: float,
+        max_right_changed: float) -> tuple[RerankWeights, dict]:
+    """Fit one variant's weights and margin on dev lists."""
+    names = Features.names()
+    allowed = names if variant == "full" else LM_ONLY
+    mask = np.array([n in allowed for n in names], dtype=np.float64)
+    lists = dev_lists(corrector, nbests, truths, use_net=variant == "full")
+    w = fit_weights(lists, mask)
+    margin, figures = pick_margin(lists, w, max_worse, max_right_changed)
+    weights = replace(RerankWeights(**dict(zip(names, map(float, w), strict=True))), margin=margin)
+    return weights, figures | {"lists": len(lists)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Fit the reranker's weights and margin on dev lists.")
+    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
+    ap.add_argument("--weights", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--dev-sentences", type=int, default=3000)
+    ap.add_argument("--data", type=Path, action="append", default=[], help="labelled dev file(s), added")
+    ap.add_argument("--variant", choices=("full", "lm"), default="full")
+    ap.add_argument("--max-worse", type=float, default=0.003)
+    ap.add_argument("--max-right-changed", type=float, default=0.003)
+    ap.add_argument("--seed", type=int, default=21)
+    ap.add_argument("--write", action="store_true", help="store the weights in the weights' config.json")
+    args = ap.parse_args()
+    corrector = Corrector(args.weights, device="cpu")
+    corrector.setup()
+    nbests, truths = simulated_dev(args.corpus, args.dev_sentences, args.seed)
+    for path in args.data:
+        from preprocess.labelled import read_labelled
+
+        items = read_labelled(path)
+        nbests += [it.nbest for it in items]
+        truths += [it.truth for it in items]
+    weights, figures = fit(corrector, nbests, truths, args.variant, args.max_worse, args.max_right_changed)
+    print(json.dumps({"weights": weights.to_dict(), "dev": figures}, indent=1))
+    if args.write:
+        cfg_path = args.weights / "config.json"
+        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
+        meta.setdefault("rerank", {})[args.variant] = {"weights": weights.to_dict(), "dev": figures}
+        cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""model.lm: the word trigram with a Taiwan prior, on traditional text (the shipped LM file, no network)."""
+
+from pathlib import Path
+
+import pytest
+
+from model.lm import DEFAULT_LM_PATH, LanguageModel, LanguageModelError
+
+pytestmark = pytest.mark.real_model
+
+
+@pytest.fixture(scope="module")
+def lm() -> LanguageModel:
+    return LanguageModel(DEFAULT_LM_PATH)
+
+
+def test_lm_prefers_a_news_word_to_a_homophone_reading(lm):
+    assert lm.score("股價上漲").logp > lm.score("故價上漲").logp
+    assert lm.score("匯率下跌").logp > lm.score("會綠下跌").logp
+
+
+def test_lm_segments_traditional_text_into_its_own_words(lm):
+    assert lm.score("臺灣的捷運站在哪裡").words == ("臺灣", "的", "捷運站", "在", "哪裡")
+
+
+def test_lm_scores_orthographic_variants_alike(lm):
+    assert lm.score("捷運站在哪裡").logp == lm.score("捷運站在哪裏").logp
+    assert lm.score("台積電的股價").logp == lm.score("臺積電的股價").logp
+
+
+def test_lm_gives_a_taiwan_word_it_lacks_the_taiwan_prior_not_the_unknown_penalty(lm):
+    # 統一發票 (Taiwan's receipt lottery) is no word of the mainland trigram; the Taiwan lexicon knows it
+    unknown = lm.model.score("<unk>", bos=False, eos=False)
+    simple, trad, logp, known = lm.segment("統一發票")[0]
+    assert (trad, known) == ("統一發票", False)
+    assert logp > 4 * unknown  # one word at the Taiwan prior, not four characters at the unknown penalty
+    assert lm.score("我要對統一發票").oov == 1
+    assert lm.score("我要對統一發票").logp > lm.score("我要對統一法票").logp
+
+
+def test_lm_scores_a_word_neither_source_knows_at_the_floor(lm):
+    assert lm.segment("𠀋")[0][2] == lm.floor
+
+
+def test_lm_missing_file_stops_with_one_clear_line(tmp_path: Path):
+    with pytest.raises(LanguageModelError, match="LM_PATH must name a KenLM binary file"):
+        LanguageModel(tmp_path / "missing.lm")

@@ -1,0 +1,77 @@
+"""model.rerank: candidate sentences, the filler and variant rules, and the margin (shipped vocab and LM)."""
+
+import numpy as np
+import pytest
+
+from model.corrector import WEIGHTS_DIR
+from model.features import Featurizer, Vocab
+from model.lm import LanguageModel
+from model.rerank import Features, Reranker, RerankWeights, candidates, protected_positions
+from preprocess.text import NBest
+
+pytestmark = pytest.mark.real_model
+
+LM_ONLY = RerankWeights(lm=1.0, rank=-0.1, margin=0.5)
+
+
+@pytest.fixture(scope="module")
+def featurizer() -> Featurizer:
+    return Featurizer(Vocab.load(WEIGHTS_DIR / "vocab.json"))
+
+
+@pytest.fixture(scope="module")
+def lm() -> LanguageModel:
+    return LanguageModel()
+
+
+def _example(featurizer, *sentences):
+    return featurizer.featurize(NBest(tuple(sentences)))
+
+
+def test_candidates_start_with_top1_and_hold_each_distinct_hypothesis_with_its_rank(featurizer):
+    ex = _example(featurizer, "股價 不是 上漲", "股價 不是 上漲", "股價 大幅 上漲")
+    cands = candidates(ex, None)
+    assert [(c.text, c.rank) for c in cands] == [("股價不是上漲", 0), ("股價大幅上漲", 2)]
+
+
+def test_protected_positions_hold_a_filler_that_half_the_list_holds(featurizer):
+    ex = _example(featurizer, "欸 我 想 問 一下", "我 想 問 一下", "欸 我 想 問 一下", "欸 我 想 問 一下")
+    assert protected_positions(ex) == {0}
+    assert all(c.text.startswith("欸") for c in candidates(ex, None))
+
+
+def test_reranker_keeps_a_filler_even_when_the_lm_prefers_the_list_without_it(featurizer, lm):
+    ex = _example(featurizer, "欸 我 想 問 一下", "我 想 問 一下", "欸 我 想 問 一下")
+    assert Reranker(lm, RerankWeights(lm=100.0, margin=0.0)).choose(ex, None) == "欸我想問一下"
+
+
+def test_reranker_never_changes_a_character_into_its_variant(featurizer, lm):
+    ex = _example(featurizer, "台積電 的 股價", "臺積電 的 股價")
+    assert Reranker(lm, RerankWeights(rank=10.0, margin=0.0)).choose(ex, None) == "台積電的股價"
+    ex = _example(featurizer, "台積電 的 故價", "臺積電 的 股價")  # a real change next to a variant: refused
+    assert Reranker(lm, RerankWeights(lm=100.0, margin=0.0)).choose(ex, None) == "台積電的故價"
+
+
+def test_reranker_picks_the_sentence_a_lower_hypothesis_makes_when_the_lm_prefers_it(featurizer, lm):
+    ex = _example(featurizer, "今天 故價 上漲", "今天 股價 上漲", "今天 鼓架 上漲")
+    assert Reranker(lm, LM_ONLY).choose(ex, None) == "今天股價上漲"
+
+
+def test_reranker_answers_top1_when_no_sentence_beats_the_margin(featurizer, lm):
+    ex = _example(featurizer, "今天 故價 上漲", "今天 股價 上漲")
+    assert Reranker(lm, RerankWeights(lm=1.0, margin=1e9)).choose(ex, None) == "今天故價上漲"
+
+
+def test_reranker_features_are_zero_for_top1_and_read_by_name(featurizer, lm):
+    ex = _example(featurizer, "今天 故價 上漲", "今天 股價 上漲")
+    probs = np.full((len(ex.top1), 10), 0.1)
+    cands = candidates(ex, probs)
+    feats = Reranker(lm, LM_ONLY).features(ex, probs, cands)
+    assert not feats[0].vector().any()
+    assert feats[1].changes == 1.0 and feats[1].lm > 0 and feats[1].outside_nbest == 0.0
+    assert len(Features.names()) == len(feats[1].vector())
+
+
+def test_rerank_weights_refuse_an_unknown_feature():
+    with pytest.raises(ValueError, match="unknown features"):
+        RerankWeights.from_dict({"lm": 1.0, "acoustic": 2.0})
