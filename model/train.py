@@ -1,6 +1,6 @@
-"""Train the corrector from scratch: `python -m model.train`.
+"""Train the corrector: `python -m model.train` from scratch on simulated lists, or on labelled lists with `--data`.
 
-Recipe (every setting is a flag; the defaults are the shipped model's):
+Recipe without --data (every setting is a flag; the defaults are the shipped model's):
 1. build the corpus if missing (`preprocess.corpus`), the vocabulary from the training split;
 2. simulate `--variants` n-best lists per training sentence: the first with the default recogniser, the
    others with rates drawn around it, so the network does not learn one simulator's exact habits;
@@ -8,6 +8,23 @@ Recipe (every setting is a flag; the defaults are the shipped model's):
    `--ckpt-every` steps to `--ckpt-dir/last.pt` (rerunning the command resumes from it);
 4. choose the change threshold on the dev split for precision (largest CER gain with at most 0.5 % of
    sentences made worse), and write `model.safetensors`, `vocab.json`, `config.json` to `--out`.
+
+With `--data FILE` (repeatable; the competition's labelled lists, read by `preprocess.labelled`):
+1. read each file (its row count is printed; a malformed row stops the run with one line naming it) and hold
+   out `--dev-share` of the rows by a stable hash of their ids (`preprocess.labelled.split_dev`);
+2. featurize each row with its truth's Han characters (the judge's truths hold nothing else) and its first
+   MAX_HYPOTHESES hypotheses (all the service reads); rows whose TOP1 or truth has no Han character are
+   counted and left out (the service answers such a TOP1 as it is);
+3. add `--sim-ratio` simulated lists per labelled training example, from the corpus training split, each
+   with the default recogniser or rates drawn around it (0: labelled lists only, and no corpus needed);
+4. `--init shipped` (the default with --data) starts from the weights in `--init-from` (model/weights) and
+   keeps their vocabulary and network shape so the weights stay valid; `--init scratch` starts a new
+   network, its vocabulary counted from the corpus training split plus the labelled training truths;
+5. train as above (the learning rate defaults to 1e-4 from shipped weights, 5e-4 from scratch; `--steps N`
+   stops after N optimizer steps), then choose the threshold on the labelled dev lists plus, when
+   --sim-ratio > 0, as many simulated dev lists per labelled one (at most `--dev-sentences`). With no dev list
+   at all the threshold of the initial weights is kept (DEFAULT_THRESHOLD from scratch).
+A checkpoint records which run it belongs to; resuming another run's checkpoint stops with a message.
 Seeded; uses CUDA when present.
 """
 
@@ -18,21 +35,26 @@ import json
 import math
 import random
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from model.corrector import WEIGHTS_DIR, choose
 from model.features import Example, Featurizer, Vocab, collate
 from model.network import CorrectorNet, NetConfig
+from preprocess.labelled import Labelled, LabelledFormatError, read_labelled, split_dev
 from preprocess.simulate import DEFAULT, SimConfig, Simulator, load_simulator
-from preprocess.text import strip_spaces
+from preprocess.text import NBest, han_only, strip_spaces
 
 TENSOR_KEYS = ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask", "attn_mask")
+MAX_HYPOTHESES = 10  # the service reads no more (config.Config.max_hypotheses)
+DEFAULT_THRESHOLD = 0.98
+DEFAULT_LR = {"scratch": 5e-4, "shipped": 1e-4}
 
 
 def jittered(rng: random.Random) -> SimConfig:
@@ -146,57 +168,168 @@ def tune(weights: Path, corpus: Path, n_dev: int, seed: int) -> tuple[float, dic
     return threshold, figures
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Train the n-best corrector from scratch.")
-    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
-    ap.add_argument("--ckpt-dir", type=Path, default=Path("checkpoints"))
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--variants", type=int, default=3)
-    ap.add_argument("--epochs", type=float, default=4.0)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--warmup", type=int, default=500)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--max-minutes", type=float, default=60.0, help="stop training after this long")
-    ap.add_argument("--ckpt-every", type=int, default=500)
-    ap.add_argument("--dev-sentences", type=int, default=3000)
-    ap.add_argument("--train-sentences", type=int, default=0, help="use only the first N (0 = all)")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    ap.add_argument("--tune-only", action="store_true",
-                    help="only re-choose the change threshold of the weights in --out on the dev split")
-    args = ap.parse_args()
-    if args.tune_only:
-        threshold, figures = tune(args.out, args.corpus, args.dev_sentences, args.seed)
-        print(f"threshold {threshold:.2f} on dev: {json.dumps(figures)}")
-        return
+@dataclass
+class Start:
+    """What training starts from: the vocabulary, the network's shape, and its weights and threshold if any."""
 
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not (args.corpus / "train.txt").exists():
+    vocab: Vocab
+    net_cfg: NetConfig
+    state: dict[str, torch.Tensor] | None = None
+    threshold: float = DEFAULT_THRESHOLD
+
+
+@dataclass
+class Data:
+    """Training examples, dev examples with their truths, and what they were made of (for config.json)."""
+
+    train: list[Example]
+    dev: list[Example]
+    dev_truth: list[str]
+    made_of: dict[str, Any] = field(default_factory=dict)
+
+
+def read_data(paths: list[Path]) -> list[Labelled]:
+    """Read every labelled file, printing how many rows each held."""
+    items: list[Labelled] = []
+    for path in paths:
+        rows = read_labelled(path)
+        print(f"{path}: {len(rows)} labelled rows")
+        items += rows
+    return items
+
+
+def labelled_examples(feat: Featurizer, items: list[Labelled]) -> tuple[list[Example], list[str], int]:
+    """Featurize labelled lists against their truths' Han characters; return examples, truths and rows left out."""
+    examples: list[Example] = []
+    truths: list[str] = []
+    for item in items:
+        truth = han_only(item.truth)  # the judge scores Han characters only
+        nbest = NBest(item.nbest.sentences[:MAX_HYPOTHESES], item.nbest.phonemes[:MAX_HYPOTHESES])
+        example = feat.featurize(nbest, truth) if truth else None
+        if example is not None:
+            examples.append(example)
+            truths.append(truth)
+    return examples, truths, len(items) - len(examples)
+
+
+def simulated_examples(sim: Simulator, feat: Featurizer, sentences: list[str], n: int, seed: int,
+                       desc: str) -> list[Example]:
+    """Simulate and featurize n lists from sentences taken in a shuffled cycle; a third with the default
+    recogniser, the rest with rates drawn around it (as `make_examples` mixes them)."""
+    rng = random.Random(seed)
+    order = list(sentences)
+    rng.shuffle(order)
+    base = sim.config
+    out: list[Example] = []
+    for k in tqdm(range(n), desc=desc, mininterval=5):
+        sim.config = base if k % 3 == 0 else jittered(rng)
+        sent = order[k % len(order)]
+        example = feat.featurize(sim.simulate(sent, rng), strip_spaces(sent))
+        if example is not None:
+            out.append(example)
+    sim.config = base
+    return out
+
+
+def simulated_dev(sim: Simulator, feat: Featurizer, sentences: list[str],
+                  seed: int) -> tuple[list[Example], list[str]]:
+    """Simulate one list per dev sentence with the default recogniser; return examples and their truths."""
+    rng = random.Random(seed)
+    examples: list[Example] = []
+    truths: list[str] = []
+    for sent in sentences:
+        example = feat.featurize(sim.simulate(sent, rng), strip_spaces(sent))
+        if example is not None:
+            examples.append(example)
+            truths.append(strip_spaces(sent))
+    return examples, truths
+
+
+def shipped_start(weights: Path) -> Start:
+    """Load the vocabulary, network shape, weights and threshold of saved weights to fine-tune them."""
+    missing = [n for n in ("config.json", "vocab.json", "model.safetensors") if not (weights / n).is_file()]
+    if missing:
+        raise SystemExit(f"--init shipped: {weights} lacks {', '.join(missing)}")
+    meta = json.loads((weights / "config.json").read_text(encoding="utf-8"))
+    state = {k: v.float() for k, v in load_file(str(weights / "model.safetensors")).items()}
+    return Start(Vocab.load(weights / "vocab.json"), NetConfig(**meta["net"]), state, float(meta["threshold"]))
+
+
+def scratch_start(vocab: Vocab, args: argparse.Namespace) -> Start:
+    """Shape a new network for a vocabulary from the command line's sizes."""
+    return Start(vocab, NetConfig(n_chars=len(vocab.chars), n_syllables=len(vocab.syllables), hidden=args.hidden,
+                                  layers=args.layers, heads=args.hidden // 64, ffn=args.hidden * 4))
+
+
+def ensure_corpus(corpus: Path) -> None:
+    """Build the corpus if it is missing."""
+    if not (corpus / "train.txt").exists():
         from preprocess.corpus import build, write
 
-        write(build(), args.corpus)
+        write(build(), corpus)
+
+
+def simulated_data(args: argparse.Namespace) -> tuple[Start, Data]:
+    """Today's recipe: vocabulary and examples from the corpus alone."""
+    ensure_corpus(args.corpus)
     sim = load_simulator(args.corpus)
     train_sents = read_split(args.corpus, "train")[: args.train_sentences or None]
-    vocab = Vocab.from_sentences(read_split(args.corpus, "train"))
-    feat = Featurizer(vocab)
+    start = (shipped_start(args.init_from) if args.init == "shipped"
+             else scratch_start(Vocab.from_sentences(read_split(args.corpus, "train")), args))
+    feat = Featurizer(start.vocab)
     train = make_examples(sim, feat, train_sents, args.seed, args.variants, "train")
     dev_sents = read_split(args.corpus, "dev")[: args.dev_sentences]
     dev = make_examples(sim, feat, dev_sents, args.seed + 1, 1, "dev")
-    dev_truth = [strip_spaces(s) for s in dev_sents]
+    return start, Data(train, dev, [strip_spaces(s) for s in dev_sents])
 
-    net_cfg = NetConfig(n_chars=len(vocab.chars), n_syllables=len(vocab.syllables), hidden=args.hidden,
-                        layers=args.layers, heads=args.hidden // 64, ffn=args.hidden * 4)
-    net = CorrectorNet(net_cfg).to(device)
+
+def labelled_data(args: argparse.Namespace, items: list[Labelled]) -> tuple[Start, Data]:
+    """Labelled lists (split into train and dev by id), mixed with --sim-ratio simulated ones per labelled one."""
+    train_items, dev_items = split_dev(items, args.dev_share)
+    if args.init == "scratch" or args.sim_ratio > 0:
+        ensure_corpus(args.corpus)
+    if args.init == "shipped":
+        start = shipped_start(args.init_from)
+    else:
+        truths = [han_only(i.truth) for i in train_items]
+        start = scratch_start(Vocab.from_sentences(read_split(args.corpus, "train") + truths), args)
+    feat = Featurizer(start.vocab)
+    train, _, left_train = labelled_examples(feat, train_items)
+    dev, dev_truth, left_dev = labelled_examples(feat, dev_items)
+    made_of: dict[str, Any] = {"labelled_train": len(train), "labelled_dev": len(dev),
+                               "left_out": left_train + left_dev}
+    print(f"labelled: {len(train)} training and {len(dev)} dev lists, {left_train + left_dev} left out "
+          f"(TOP1 or truth without Han characters)")
+    if args.sim_ratio > 0:
+        sim = load_simulator(args.corpus)
+        train_sents = read_split(args.corpus, "train")[: args.train_sentences or None]
+        simulated = simulated_examples(sim, feat, train_sents, round(args.sim_ratio * len(train)), args.seed,
+                                       "simulated train")
+        dev_sents = read_split(args.corpus, "dev")[: min(args.dev_sentences, round(args.sim_ratio * len(dev)))]
+        sim_dev, sim_truth = simulated_dev(sim, feat, dev_sents, args.seed + 1)
+        made_of |= {"simulated_train": len(simulated), "simulated_dev": len(sim_dev)}
+        dev += sim_dev
+        dev_truth += sim_truth
+        train += simulated
+    if not train:
+        raise SystemExit("no training example: every labelled TOP1 or truth lacks Han characters")
+    return start, Data(train, dev, dev_truth, made_of)
+
+
+def run_id(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Name what a checkpoint was trained on (None for today's default run, whose checkpoints carry no name)."""
+    if not args.data and args.init == "scratch":
+        return None
+    return {"data": [str(p.resolve()) for p in args.data], "init": args.init, "sim_ratio": args.sim_ratio,
+            "dev_share": args.dev_share, "seed": args.seed,
+            "init_from": str(args.init_from.resolve()) if args.init == "shipped" else None}
+
+
+def fit(net: CorrectorNet, train: list[Example], args: argparse.Namespace, device: torch.device) -> int:
+    """Train net on the examples (resuming from --ckpt-dir/last.pt of the same run); return the steps done."""
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.01)
     steps_per_epoch = math.ceil(len(train) / args.batch_size)
-    total = int(args.epochs * steps_per_epoch)
+    total = args.steps or int(args.epochs * steps_per_epoch)
 
     def lr_at(step: int, elapsed_s: float) -> float:
         # cosine decay over steps or over the time limit, whichever runs out first, so a run cut by
@@ -210,8 +343,12 @@ def main() -> None:
     elapsed_before = 0.0
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt = args.ckpt_dir / "last.pt"
+    this_run = run_id(args)
     if ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=False)
+        if state.get("run") != this_run:
+            raise SystemExit(f"{ckpt} is another run's checkpoint ({state.get('run') or 'the default run'}): "
+                             f"remove it or pass another --ckpt-dir")
         net.load_state_dict(state["net"])
         opt.load_state_dict(state["opt"])
         step = state["step"]
@@ -243,33 +380,119 @@ def main() -> None:
             bar.set_postfix(loss=f"{ema:.4f}", lr=f"{lr:.2e}")
             out_of_time = time.monotonic() - started > args.max_minutes * 60
             if step % args.ckpt_every == 0 or step >= total or out_of_time:
-                torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "step": step,
-                            "elapsed_s": time.monotonic() - started}, ckpt)
+                saved = {"net": net.state_dict(), "opt": opt.state_dict(), "step": step,
+                         "elapsed_s": time.monotonic() - started}
+                if this_run is not None:
+                    saved["run"] = this_run
+                torch.save(saved, ckpt)
             if step >= total or out_of_time:
                 break
         if time.monotonic() - started > args.max_minutes * 60:
             print(f"stopping at step {step}: --max-minutes reached")
             break
     bar.close()
+    return step
 
-    threshold, dev_figures = pick_threshold(dev, dev_probs(net, dev, device), dev_truth)
-    print(f"threshold {threshold:.2f} on dev: {json.dumps(dev_figures)}")
-    args.out.mkdir(parents=True, exist_ok=True)
+
+def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: dict[str, Any]) -> None:
+    """Write model.safetensors, vocab.json and config.json (keeping the evaluation figures already there)."""
+    out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
-              str(args.out / "model.safetensors"))
-    vocab.save(args.out / "vocab.json")
+              str(out / "model.safetensors"))
+    start.vocab.save(out / "vocab.json")
     meta = {
         "name": "nbest-candidate-corrector",
         "version": time.strftime("%Y.%m.%d"),
-        "net": net_cfg.to_dict(),
+        "net": start.net_cfg.to_dict(),
         "threshold": threshold,
-        "trained": {"steps": step, "examples": len(train), "args": {k: str(v) for k, v in vars(args).items()},
-                    "dev": dev_figures},
+        "trained": trained,
     }
-    cfg_path = args.out / "config.json"
+    cfg_path = out / "config.json"
     if cfg_path.exists():  # keep the evaluation figures written by model.evaluate, if any
         meta["evaluation"] = json.loads(cfg_path.read_text(encoding="utf-8")).get("evaluation")
     cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Read the command line; --init and --lr default by whether --data is given."""
+    ap = argparse.ArgumentParser(description="Train the n-best corrector (from scratch, or on labelled lists).")
+    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
+    ap.add_argument("--data", type=Path, action="append", default=[],
+                    help="labelled file (the competition's JSON list, or JSONL of its rows); repeatable")
+    ap.add_argument("--sim-ratio", type=float, default=1.0,
+                    help="with --data: simulated lists per labelled training list (0 = labelled only)")
+    ap.add_argument("--dev-share", type=float, default=0.05,
+                    help="with --data: share of the labelled ids held out to choose the threshold")
+    ap.add_argument("--init", choices=("shipped", "scratch"), default=None,
+                    help="start from the weights in --init-from, or anew (default: shipped with --data, else scratch)")
+    ap.add_argument("--init-from", type=Path, default=WEIGHTS_DIR, help="the weights --init shipped starts from")
+    ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--ckpt-dir", type=Path, default=Path("checkpoints"))
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--variants", type=int, default=3, help="without --data: simulated lists per sentence")
+    ap.add_argument("--epochs", type=float, default=4.0)
+    ap.add_argument("--steps", type=int, default=0, help="stop after N optimizer steps (0 = --epochs decides)")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=None, help="default: 1e-4 from shipped weights, 5e-4 from scratch")
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--hidden", type=int, default=256, help="--init scratch only")
+    ap.add_argument("--layers", type=int, default=3, help="--init scratch only")
+    ap.add_argument("--max-minutes", type=float, default=60.0, help="stop training after this long")
+    ap.add_argument("--ckpt-every", type=int, default=500)
+    ap.add_argument("--dev-sentences", type=int, default=3000, help="most simulated dev lists")
+    ap.add_argument("--train-sentences", type=int, default=0, help="use only the first N (0 = all)")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--tune-only", action="store_true",
+                    help="only re-choose the change threshold of the weights in --out on the dev split")
+    args = ap.parse_args(argv)
+    if not 0.0 <= args.dev_share < 1.0:
+        ap.error(f"--dev-share must be in [0, 1), got {args.dev_share}")
+    if args.sim_ratio < 0:
+        ap.error(f"--sim-ratio must be >= 0, got {args.sim_ratio}")
+    if args.steps < 0:
+        ap.error(f"--steps must be >= 0, got {args.steps}")
+    args.init = args.init or ("shipped" if args.data else "scratch")
+    args.lr = args.lr if args.lr is not None else DEFAULT_LR[args.init]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Train (or with --tune-only re-choose the threshold) as the command line says."""
+    args = parse_args(argv)
+    if args.tune_only:
+        threshold, figures = tune(args.out, args.corpus, args.dev_sentences, args.seed)
+        print(f"threshold {threshold:.2f} on dev: {json.dumps(figures)}")
+        return
+    try:
+        items = read_data(args.data)
+    except (LabelledFormatError, OSError) as e:
+        raise SystemExit(str(e)) from None
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    start, data = labelled_data(args, items) if items else simulated_data(args)
+
+    net = CorrectorNet(start.net_cfg)
+    if start.state is not None:
+        net.load_state_dict(start.state)
+    net = net.to(device)
+    step = fit(net, data.train, args, device)
+
+    if data.dev:
+        threshold, dev_figures = pick_threshold(data.dev, dev_probs(net, data.dev, device), data.dev_truth)
+        print(f"threshold {threshold:.2f} on dev: {json.dumps(dev_figures)}")
+    else:
+        threshold, dev_figures = start.threshold, None
+        print(f"no dev list: keeping threshold {threshold:.2f}")
+    trained: dict[str, Any] = {"steps": step, "examples": len(data.train),
+                               "args": {k: str(v) for k, v in vars(args).items()}, "dev": dev_figures}
+    if items:
+        trained["data"] = data.made_of
+    save(args.out, net, start, threshold, trained)
     print(f"wrote {args.out}")
 
 
