@@ -1,6 +1,6 @@
 """Put labelled questions to a running service as the judge does: `python -m testing.judge --data FILE --url URL`.
 
-What the judge does (the API contract, "Time limit and retries"), and so what this does:
+What the judge does (docs/contract.md, "Deadline and retries"), and so what this does:
 
 - each question is POSTed to `URL/inference` with `esun_uuid`, `esun_timestamp` (reset on every attempt),
   `sentence_list`, `phoneme_sequence_list` and `retry` 2;
@@ -9,8 +9,8 @@ What the judge does (the API contract, "Time limit and retries"), and so what th
   re-sent at once, no back-off, with `retry` 1, then 0: at most 3 attempts, the earliest valid 200 counts;
 - a 200 whose body is not a JSON object with exactly `esun_uuid` (the one sent), `server_uuid`,
   `server_timestamp` and `answer` (a string), or is longer than the sender's 10,240 characters, is malformed.
-  The judge stores such an answer as a failure and does not re-send it (contract, "Response"), so neither does
-  this unless `retry_malformed` is set;
+  The judge files such an answer as a failure and does not re-send it (docs/contract.md, "The answer"), so
+  neither does this unless `retry_malformed` is set;
 - a fixed number of questions is outstanding: `concurrency` threads, each with its own `requests.Session`,
   each taking the next question once its current one is settled.
 
