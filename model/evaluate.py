@@ -93,9 +93,9 @@ def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
         split, seed = ("test", 11) if name == "test" else ("reviews", 12)
     rng = random.Random(seed)
     sents = [s for s in (corpus / f"{split}.txt").read_text(encoding="utf-8").split("\n") if s][:limit]
-    if hasattr(sim, "utter"):  # what was said: sometimes with a spoken filler the truth keeps
-        sents = [sim.utter(s, rng) for s in sents]
-    return LabelledSet(name, [sim.simulate(s, rng, phones=True) for s in sents], [strip_spaces(s) for s in sents])
+    # what was said holds, now and then, a spoken filler that the truth keeps
+    pairs = [sim.sample(s, rng, phones=True) for s in sents]
+    return LabelledSet(name, [nb for nb, _ in pairs], [t for _, t in pairs])
 
 
 def file_set(path: Path, limit: int) -> LabelledSet:
@@ -122,8 +122,10 @@ def remote_answers(url: str, data: LabelledSet, timeout_s: float, concurrency: i
     items = [Labelled(f"{data.name}-{i}", t, nb) for i, (nb, t) in enumerate(zip(data.nbests, data.truths,
                                                                                      strict=True))]
     run = judge(url, items, timeout_s=timeout_s, concurrency=concurrency)
-    answers = [a.answer or "" for a in run.answers]
-    return answers, run.summary()
+    summary = run.summary()
+    latency = summary.pop("latency_s")
+    summary |= {f"{k[:-2]}_ms": 1000 * v for k, v in latency.items() if v is not None}
+    return [a.scored for a in run.answers], summary
 
 
 def timings(corrector: Corrector, nbests: list[NBest]) -> dict:
@@ -143,6 +145,8 @@ def table(results: dict[str, dict], rows: list[tuple[str, str]] = ROWS) -> str:
     names = list(results)
     lines = [f"| metric | {' | '.join(names)} |", "|---|" + "---|" * len(names)]
     for key, fmt in rows:
+        if not any(key in results[s] for s in names):
+            continue
         cells = [fmt.format(results[s][key]) if key in results[s] else "" for s in names]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -205,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results | {"machine": machine}, indent=1))
         return 0
     extra = [("ms_per_batch_64", "{:.1f}"), ("ms_per_batch_1", "{:.1f}"), ("peak_rss_mib", "{:.0f}"),
-             ("late", "{:d}"), ("non_200", "{:d}"), ("connection_errors", "{:d}"), ("p50_ms", "{:.1f}"),
-             ("p99_ms", "{:.1f}")]
+             ("late", "{:d}"), ("non_200", "{:d}"), ("connection_errors", "{:d}"), ("malformed", "{:d}"),
+             ("unanswered", "{:d}"), ("p50_ms", "{:.1f}"), ("p90_ms", "{:.1f}"), ("p99_ms", "{:.1f}"),
+             ("max_ms", "{:.1f}")]
     for stage, by_set in results.items():
         print(f"\n## {stage}\n\n{table(by_set, ROWS + extra)}")
     if len(results) > 1:

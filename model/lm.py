@@ -26,6 +26,7 @@ import opencc
 LM_DIR = Path(__file__).resolve().parent / "lm"
 DEFAULT_LM_PATH = LM_DIR / "zh_CN.lm"
 MAX_WORD = 6  # the longest word the segmenter tries, in characters
+MAX_CACHED_WORDS = 1_000_000  # about 150 MB of cached substrings
 
 
 class LanguageModelError(RuntimeError):
@@ -90,7 +91,8 @@ class LanguageModel:
         self.floor = floor
         # OpenCC's converter object is not documented as thread-safe; one per thread.
         self._local = threading.local()
-        self._unigram = lru_cache(maxsize=500_000)(self._unigram_uncached)
+        # substring -> _unigram(): emptied when full (cheaper than an LRU on the hot loop, and refilled at once)
+        self._words: dict[str, tuple[float, bool]] = {}
         self._scored = lru_cache(maxsize=200_000)(self._score_uncached)
 
     def to_simplified(self, text: str) -> str:
@@ -103,7 +105,7 @@ class LanguageModel:
             simple = "".join(conv.convert(c)[:1] or c for c in text)
         return simple
 
-    def _unigram_uncached(self, simple: str, trad: str) -> tuple[float, bool]:
+    def _unigram(self, simple: str, trad: str) -> tuple[float, bool]:
         """Return (log10 unigram probability, in the trigram) of one word; -inf for an unknown longer word."""
         if simple in self.model:
             return self.model.score(simple, bos=False, eos=False), True
@@ -117,24 +119,31 @@ class LanguageModel:
     def segment(self, trad: str) -> list[tuple[str, str, float, bool]]:
         """Split a traditional sentence into the most probable words: (simplified, traditional, unigram, known)."""
         simple = self.to_simplified(trad)
+        words = self._words
+        if len(words) > MAX_CACHED_WORDS:
+            words.clear()
         n = len(trad)
         best = [0.0] + [-math.inf] * n
-        back: list[tuple[int, float, bool]] = [(0, 0.0, True)] * (n + 1)
+        back: list[tuple[int, tuple[float, bool]]] = [(0, (0.0, True))] * (n + 1)
+        # the inner loop runs for every substring of every candidate sentence: a plain dict, inlined
         for j in range(1, n + 1):
+            top, arg = -math.inf, back[j]
             for i in range(max(0, j - MAX_WORD), j):
-                if best[i] == -math.inf:
-                    continue
-                u, known = self._unigram(simple[i:j], trad[i:j])
-                if best[i] + u > best[j]:
-                    best[j] = best[i] + u
-                    back[j] = (i, u, known)
-        words: list[tuple[str, str, float, bool]] = []
+                sub = trad[i:j]
+                entry = words.get(sub)
+                if entry is None:
+                    entry = words[sub] = self._unigram(simple[i:j], sub)
+                value = best[i] + entry[0]
+                if value > top:
+                    top, arg = value, (i, entry)
+            best[j], back[j] = top, arg
+        out: list[tuple[str, str, float, bool]] = []
         j = n
         while j > 0:
-            i, u, known = back[j]
-            words.append((simple[i:j], trad[i:j], u, known))
+            i, (u, known) = back[j]
+            out.append((simple[i:j], trad[i:j], u, known))
             j = i
-        return words[::-1]
+        return out[::-1]
 
     def _score_uncached(self, trad: str) -> LMScore:
         model = self.model

@@ -49,7 +49,7 @@ from model.features import Example, Featurizer, Vocab, collate
 from model.network import CorrectorNet, NetConfig
 from preprocess.labelled import Labelled, LabelledFormatError, read_labelled, split_dev
 from preprocess.simulate import DEFAULT, SimConfig, Simulator, load_simulator
-from preprocess.text import NBest, han_only, strip_spaces
+from preprocess.text import NBest, han_only
 
 TENSOR_KEYS = ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask", "attn_mask")
 MAX_HYPOTHESES = 10  # the service reads no more (config.Config.max_hypotheses)
@@ -64,7 +64,9 @@ def jittered(rng: random.Random) -> SimConfig:
         p_uncertain=rng.uniform(0.25, 0.45),
         p_top1_wrong=rng.uniform(0.3, 0.5),
         p_certain_error=rng.uniform(0.005, 0.03),
-        p_filler=rng.uniform(0.0, 0.05),
+        p_filler=rng.uniform(0.0, 0.02),
+        p_spoken_filler=rng.uniform(0.03, 0.15),
+        p_filler_dropped=rng.uniform(0.2, 0.5),
         mix=tuple(m * rng.uniform(0.6, 1.4) for m in DEFAULT.mix),
         score_spread=rng.uniform(0.7, 1.5),
     )
@@ -85,7 +87,7 @@ def make_examples(sim: Simulator, feat: Featurizer, sentences: list[str], seed: 
         for sent in tqdm(sentences, desc=f"{desc} {v + 1}/{variants}", mininterval=5):
             if v > 0 and rng.random() < 0.3:
                 sim.config = jittered(rng)
-            ex = feat.featurize(sim.simulate(sent, rng), strip_spaces(sent))
+            ex = feat.featurize(*sim.sample(sent, rng))
             if ex is not None:
                 out.append(ex)
     sim.config = base
@@ -157,9 +159,8 @@ def tune(weights: Path, corpus: Path, n_dev: int, seed: int) -> tuple[float, dic
     corrector.setup()
     sim = load_simulator(corpus)
     dev_sents = read_split(corpus, "dev")[:n_dev]
-    dev = make_examples(sim, corrector.featurizer, dev_sents, seed + 1, 1, "dev")
-    threshold, figures = pick_threshold(dev, dev_probs(corrector.net, dev, corrector.device),
-                                        [strip_spaces(s) for s in dev_sents])
+    dev, truths = simulated_dev(sim, corrector.featurizer, dev_sents, seed + 1)
+    threshold, figures = pick_threshold(dev, dev_probs(corrector.net, dev, corrector.device), truths)
     cfg_path = weights / "config.json"
     meta = json.loads(cfg_path.read_text(encoding="utf-8"))
     meta["threshold"] = threshold
@@ -224,7 +225,7 @@ def simulated_examples(sim: Simulator, feat: Featurizer, sentences: list[str], n
     for k in tqdm(range(n), desc=desc, mininterval=5):
         sim.config = base if k % 3 == 0 else jittered(rng)
         sent = order[k % len(order)]
-        example = feat.featurize(sim.simulate(sent, rng), strip_spaces(sent))
+        example = feat.featurize(*sim.sample(sent, rng))
         if example is not None:
             out.append(example)
     sim.config = base
@@ -238,10 +239,11 @@ def simulated_dev(sim: Simulator, feat: Featurizer, sentences: list[str],
     examples: list[Example] = []
     truths: list[str] = []
     for sent in sentences:
-        example = feat.featurize(sim.simulate(sent, rng), strip_spaces(sent))
+        nbest, truth = sim.sample(sent, rng)
+        example = feat.featurize(nbest, truth)
         if example is not None:
             examples.append(example)
-            truths.append(strip_spaces(sent))
+            truths.append(truth)
     return examples, truths
 
 
@@ -279,8 +281,8 @@ def simulated_data(args: argparse.Namespace) -> tuple[Start, Data]:
     feat = Featurizer(start.vocab)
     train = make_examples(sim, feat, train_sents, args.seed, args.variants, "train")
     dev_sents = read_split(args.corpus, "dev")[: args.dev_sentences]
-    dev = make_examples(sim, feat, dev_sents, args.seed + 1, 1, "dev")
-    return start, Data(train, dev, [strip_spaces(s) for s in dev_sents])
+    dev, truths = simulated_dev(sim, feat, dev_sents, args.seed + 1)
+    return start, Data(train, dev, truths)
 
 
 def labelled_data(args: argparse.Namespace, items: list[Labelled]) -> tuple[Start, Data]:

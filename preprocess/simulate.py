@@ -115,6 +115,11 @@ class Simulator:
         filler = rng.choices(SAID_FILLERS, [1.0 / (i + 1) for i in range(len(SAID_FILLERS))])[0]
         return " ".join(words[:at] + [filler] + words[at:])
 
+    def sample(self, sentence: str, rng: random.Random, phones: bool = False) -> tuple[NBest, str]:
+        """Return an n-best list of what was said and its truth (spaces removed): `utter`, then `simulate`."""
+        said = self.utter(sentence, rng)
+        return self.simulate(said, rng, phones=phones), "".join(said.split())
+
     def _filler_slot(self, word: str, rng: random.Random) -> list[tuple[float, tuple[str, ...]]]:
         """A said filler: heard, or dropped (in TOP1 with p_filler_dropped, else lower in the list)."""
         pen = -abs(rng.gauss(0.0, self.config.score_spread)) - 0.05

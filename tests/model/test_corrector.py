@@ -55,3 +55,25 @@ def test_corrector_keeps_an_unambiguous_top1(corrector):
 
 def test_corrector_falls_back_to_top1_without_chinese(corrector):
     assert corrector.predict_batch([NBest(("while e-mail",))]) == ["whilee-mail"]
+
+
+def test_corrector_keeps_a_spoken_filler_that_top1_and_most_hypotheses_hold(corrector):
+    """Regression: the network, trained on a simulator that only inserted fillers, deleted the ones said."""
+    item = NBest(("欸 我 想 問 一下 信用卡 帳單", "我 想 問 一下 信用卡 帳單", "欸 我 想 問 一下 信用卡 賬單",
+                  "欸 我 想 問 一 下 信用卡 帳單"))
+    assert corrector.predict_batch([item])[0].startswith("欸")
+
+
+def test_corrector_never_answers_a_variant_form_of_top1(corrector):
+    item = NBest(("台灣 的 捷運 站 在 哪裡", "臺灣 的 捷運 站 在 哪裏", "臺灣 的 捷運 站 在 哪裡"))
+    assert corrector.predict_batch([item])[0] == "台灣的捷運站在哪裡"
+
+
+def test_corrector_answers_with_the_stage_it_was_asked_for():
+    items = [NBest(("今天 故價 上漲", "今天 股價 上漲", "今天 股價 上漲"))]
+    for stage in ("net", "lm", "full"):
+        c = Corrector(WEIGHTS_DIR, device="cpu", stage=stage, lm_path=None if stage == "net" else
+                      Corrector(WEIGHTS_DIR).lm_path)
+        c.setup()
+        assert (c.reranker is None) == (stage == "net")
+        assert c.predict_batch(items)[0]

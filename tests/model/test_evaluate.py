@@ -1,0 +1,72 @@
+"""model.evaluate: the CER figures, labelled files, and scoring a live service over HTTP as the judge does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from model.evaluate import cer_score, main
+from preprocess.labelled import Labelled, write_labelled
+from preprocess.text import NBest
+
+LISTS = [
+    # (truth, hypotheses): TOP1 right; TOP1 wrong, oracle right; TOP1 wrong and no hypothesis right
+    ("我要進去", ("我 要 進去", "我 哇 進去")),
+    ("股價上漲", ("故價 上漲", "股價 上漲")),
+    ("匯率下跌", ("會綠 下跌", "會率 下跌")),
+]
+
+
+def _labelled(path: Path) -> Path:
+    write_labelled([Labelled(f"q{k}", t, NBest(h)) for k, (t, h) in enumerate(LISTS)], path)
+    return path
+
+
+def test_cer_score_counts_top1_oracle_answer_and_the_gap_closed():
+    nbests = [NBest(h) for _, h in LISTS]
+    truths = [t for t, _ in LISTS]
+    score = cer_score(nbests, truths, ["我要進去", "股價上漲", "會綠下跌"])
+    assert score.top1_cer == pytest.approx(3 / 12)  # 故, 會, 綠
+    assert score.oracle_cer == pytest.approx(1 / 12)  # only 綠 is beyond the list
+    assert score.answer_cer == pytest.approx(2 / 12)
+    assert score.gap_closed == pytest.approx(0.5)
+    assert (score.made_better, score.made_worse, score.top1_right, score.top1_right_changed) == (1, 0, 1, 0)
+
+
+def test_cer_score_counts_a_changed_right_top1_as_made_worse():
+    score = cer_score([NBest(LISTS[0][1])], [LISTS[0][0]], ["我哇進去"])
+    assert (score.made_worse, score.top1_right_changed, score.top1_right_changed_share) == (1, 1, 1.0)
+
+
+@pytest.mark.live
+def test_evaluate_scores_a_live_service_over_http(tmp_path, live_server, capsys):
+    code = main(["--data", str(_labelled(tmp_path / "set.jsonl")), "--url", live_server, "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)["http"]["set.jsonl"]
+    # the fake corrector answers 改 + TOP1: one more error on every list, none late or failed
+    assert result["sentences"] == 3 and result["made_worse"] == 3
+    assert result["answer_cer"] == pytest.approx((3 + 3) / 12)
+    assert (result["late"], result["non_200"], result["connection_errors"], result["unanswered"]) == (0, 0, 0, 0)
+    assert result["p50_ms"] > 0
+
+
+def test_evaluate_names_a_malformed_row_in_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": 1, "ground_truth_sentence": "好", "sentence_list": ["好"]}\n{"id": 2}\n',
+                    encoding="utf-8")
+    assert main(["--data", str(path), "--url", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "bad.jsonl" in err and "line 2" in err
+
+
+@pytest.mark.real_model
+def test_evaluate_scores_a_labelled_file_with_each_stage(tmp_path, capsys):
+    assert main(["--data", str(_labelled(tmp_path / "set.jsonl")), "--stage", "all", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert set(results) >= {"net", "lm", "full"}
+    for stage in ("net", "lm", "full"):
+        figures = results[stage]["set.jsonl"]
+        assert figures["sentences"] == 3 and figures["top1_right_changed"] == 0
+        assert figures["ms_per_batch_64"] > 0
