@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from flask import Flask
 
 from api.cache import build_cache
 from api.errors import register_error_handlers
+from api.loading import LoadingCorrector
 from api.logs import configure_logging
 from api.metrics import METRICS_KEY, Metrics, StampingBatcher, instrument, measure_queue_wait
 from api.predict import BatcherLike, CorrectorLike, Prediction, batch_fn, size_of
@@ -35,10 +37,11 @@ def create_app(
     """Build the Flask app with its corrector, batcher, answer cache and metrics.
 
     By default the config comes from the environment and the corrector is the real one from
-    `model.corrector`, loaded and warmed up here (`setup()`); an injected corrector (tests inject fakes)
-    must be set up already. An injected batcher replaces the one built around the corrector. With
-    `batcher_workers` > 1 and no injected corrector, the corrector is built in that many worker processes
-    instead (`model.process_batcher`).
+    `model.corrector`, imported, loaded and warmed up (`setup()`) on a thread (`api.loading`): the app serves at
+    once, answering TOP1 and `/readyz` 503 until the model is ready. An injected corrector (tests inject fakes)
+    must be set up already, or be a started `LoadingCorrector`. An injected batcher replaces the one built around
+    the corrector. With `batcher_workers` > 1 and no injected corrector, the corrector is built in that many
+    worker processes instead (`model.process_batcher`), before this returns.
     """
     config = config or Config.from_env()
     configure_logging(config.log_level)
@@ -47,8 +50,9 @@ def create_app(
     if corrector is None and batcher is None and config.batcher_workers > 1:
         batcher = build_process_batcher(config, metrics, target=CORRECTOR_TARGET)
         corrector = WorkerPool(config.batcher_workers, _devices(config), config.weights_dir)
+    loader = None
     if corrector is None:
-        corrector = _load_corrector(config)
+        corrector = loader = LoadingCorrector(partial(_load_corrector, config))
     if batcher is None:
         batcher = _build_batcher(config, corrector, metrics)
 
@@ -66,6 +70,8 @@ def create_app(
         # server_uuid is sha256(captain_email + str(int(utc_now)) + salt): without the email it names no team.
         log.warning("CAPTAIN_EMAIL is not set: server_uuid will not identify the team")
     log.info("app ready", extra={"fields": {"config": config.summary()}})
+    if loader is not None:
+        loader.start()  # last: the loading competes for the GIL with whatever this thread still does
     return app
 
 
@@ -120,8 +126,17 @@ def _devices(config: Config) -> tuple[str, ...]:
     return tuple(d.strip() for d in config.cuda_devices.split(",") if d.strip())
 
 
+def preload(with_model: bool = True) -> None:
+    """Prepare a process that will fork workers: import the corrector's modules (torch) when `with_model`, and
+    build the routes once on a throwaway app, so that pydantic and spectree have generated the schemas. Starts
+    no thread and touches no device (neither would survive a fork)."""
+    if with_model:
+        import model.corrector  # noqa: F401
+    register_routes(Flask("preload"))
+
+
 def _load_corrector(config: Config) -> CorrectorLike:
-    # Imported here so that tests with fake correctors never import torch.
+    # Imported here, on the loader's thread: importing torch alone takes seconds. Tests with fakes never do.
     from model.corrector import Corrector
 
     corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.torch_threads,

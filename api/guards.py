@@ -7,6 +7,7 @@ The view tries them in this order, then the model (`api.predict`):
    how a slow moment becomes a collapse).
 2. `answer_too_long`: a TOP1 over `max_top1_chars` (spaces removed) is answered with TOP1.
 3. `answer_cached`: a first attempt whose question was already answered gets the same answer.
+4. `api.loading.answer_model_unready`: while the model loads, TOP1 at once (path `model_loading`).
 
 Answers are cached under `cache_key`: the esun_uuid and a digest of TOP1, so that a uuid reused for another
 question never gets the old question's answer.

@@ -7,6 +7,7 @@ holds one and a batch fills only when at least `max_batch_size` requests wait at
 
 from __future__ import annotations
 
+import importlib
 import math
 import select
 import sys
@@ -34,8 +35,7 @@ bind = f"{_config.host}:{_config.port}"
 workers = 1
 worker_class = "gthread"
 threads = _config.http_threads
-# Loading the weights and warming up happens in the worker, after the fork (threads do not survive one),
-# and may take a while: the worker's timeout covers it.
+# The app is built in the worker, after the fork: its threads (batcher, model loader) do not survive one.
 preload_app = False
 # gunicorn takes whole seconds; rounding down would turn 0.5 into 0, which means "no timeout" for `timeout`.
 timeout = math.ceil(_config.worker_timeout_s)
@@ -43,6 +43,21 @@ graceful_timeout = math.ceil(_config.graceful_timeout_s)
 keepalive = 5
 loglevel = _config.log_level.lower()
 accesslog = None  # the app writes one JSON line per request itself
+
+
+def on_starting(server: Any) -> None:
+    """Import and warm up in the master, before the port opens, what each worker would otherwise do first.
+
+    Then a worker, the first or one replacing a dead one, answers within milliseconds of its fork, while the
+    model loads on a thread of it (api.loading); importing torch there would also stall its answers (an import
+    holds the GIL for up to half a second at a time). The shipped model's modules are imported only for the
+    shipped app (`api:...`): apps around fakes start without torch.
+    """
+    from api import preload
+
+    module = server.app.app_uri.partition(":")[0]
+    preload(with_model=module == "api")
+    importlib.import_module(module)
 
 
 def worker_exit(server: object, worker: object) -> None:

@@ -25,10 +25,10 @@ METRICS_KEY = "asr_correction_metrics"
 NAMESPACE = "esun"
 
 # How a request was answered: the `path` of the request log, plus "rejected" for a non-200 answer.
-REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "deadline", "overload", "error",
-                 "rejected")
+REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "model_loading", "deadline", "overload",
+                 "error", "rejected")
 # Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
-FALLBACK_REASONS = ("retry_top1", "too_long", "deadline", "overload", "error")
+FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "deadline", "overload", "error")
 CACHE_LEVELS = ("local", "redis")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")
 # Around the judge's 1 s timeout and the 0.75 s default budget.

@@ -1,8 +1,8 @@
 """The HTTP routes. `/inference` reads as the chain of one request:
 
 `schemas.parse_request` → `guards.answer_retry` / `answer_too_long` / `answer_cached` →
-`predict.answer_with_model` (`batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) →
-`schemas.build_response`, then one log line and the request's metrics (`api.metrics`).
+`loading.answer_model_unready` → `predict.answer_with_model` (`batcher.submit(nbest, deadline)` ⇒ worker:
+`corrector.predict_batch`) → `schemas.build_response`, then one log line and the request's metrics (`api.metrics`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from api import guards, schemas
 from api.errors import PayloadTooLarge
+from api.loading import answer_model_unready, corrector_trouble
 from api.logs import log_request
 from api.metrics import metrics_view
-from api.predict import answer_with_model, corrector_ready
+from api.predict import answer_with_model
 from api.state import app_state
 from config import REPO_ROOT
 
@@ -40,6 +41,7 @@ def inference() -> dict[str, Any]:
             guards.answer_retry(req, state.cache)
             or guards.answer_too_long(req, state.config.max_top1_chars)
             or guards.answer_cached(req, state.cache)
+            or answer_model_unready(req, state.corrector)
             or answer_with_model(req, state.batcher, state.cache, deadline=arrival + state.config.budget_s)
         )
     except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
@@ -67,11 +69,11 @@ def healthz() -> dict[str, str]:
 
 
 def readyz() -> tuple[dict[str, Any], int]:
-    """Tell whether the service can answer with the model: corrector set up and batcher running."""
+    """Tell whether the service can answer with the model: corrector loaded and set up, batcher running."""
     state = app_state()
     reasons = []
-    if not corrector_ready(state.corrector):
-        reasons.append("corrector is not set up")
+    if (trouble := corrector_trouble(state.corrector)) is not None:
+        reasons.append(trouble)
     if not state.batcher.alive():
         reasons.append(batcher_trouble(state.batcher))
     return {"ready": not reasons, "reasons": reasons}, 503 if reasons else 200

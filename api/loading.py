@@ -1,0 +1,129 @@
+"""The corrector, built and set up on a thread, so that the server answers from the moment its port is open.
+
+Loading the model (importing torch, reading the weights, the warm-up batch) takes seconds. Done before serving,
+it left `/healthz` unanswered that long (an orchestrator probing liveness would kill a booting replica) and, when
+gunicorn replaced a dead worker, every question waiting past its deadline. `LoadingCorrector` stands in for the
+corrector from the start instead: while `build()` runs it is not ready, so questions are answered TOP1 at once
+(path `model_loading`, `answer_model_unready`) and `/readyz` says 503 with the reason; once `build()`
+has returned a set-up corrector, it answers through it. A failed build is logged and leaves it unready for good
+(TOP1 answers, `/readyz` 503 naming the error) until the process is restarted.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from api.guards import Outcome, top1
+from api.predict import CorrectorLike, corrector_ready
+from api.schemas import InferenceRequest
+from preprocess.text import NBest
+
+log = logging.getLogger("api.loading")
+# The path of a question answered TOP1 because the model is still loading.
+MODEL_LOADING = "model_loading"
+LOADING_SWITCH_INTERVAL_S = 0.0005
+
+
+class ModelNotLoaded(RuntimeError):
+    """The corrector was asked to predict before it was loaded (the guards keep questions from it until then)."""
+
+
+class LoadingCorrector:
+    """A corrector that `build()` makes on a thread of its own; a `CorrectorLike` from the start.
+
+    Thread safety: the built corrector is published by one reference assignment, after its setup() returned,
+    and read once per call, so a reader sees either nothing or a corrector that is set up.
+    """
+
+    def __init__(self, build: Callable[[], CorrectorLike], name: str = "corrector") -> None:
+        self._build = build
+        self._name = name
+        self._corrector: CorrectorLike | None = None
+        self._error: str | None = None
+        self._started = time.monotonic()
+        self._done = threading.Event()
+
+    def start(self) -> LoadingCorrector:
+        """Start building the corrector on a daemon thread; return self."""
+        self._started = time.monotonic()
+        threading.Thread(target=self._load, name=f"{self._name}-loader", daemon=True).start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the build has ended (set up or failed); False when `timeout` seconds passed first."""
+        return self._done.wait(timeout)
+
+    @property
+    def loading(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def ready(self) -> bool:
+        corrector = self._corrector
+        return corrector is not None and corrector_ready(corrector)
+
+    def trouble(self) -> str | None:
+        """Say why the corrector cannot answer (loading since when, or why it failed), or None when it can."""
+        if self._error is not None:
+            return f"model failed to load: {self._error}"
+        corrector = self._corrector
+        if corrector is None:
+            return f"model is loading (for {time.monotonic() - self._started:.1f} s)"
+        return None if corrector_ready(corrector) else "corrector is not set up"
+
+    def predict_batch(self, items: list[NBest]) -> list[Any]:
+        corrector = self._corrector
+        if corrector is None:
+            raise ModelNotLoaded(self.trouble())
+        return corrector.predict_batch(items)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        corrector = self._corrector
+        if corrector is not None:
+            return corrector.info
+        return {"name": self._name, "state": "failed" if self._error else "loading", "error": self._error}
+
+    def _load(self) -> None:
+        # While this thread loads (Python-bound for long stretches), a request thread that gave up the GIL for
+        # I/O waits up to the switch interval to get it back, at each of its many I/O calls: 5 ms by default made
+        # a /healthz take 150 ms. A shorter interval while loading keeps the server's answers prompt.
+        switch_interval_s = sys.getswitchinterval()
+        sys.setswitchinterval(LOADING_SWITCH_INTERVAL_S)
+        try:
+            corrector = self._build()
+        except Exception as exc:  # reported by /readyz and the log; the service goes on answering TOP1
+            self._error = f"{type(exc).__name__}: {exc}"
+            log.exception("loading the %s failed; answering TOP1", self._name)
+        else:
+            self._corrector = corrector
+            log.info("%s loaded", self._name, extra={"fields": {
+                "load_s": round(time.monotonic() - self._started, 3)}})
+        finally:
+            sys.setswitchinterval(switch_interval_s)
+            self._done.set()
+
+
+def corrector_trouble(corrector: CorrectorLike) -> str | None:
+    """Say why the corrector cannot answer yet (loading, failed, not set up), or None when it can."""
+    if isinstance(corrector, LoadingCorrector):
+        return corrector.trouble()
+    return None if corrector_ready(corrector) else "corrector is not set up"
+
+
+def corrector_loading(corrector: CorrectorLike) -> bool:
+    """Tell whether the corrector is still being built (not failed, not done)."""
+    return isinstance(corrector, LoadingCorrector) and corrector.loading
+
+
+def answer_model_unready(req: InferenceRequest, corrector: CorrectorLike) -> Outcome | None:
+    """Answer with TOP1 while the model loads (path model_loading) or when it failed to (error); else pass."""
+    trouble = corrector_trouble(corrector)
+    if trouble is None:
+        return None
+    return top1(req, MODEL_LOADING if corrector_loading(corrector) else "error", reason=trouble)
