@@ -43,6 +43,22 @@ graceful_timeout = math.ceil(_config.graceful_timeout_s)
 keepalive = 5
 loglevel = _config.log_level.lower()
 accesslog = None  # the app writes one JSON line per request itself
+# gunicorn's own lines as JSON too, on stderr beside the app's (api.logs), with the process id (master or worker).
+# The root logger gets no handler (gunicorn's default would print the app's lines a second time, as plain text).
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "root": {"level": "WARNING", "handlers": []},
+    "loggers": {
+        "gunicorn.error": {"level": _config.log_level, "handlers": ["json"], "propagate": False},
+        "gunicorn.access": {"level": "INFO", "handlers": ["json"], "propagate": False},
+    },
+    "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+    "formatters": {"json": {"()": "api.logs.JsonFormatter", "with_pid": True}},
+}
+# No control socket (gunicornc is not used): by default gunicorn 27 opens one at ~/.gunicorn/gunicorn.ctl, which a
+# second instance on another port takes over, and deletes when it exits.
+control_socket_disable = True
 
 
 def on_starting(server: Any) -> None:

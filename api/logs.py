@@ -18,7 +18,11 @@ _DEGRADED_PATHS = frozenset({"model_loading", "deadline", "overload", "error"})
 
 
 class JsonFormatter(logging.Formatter):
-    """Render a record as one JSON object, with the fields passed in `extra={"fields": ...}`."""
+    """Render a record as one JSON object, with the fields passed in `extra={"fields": ...}` (and its `pid`)."""
+
+    def __init__(self, with_pid: bool = False) -> None:
+        super().__init__()
+        self.with_pid = with_pid
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -27,6 +31,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if self.with_pid:
+            line["pid"] = record.process
         line.update(getattr(record, "fields", {}))
         if record.exc_info:
             # Tracebacks go to the log, never to the client.

@@ -1,0 +1,44 @@
+"""gunicorn with the repository's config (api/gunicorn_conf.py): every line it and the app write is JSON, and it
+leaves no control socket behind in the user's home."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.faults.test_graceful_shutdown import GUNICORN, REPO_ROOT, free_port, wait_until_ready
+
+pytestmark = pytest.mark.live
+
+
+def test_gunicorn_writes_every_line_as_json_and_no_control_socket(tmp_path: Path):
+    """Regression: gunicorn's own lines were plain text beside the app's JSON lines, and gunicorn 27 opened a
+    control socket in ~/.gunicorn/ that a second instance took over and deleted on exit."""
+    port = free_port()
+    env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "LOG_LEVEL": "INFO", "HOME": str(tmp_path)}
+    env.pop("XDG_RUNTIME_DIR", None)
+    process = subprocess.Popen(
+        [str(GUNICORN), "-c", "api/gunicorn_conf.py", "tests.faults.slow_app:create()"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until_ready(port, process)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+
+    lines = [json.loads(line) for line in output.decode().splitlines() if line.strip()]  # each one JSON
+    gunicorn = [line for line in lines if line["logger"] == "gunicorn.error"]
+    messages = " | ".join(line["msg"] for line in gunicorn)
+    assert "Starting gunicorn" in messages and "Booting worker" in messages and "Shutting down" in messages
+    assert {line["pid"] for line in gunicorn} >= {process.pid}
+    assert any(line["logger"] == "api.app" for line in lines)
+    assert not (tmp_path / ".gunicorn").exists()
