@@ -42,8 +42,10 @@ ENV PATH=/app/.venv/bin:$PATH \
     PORT=8080
 EXPOSE 8080
 
-# /healthz: the process answers. The start period covers loading the weights and the warm-up batch.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('PORT', '8080'), timeout=2)"]
+# Healthy = ready: /readyz answers 200 once the model is loaded and warmed (503 before, and while a batch is stuck;
+# urlopen raises on a 503). docker compose starts nginx only once every replica is healthy. /healthz, for a
+# liveness probe, answers from the port's first moment.
+HEALTHCHECK --interval=5s --timeout=3s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('PORT', '8080'), timeout=2)"]
 
 CMD ["gunicorn", "-c", "api/gunicorn_conf.py", "api:create_app()"]
