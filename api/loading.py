@@ -15,7 +15,8 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from api.guards import Outcome, top1
@@ -90,13 +91,9 @@ class LoadingCorrector:
         return {"name": self._name, "state": "failed" if self._error else "loading", "error": self._error}
 
     def _load(self) -> None:
-        # While this thread loads (Python-bound for long stretches), a request thread that gave up the GIL for
-        # I/O waits up to the switch interval to get it back, at each of its many I/O calls: 5 ms by default made
-        # a /healthz take 150 ms. A shorter interval while loading keeps the server's answers prompt.
-        switch_interval_s = sys.getswitchinterval()
-        sys.setswitchinterval(LOADING_SWITCH_INTERVAL_S)
         try:
-            corrector = self._build()
+            with _prompt_thread_switches():
+                corrector = self._build()
         except Exception as exc:  # reported by /readyz and the log; the service goes on answering TOP1
             self._error = f"{type(exc).__name__}: {exc}"
             log.exception("loading the %s failed; answering TOP1", self._name)
@@ -105,8 +102,32 @@ class LoadingCorrector:
             log.info("%s loaded", self._name, extra={"fields": {
                 "load_s": round(time.monotonic() - self._started, 3)}})
         finally:
-            sys.setswitchinterval(switch_interval_s)
             self._done.set()
+
+
+_loaders_lock = threading.Lock()
+_loaders_running = 0
+_default_switch_interval_s = sys.getswitchinterval()
+
+
+@contextmanager
+def _prompt_thread_switches() -> Iterator[None]:
+    """Shorten the GIL's switch interval while any corrector loads.
+
+    A loading thread is Python-bound for long stretches; a request thread that gave the GIL up for I/O waits up to
+    the switch interval to get it back, at each of its many I/O calls: at the default 5 ms a /healthz took 150 ms.
+    """
+    global _loaders_running
+    with _loaders_lock:
+        _loaders_running += 1
+        sys.setswitchinterval(LOADING_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        with _loaders_lock:
+            _loaders_running -= 1
+            if _loaders_running == 0:
+                sys.setswitchinterval(_default_switch_interval_s)
 
 
 def corrector_trouble(corrector: CorrectorLike) -> str | None:

@@ -3,6 +3,7 @@ answers (path model_loading), then the model's answers once it is loaded; a fail
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -117,3 +118,15 @@ def test_loading_corrector_refuses_to_predict_before_it_is_loaded(slow_load):
     assert loader.info == {"name": "corrector", "state": "loading", "error": None}
     slow_load.gate.set()
     assert loader.wait(timeout=5)
+
+
+def test_loading_shortens_the_gil_switch_interval_until_the_last_load_ends(corrector):
+    before = sys.getswitchinterval()
+    first, second = SlowLoad(corrector), SlowLoad(corrector)
+    loaders = [LoadingCorrector(first).start(), LoadingCorrector(second).start()]
+    first.gate.set()
+    assert loaders[0].wait(timeout=5)
+    assert sys.getswitchinterval() < before  # the second still loads
+    second.gate.set()
+    assert loaders[1].wait(timeout=5)
+    assert sys.getswitchinterval() == before
