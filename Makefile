@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev tools lint corpus train evaluate bench soak
+.PHONY: run test install install-dev tools lint corpus train tune evaluate bench soak
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,8 +45,13 @@ corpus: install-dev
 train: install-dev
 	$(PY) -m model.train
 
+## Fit the second stage's weights (LM, network, rank prior) and margin on simulated dev lists.
+tune: install-dev
+	$(PY) -m model.tune --variant full --write
+	$(PY) -m model.tune --variant lm --write
+
 evaluate: install-dev
-	$(PY) -m model.evaluate
+	$(PY) -m model.evaluate --stage all
 
 bench: install-dev
 	$(PY) -m testing.bench

@@ -97,16 +97,22 @@ def protected_positions(example: Example) -> frozenset[int]:
 
 def _network_combos(example: Example, probs: np.ndarray, beam: int) -> list[tuple[str, ...]]:
     """The `beam` best sentences by the network's per-position probabilities (a beam over positions)."""
-    hyps: list[tuple[float, tuple[str, ...]]] = [(0.0, ())]
+    # positions where the network offers nothing but keep (most of them) extend every sentence alike
+    alternatives = (probs[:, 1:] >= MIN_OPTION_P).any(axis=1)
+    hyps: list[tuple[float, list[str]]] = [(0.0, [])]
     for i, cands in enumerate(example.candidates):
+        if not alternatives[i] or len(cands) == 1:
+            for _, segs in hyps:
+                segs.append(cands[0])
+            continue
         p = probs[i, : len(cands)]
         order = [k for k in np.argsort(-p)[:MAX_OPTIONS] if k == 0 or p[k] >= MIN_OPTION_P]
         if 0 not in order:
             order.append(0)
         options = [(math.log(max(float(p[k]), FLOOR_P)), cands[k]) for k in order]
-        hyps = heapq.nlargest(beam, ((s + lp, segs + (seg,)) for s, segs in hyps for lp, seg in options),
-                              key=lambda h: h[0])
-    return [segs for _, segs in hyps]
+        hyps = [(s, list(segs)) for s, segs in heapq.nlargest(
+            beam, ((s + lp, segs + [seg]) for s, segs in hyps for lp, seg in options), key=lambda h: h[0])]
+    return [tuple(segs) for _, segs in hyps]
 
 
 def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM) -> list[Candidate]:
