@@ -58,6 +58,8 @@ def test_config_from_env_reads_upper_case_field_names():
         ({"CACHE_TTL_S": "-5"}, "cache_ttl_s must be > 0, got -5.0"),
         ({"BATCHER_WORKERS": "0"}, "batcher_workers must be >= 1, got 0"),
         ({"CUDA_DEVICES": "0,,1"}, "cuda_devices must be comma-separated device ids like '0,1', got '0,,1'"),
+        ({"LM_PATH": "/nowhere/zh.lm"}, "lm_path must name an existing KenLM file, got '/nowhere/zh.lm'"),
+        ({"STAGE": "oracle"}, "stage must be one of full, lm, net, got 'oracle'"),
     ],
 )
 def test_config_rejects_bad_settings_naming_them(env, message):
@@ -141,3 +143,8 @@ def test_app_warns_when_captain_email_is_missing(make_app, config, caplog):
     caplog.set_level(logging.WARNING, logger="api.app")
     make_app(config=dataclasses.replace(config, captain_email=""))
     assert any("CAPTAIN_EMAIL" in r.getMessage() for r in caplog.records)
+
+
+def test_config_needs_no_lm_file_for_the_network_alone():
+    config = Config.from_env({"STAGE": "NET", "LM_PATH": "/nowhere/zh.lm"})
+    assert config.stage == "net"
