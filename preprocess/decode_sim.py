@@ -28,7 +28,7 @@ from pathlib import Path
 
 from preprocess.confusion import ConfusionSet, near_toneless
 from preprocess.phones import Syllable, char_syllable, text_phones
-from preprocess.simulate import DROPPABLE, FILLERS, SAID_FILLERS, statistics
+from preprocess.simulate import DROPPABLE, FILLERS, statistics, utter
 from preprocess.text import SPOKEN_FILLERS, NBest
 
 REVIEW_HOLDOUT = 5000  # the first reviews are for evaluation and never counted into the language model
@@ -246,13 +246,8 @@ class DecodingSimulator:
                 bucket[key + word] = (new, f"{text} {word}" if text and word else text or word)
 
     def utter(self, sentence: str, rng: random.Random) -> str:
-        """Return what the speaker said: the sentence, sometimes with a filler at its start or mid-way."""
-        words = sentence.split()
-        if not words or rng.random() >= self.config.p_spoken_filler:
-            return sentence
-        at = 0 if rng.random() < 0.7 else rng.randrange(len(words))
-        filler = rng.choices(SAID_FILLERS, [1.0 / (i + 1) for i in range(len(SAID_FILLERS))])[0]
-        return " ".join(words[:at] + [filler] + words[at:])
+        """Return what the speaker said: the sentence, sometimes with a filler (see `simulate.utter`)."""
+        return utter(sentence, rng, self.config.p_spoken_filler)
 
     def sample(self, sentence: str, rng: random.Random, phones: bool = True) -> tuple[NBest, str]:
         """Return an n-best list of what was said and its truth (spaces removed): `utter`, then `simulate`."""

@@ -67,6 +67,17 @@ REVIEWS = SimConfig(
 )
 
 
+def utter(sentence: str, rng: random.Random, p_spoken_filler: float) -> str:
+    """Return what the speaker said: the sentence, in p_spoken_filler of cases with a filler at its start
+    (mostly) or mid-way, commoner fillers likelier."""
+    words = sentence.split()
+    if not words or rng.random() >= p_spoken_filler:
+        return sentence
+    at = 0 if rng.random() < 0.7 else rng.randrange(len(words))
+    filler = rng.choices(SAID_FILLERS, [1.0 / (i + 1) for i in range(len(SAID_FILLERS))])[0]
+    return " ".join(words[:at] + [filler] + words[at:])
+
+
 class Simulator:
     """Make n-best lists from clean sentences with a given error configuration."""
 
@@ -107,13 +118,8 @@ class Simulator:
         return None
 
     def utter(self, sentence: str, rng: random.Random) -> str:
-        """Return what the speaker said: the sentence, sometimes with a filler at its start or mid-way."""
-        words = sentence.split()
-        if not words or rng.random() >= self.config.p_spoken_filler:
-            return sentence
-        at = 0 if rng.random() < 0.7 else rng.randrange(len(words))
-        filler = rng.choices(SAID_FILLERS, [1.0 / (i + 1) for i in range(len(SAID_FILLERS))])[0]
-        return " ".join(words[:at] + [filler] + words[at:])
+        """Return what the speaker said: the sentence, sometimes with a filler (see `utter`)."""
+        return utter(sentence, rng, self.config.p_spoken_filler)
 
     def sample(self, sentence: str, rng: random.Random, phones: bool = False) -> tuple[NBest, str]:
         """Return an n-best list of what was said and its truth (spaces removed): `utter`, then `simulate`."""

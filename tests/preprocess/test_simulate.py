@@ -50,3 +50,22 @@ def test_simulator_is_reproducible_with_a_seed(simulator):
 def test_k_best_returns_combinations_in_score_order():
     slots = [[(0.0, ("a",)), (-1.0, ("b",))], [(0.0, ("c",)), (-0.5, ("d",))]]
     assert k_best(slots, 3) == [["a", "c"], ["a", "d"], ["b", "c"]]
+
+
+def test_simulator_drops_said_fillers_more_often_than_it_invents_them(simulator, corpus_dir):
+    """Regression: the simulator only inserted fillers as errors, so the network learned to delete said ones."""
+    from preprocess.text import SPOKEN_FILLERS
+
+    sents = [s for s in (corpus_dir / "dev.txt").read_text(encoding="utf-8").split("\n") if s][:3000]
+    rng = random.Random(4)
+    said = dropped = invented = 0
+    for s in sents:
+        nbest, truth = simulator.sample(s, rng)
+        top1 = nbest.top1.replace(" ", "")
+        n_truth = sum(c in SPOKEN_FILLERS for c in truth) - sum(c in SPOKEN_FILLERS for c in s)
+        said += n_truth > 0
+        dropped += n_truth > 0 and sum(c in SPOKEN_FILLERS for c in top1) < sum(c in SPOKEN_FILLERS for c in truth)
+        invented += sum(c in SPOKEN_FILLERS for c in top1) > sum(c in SPOKEN_FILLERS for c in truth)
+    assert said > 100  # the truths hold fillers, as the judge's do
+    assert dropped > invented
+    assert dropped < said / 2  # TOP1 still holds most said fillers
