@@ -2,7 +2,7 @@
 
 A syllable is kept as (initial, final, tone) in pypinyin's strict form: the zero initial is "", the final
 is the full one ("iou", "uei", "uen", "v" for ü) and the tone is 1-5 (5 = neutral). The phone notation is
-described in shared/spec/phonemes.md.
+described in docs/contract.md.
 """
 
 from __future__ import annotations

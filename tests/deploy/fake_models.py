@@ -63,7 +63,8 @@ class PicklableCorrector:
 
     MARK = "改"
 
-    def __init__(self, weights_dir: Path | None = None, device: str = "auto") -> None:
+    def __init__(self, weights_dir: Path | None = None, device: str = "auto", lm_path: Path | None = None,
+                 stage: str = "full") -> None:
         self.ready = False
 
     def setup(self) -> None:
