@@ -11,7 +11,6 @@ from typing import Any
 
 from flask import Flask
 
-from api.cache import build_cache
 from api.errors import register_error_handlers
 from api.loading import LoadingCorrector
 from api.logs import configure_logging
@@ -19,6 +18,7 @@ from api.metrics import METRICS_KEY, Metrics, StampingBatcher, instrument, measu
 from api.predict import BatcherLike, CorrectorLike, Prediction, batch_fn, size_of
 from api.routes import register_routes
 from api.state import EXTENSION_KEY, AppState
+from cache import build_cache
 from config import Config
 from model.batcher import Batcher
 from preprocess.text import NBest

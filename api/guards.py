@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from api.cache import ResultCache
 from api.schemas import InferenceRequest
+from cache import ResultCache
 from preprocess.text import strip_spaces, top1_answer
 
 

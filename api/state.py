@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from flask import current_app
 
-from api.cache import ResultCache
 from api.predict import BatcherLike, CorrectorLike
+from cache import ResultCache
 from config import Config
 
 EXTENSION_KEY = "asr_correction"

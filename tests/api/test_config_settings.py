@@ -84,7 +84,7 @@ def test_config_summary_hides_secrets():
 
 
 def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app, config):
-    from api.cache import RedisResultCache
+    from cache import RedisResultCache
     from api.state import EXTENSION_KEY
 
     app = make_app(config=dataclasses.replace(config, redis_url="redis://localhost:6379/0"))

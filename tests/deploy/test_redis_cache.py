@@ -1,4 +1,4 @@
-"""api.cache against a real redis-server: shared answers, TTL, pickle refused, and a dead or silent Redis."""
+"""cache against a real redis-server: shared answers, TTL, pickle refused, and a dead or silent Redis."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from api.cache import LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
+from cache import LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
 from api.state import EXTENSION_KEY
-from tests.api.test_result_cache import UNPICKLED, Planted  # the same planted pickle, against a real Redis
+from tests.cache.test_result_cache import UNPICKLED, Planted  # the same planted pickle, against a real Redis
 from tests.deploy.procs import free_port
 
 pytestmark = pytest.mark.live

@@ -1,4 +1,4 @@
-"""api.cache: answers kept by esun_uuid in process (TTL, LRU) and in Redis (JSON only, behind a circuit breaker)."""
+"""cache: answers kept by esun_uuid in process (TTL, LRU) and in Redis (JSON only, behind a circuit breaker)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 import redis
 
-from api.cache import CircuitBreaker, LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
+from cache import CircuitBreaker, LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
 
 
 class Clock:

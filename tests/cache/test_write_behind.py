@@ -1,4 +1,4 @@
-"""api.cache writes to Redis on one writer thread: a slow Redis never holds up the thread that stores answers.
+"""cache writes to Redis on one writer thread: a slow Redis never holds up the thread that stores answers.
 
 The batcher's single worker thread stores every model answer (api.predict's done-callback); a Redis that takes
 30 ms a SET, too slow to be useful but never slow enough to trip the breaker, must not cost it 30 ms an answer.
@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from api.cache import LayeredResultCache, MemoryResultCache, WriteBehind
+from cache import LayeredResultCache, MemoryResultCache, WriteBehind
 from api.state import EXTENSION_KEY
 from preprocess.text import NBest
-from tests.api.test_result_cache import FakeRedis, redis_cache
+from tests.cache.test_result_cache import FakeRedis, redis_cache
 
 SET_DELAY_S = 0.03
 

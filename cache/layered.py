@@ -1,0 +1,78 @@
+"""The cache the app serves with: the local level first, then (if configured) Redis; and how it is built."""
+
+from __future__ import annotations
+
+import logging
+
+from cache.breaker import BREAKER_COOLDOWN_S, BREAKER_FAILURES
+from cache.memory import MemoryResultCache
+from cache.protocols import CacheObserver, ResultCache
+from cache.redis_cache import REDIS_KEY_PREFIX, REDIS_TIMEOUT_S, RedisResultCache
+from cache.write_behind import WRITE_DRAIN_S, WRITE_QUEUE_SIZE, WriteBehind
+from config import Config
+
+log = logging.getLogger("api.cache")
+
+
+class LayeredResultCache:
+    """The local cache first, then (if any) the shared one; answers found in the shared one are kept locally.
+
+    `put` stores the answer locally at once, and hands the shared write to a `WriteBehind`: it never waits for
+    Redis. `put` runs on the batcher's worker thread (api.predict stores answers from a done-callback), where
+    one synchronous write per answer to a slow Redis would hold up the whole batch and the next. The answer is
+    in Redis a moment after the response leaves (a retry on this replica reads the local cache first); a
+    replica that stops drains its queue at exit (`close`), one that is killed loses the writes still queued.
+    A put of the answer the local cache already holds is not written again: api.predict stores each answer
+    twice (from the request's thread and from the callback), and a slow Redis should take it once.
+    """
+
+    def __init__(self, local: MemoryResultCache, shared: ResultCache | None = None,
+                 observer: CacheObserver | None = None, max_pending_writes: int = WRITE_QUEUE_SIZE) -> None:
+        self.local = local
+        self.shared = shared
+        self._observer = observer
+        self.writer = WriteBehind(shared.put, max_pending_writes) if shared is not None else None
+
+    def get(self, esun_uuid: str) -> str | None:
+        """Return the answer from the local cache, else from the shared one, else None."""
+        answer = self.local.get(esun_uuid)
+        self._count("hit" if answer is not None else "miss")
+        if answer is not None or self.shared is None:
+            return answer
+        answer = self.shared.get(esun_uuid)
+        if answer is not None:
+            self.local.put(esun_uuid, answer)
+        return answer
+
+    def put(self, esun_uuid: str, answer: str) -> None:
+        """Store the answer locally, and queue it for the shared cache unless it is stored already."""
+        known = self.local.get(esun_uuid)
+        self.local.put(esun_uuid, answer)
+        if self.writer is not None and known != answer:
+            self.writer.submit(esun_uuid, answer)
+
+    def flush(self, timeout: float = WRITE_DRAIN_S) -> bool:
+        """Wait until the queued shared writes have landed; False when `timeout` seconds passed first."""
+        return self.writer.flush(timeout) if self.writer is not None else True
+
+    def close(self, timeout: float = WRITE_DRAIN_S) -> None:
+        """Write what is queued for the shared cache (up to `timeout`), then stop the writer thread."""
+        if self.writer is not None:
+            self.writer.close(timeout)
+
+    def _count(self, result: str) -> None:
+        if self._observer is not None:
+            self._observer.cache_lookup("local", result)
+
+
+def build_cache(config: Config, observer: CacheObserver | None = None) -> LayeredResultCache:
+    """Build the result cache the config asks for: in-process, plus Redis when `redis_url` is set."""
+    local = MemoryResultCache(max_entries=config.cache_size, ttl_s=config.cache_ttl_s)
+    shared = None
+    if config.redis_url:
+        shared = RedisResultCache.from_url(config.redis_url, ttl_s=config.cache_ttl_s, observer=observer)
+        # The URL may hold a password: it is not logged.
+        log.info("answers shared through redis", extra={"fields": {
+            "key_prefix": REDIS_KEY_PREFIX, "timeout_s": REDIS_TIMEOUT_S, "breaker_failures": BREAKER_FAILURES,
+            "breaker_cooldown_s": BREAKER_COOLDOWN_S}})
+    return LayeredResultCache(local, shared, observer)

@@ -1,0 +1,29 @@
+"""What the cache offers its callers (`ResultCache`) and what it reports to metrics (`CacheObserver`)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class ResultCache(Protocol):
+    """Where answers wait for the retry of their question."""
+
+    def get(self, esun_uuid: str) -> str | None:
+        """Return the answer stored for this question, or None."""
+        ...
+
+    def put(self, esun_uuid: str, answer: str) -> None:
+        """Store the answer to this question, replacing any earlier one."""
+        ...
+
+
+class CacheObserver(Protocol):
+    """What the cache reports to metrics: each lookup's level and result, and the breaker's state."""
+
+    def cache_lookup(self, level: str, result: str) -> None:
+        """Count one lookup: level "local" or "redis"; result "hit", "miss", "error" or "skipped"."""
+        ...
+
+    def redis_circuit(self, is_open: bool) -> None:
+        """Record whether the Redis circuit breaker is open (Redis skipped)."""
+        ...
