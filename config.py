@@ -154,6 +154,14 @@ def _validate(c: Config) -> None:
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
     _one_of(c, "stage", STAGES)
+    if (c.weights_dir / "config.json").is_file():
+        # a mismatch would load and give wrong answers: stop here, before anything is served
+        from model.contract import FeatureContractError, check_weights_dir
+
+        try:
+            check_weights_dir(c.weights_dir)
+        except FeatureContractError as e:
+            raise ConfigError(f"weights_dir: {e}") from None
     if c.stage != "net" and not c.lm_path.is_file():
         raise ConfigError(f"lm_path must name an existing KenLM file, got {str(c.lm_path)!r}")
     _one_of(c, "log_level", LOG_LEVELS)

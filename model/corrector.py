@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from model.contract import check_features
 from model.features import Example, Featurizer, Vocab, collate
 from model.lm import DEFAULT_LM_PATH, LanguageModel
 from model.network import CorrectorNet, NetConfig
@@ -93,6 +94,7 @@ class Corrector:
         if self.threads:
             torch.set_num_threads(self.threads)
         self.meta = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
+        check_features(self.meta, source=f"the weights in {self.weights_dir}")
         self.vocab = Vocab.load(self.weights_dir / "vocab.json")
         self.featurizer = Featurizer(self.vocab)
         self.threshold = float(self.meta["threshold"])

@@ -16,6 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
+from model.contract import (
+    ALTERNATIVES_SCALE,
+    CANDIDATE_FEATURES,
+    EDGE_COUNT_SCALE,
+    HYPOTHESES_SCALE,
+    LM_DELTA_SCALE,
+    LOG_FREQ_SCALE,
+    POSITION_FEATURES,
+    CandidateFeatures,
+    PositionFeatures,
+)
 from preprocess.align import align_nbest, align_to
 from preprocess.confusion import NEAR, OTHER_TONE, SAME_TONE, VARIANTS, ConfusionSet
 from preprocess.phones import char_syllable
@@ -26,8 +37,8 @@ MAX_LEN = 64
 MAX_CANDIDATES = 10
 MAX_FROM_NBEST = 6
 MAX_SEGMENT = 2
-N_POS_FEATS = 5
-N_CAND_FEATS = 14
+N_POS_FEATS = len(POSITION_FEATURES)
+N_CAND_FEATS = len(CANDIDATE_FEATURES)
 BOS, EOS = "^", "$"
 MIN_BIGRAM_COUNT = 2
 BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
@@ -141,7 +152,7 @@ class Featurizer:
     def _log_freq(self, seg: str) -> float:
         if not seg:
             return 0.0
-        return sum(self.vocab.log_freq.get(c, -16.0) for c in seg) / len(seg) / 16.0
+        return sum(self.vocab.log_freq.get(c, -LOG_FREQ_SCALE) for c in seg) / len(seg) / LOG_FREQ_SCALE
 
     def _lm(self, left: str, seg: str, right: str) -> tuple[float, float, float]:
         """Score a segment between its TOP1 neighbours: log P(left seg right), and its two edge bigrams.
@@ -163,7 +174,7 @@ class Featurizer:
         return score, math.log1p(first), math.log1p(last)
 
     def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
-            list[str], list[list[int]], list[tuple]]:
+            list[str], list[list[int]], list[CandidateFeatures]]:
         """Return one position's candidates, their character ids and their feature rows."""
         char = top1[i]
         variant = VARIANTS.get(char)
@@ -184,21 +195,21 @@ class Featurizer:
             ranks = votes.get(seg)
             rel = relation.get(seg, -1)
             ids.append(self._char_ids(seg))
-            feats.append((
-                k == 0,
-                len(ranks) / n_hyps if ranks else 0.0,
-                1.0 / (1 + ranks[0]) if ranks else 0.0,
-                seg == "",
-                len(seg) > 1,
-                rel == SAME_TONE,
-                rel == OTHER_TONE,
-                rel == NEAR,
-                ranks is None,
-                self._log_freq(seg),
-                ranks is not None and ranks[0] == 1,
-                max(-3.0, min(3.0, (lm - keep_lm) / 5.0)),
-                edge_l / 8.0,
-                edge_r / 8.0,
+            feats.append(CandidateFeatures(
+                keep=k == 0,
+                vote_share=len(ranks) / n_hyps if ranks else 0.0,
+                best_rank_inverse=1.0 / (1 + ranks[0]) if ranks else 0.0,
+                deletion=seg == "",
+                insertion=len(seg) > 1,
+                same_tone=rel == SAME_TONE,
+                other_tone=rel == OTHER_TONE,
+                near_syllable=rel == NEAR,
+                not_offered=ranks is None,
+                log_freq=self._log_freq(seg),
+                offered_by_second=ranks is not None and ranks[0] == 1,
+                lm_delta=max(-3.0, min(3.0, (lm - keep_lm) / LM_DELTA_SCALE)),
+                left_edge_count=edge_l / EDGE_COUNT_SCALE,
+                right_edge_count=edge_r / EDGE_COUNT_SCALE,
             ))
         return cands, ids, feats
 
@@ -235,8 +246,13 @@ class Featurizer:
             votes: dict[str, list[int]] = {char: [0]}
             for rank, row in enumerate(rows, start=1):
                 votes.setdefault(row[i], []).append(rank)
-            pos_rows.append((len(votes[char]) / n_hyps, (len(votes) - 1) / 9.0, n_hyps / 10.0,
-                             chars[i] == UNK, i / MAX_LEN))
+            pos_rows.append(PositionFeatures(
+                agreement=len(votes[char]) / n_hyps,
+                alternatives=(len(votes) - 1) / ALTERNATIVES_SCALE,
+                hypotheses=n_hyps / HYPOTHESES_SCALE,
+                unknown_char=chars[i] == UNK,
+                position=i / MAX_LEN,
+            ))
             cands, ids, feats = self._candidate_rows(i, top1, votes, n_hyps)
             candidates.append(cands)
             n = len(cands)

@@ -15,7 +15,11 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
+from model.contract import CANDIDATE_FEATURES
 from model.features import MAX_LEN, N_CAND_FEATS, N_POS_FEATS, PAD
+
+KEEP = CANDIDATE_FEATURES.index("keep")
+VOTE_SHARE = CANDIDATE_FEATURES.index("vote_share")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class CorrectorNet(nn.Module):
             cand_emb = cand_emb + self.char_emb(cand_ids[..., s])
         n = (cand_ids != PAD).sum(-1, keepdim=True).clamp(min=1).to(cand_emb.dtype)
         cand_emb = cand_emb / n  # [B, L, C, H]
-        offered = cand_feats[..., 1] * (1.0 - cand_feats[..., 0])  # vote share, keep excluded
+        offered = cand_feats[..., VOTE_SHARE] * (1.0 - cand_feats[..., KEEP])  # vote share, keep excluded
         column = (offered.unsqueeze(-1) * cand_emb).sum(2)
         x = (
             self.char_emb(chars)

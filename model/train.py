@@ -44,6 +44,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from model.contract import check_features, feature_record
 from model.corrector import WEIGHTS_DIR, choose
 from model.features import Example, Featurizer, Vocab, collate
 from model.network import CorrectorNet, NetConfig
@@ -253,6 +254,10 @@ def shipped_start(weights: Path) -> Start:
     if missing:
         raise SystemExit(f"--init shipped: {weights} lacks {', '.join(missing)}")
     meta = json.loads((weights / "config.json").read_text(encoding="utf-8"))
+    try:
+        check_features(meta, source=f"the weights in {weights}")
+    except ValueError as e:
+        raise SystemExit(f"--init shipped: {e}") from None
     state = {k: v.float() for k, v in load_file(str(weights / "model.safetensors")).items()}
     return Start(Vocab.load(weights / "vocab.json"), NetConfig(**meta["net"]), state, float(meta["threshold"]))
 
@@ -406,6 +411,7 @@ def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: 
         "name": "nbest-candidate-corrector",
         "version": time.strftime("%Y.%m.%d"),
         "net": start.net_cfg.to_dict(),
+        "features": feature_record(),
         "threshold": threshold,
         "trained": trained,
     }

@@ -1,0 +1,99 @@
+"""What the shipped weights and this code must agree on: the network's feature columns, by name and scale.
+
+`model.features` computes the columns in this order and `model.network` reads them by name; training records
+the names in the weights' `config.json` (`features`), and loading checks them, so a reordered, added or
+removed column stops start-up with one line instead of giving wrong answers. Pure: no numpy, no torch, so
+that `config.py` can check a weights folder before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+# Scales that bring each column near [-1, 1] (their units in the names of the columns they divide).
+LOG_FREQ_SCALE = 16.0  # natural log of a character's corpus frequency
+LM_DELTA_SCALE = 5.0  # natural log of the bigram LM's probability, candidate minus keep (clipped to +-3)
+EDGE_COUNT_SCALE = 8.0  # log(1 + count) of a candidate's edge bigram
+ALTERNATIVES_SCALE = 9.0  # distinct segments the other hypotheses offer at a position
+HYPOTHESES_SCALE = 10.0  # hypotheses in the list
+
+
+class CandidateFeatures(NamedTuple):
+    """One candidate of one TOP1 position (a row of `cand_feats`)."""
+
+    keep: float  # 1 for TOP1's own character (candidate 0)
+    vote_share: float  # share of the hypotheses that offer this segment
+    best_rank_inverse: float  # 1 / (1 + best rank offering it); 0 when none does
+    deletion: float  # the segment is empty
+    insertion: float  # the segment has two characters
+    same_tone: float  # same syllable and tone as TOP1's character
+    other_tone: float  # same syllable, another tone
+    near_syllable: float  # a near syllable (zh/z, n/l, -n/-ng, ...)
+    not_offered: float  # no hypothesis offers it (a sound-alike from the confusion set)
+    log_freq: float  # mean log frequency of its characters / LOG_FREQ_SCALE
+    offered_by_second: float  # the second hypothesis offers it
+    lm_delta: float  # bigram LM of TOP1's neighbours with it in place, minus keep's, / LM_DELTA_SCALE
+    left_edge_count: float  # log1p(count of the left edge bigram) / EDGE_COUNT_SCALE
+    right_edge_count: float  # log1p(count of the right edge bigram) / EDGE_COUNT_SCALE
+
+
+class PositionFeatures(NamedTuple):
+    """One TOP1 position (a row of `pos_feats`)."""
+
+    agreement: float  # share of the hypotheses that keep TOP1's character
+    alternatives: float  # distinct other segments offered / ALTERNATIVES_SCALE
+    hypotheses: float  # hypotheses in the list / HYPOTHESES_SCALE
+    unknown_char: float  # TOP1's character is outside the vocabulary
+    position: float  # index / MAX_LEN
+
+
+CANDIDATE_FEATURES: tuple[str, ...] = CandidateFeatures._fields
+POSITION_FEATURES: tuple[str, ...] = PositionFeatures._fields
+
+
+class FeatureContractError(ValueError):
+    """The weights were trained on other feature columns than this code computes."""
+
+
+SCALES = {"log_freq": LOG_FREQ_SCALE, "lm_delta": LM_DELTA_SCALE, "edge_count": EDGE_COUNT_SCALE,
+          "alternatives": ALTERNATIVES_SCALE, "hypotheses": HYPOTHESES_SCALE}
+
+
+def feature_names() -> dict[str, list[str]]:
+    """Return the columns as the weights' config records them."""
+    return {"candidate": list(CANDIDATE_FEATURES), "position": list(POSITION_FEATURES)}
+
+
+def feature_record() -> dict:
+    """Return what training writes to the weights' config.json under `features`: columns and scales."""
+    return feature_names() | {"scales": dict(SCALES)}
+
+
+def check_features(meta: dict, source: str = "weights") -> None:
+    """Raise FeatureContractError when a weights config names other columns than the code computes."""
+    recorded = meta.get("features")
+    if recorded is None:
+        raise FeatureContractError(f"{source} do not record their feature columns (config.json has no 'features')")
+    for kind, names in feature_names().items():
+        theirs = list(recorded.get(kind, []))
+        if theirs != names:
+            missing = [n for n in names if n not in theirs]
+            extra = [n for n in theirs if n not in names]
+            detail = f"missing {missing}, unknown {extra}" if missing or extra else "same names in another order"
+            raise FeatureContractError(f"{source} were trained on other {kind} features than this code computes:"
+                                       f" {detail}")
+    if recorded.get("scales") != SCALES:
+        raise FeatureContractError(f"{source} were trained with feature scales {recorded.get('scales')},"
+                                   f" this code uses {SCALES}")
+
+
+def check_weights_dir(weights_dir: Path) -> None:
+    """Check the feature columns recorded in a weights folder's config.json (raises FeatureContractError)."""
+    path = Path(weights_dir) / "config.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise FeatureContractError(f"cannot read {path}: {e}") from None
+    check_features(meta, source=f"the weights in {weights_dir}")

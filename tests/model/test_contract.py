@@ -1,0 +1,82 @@
+"""model.contract: the feature columns the weights were trained on must be the ones the code computes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config import REPO_ROOT, Config, ConfigError
+from model.contract import (
+    CANDIDATE_FEATURES,
+    FeatureContractError,
+    check_features,
+    check_weights_dir,
+    feature_record,
+)
+from model.corrector import WEIGHTS_DIR, Corrector
+from model.features import N_CAND_FEATS
+
+
+def _weights_with(tmp_path: Path, features: dict | None) -> Path:
+    """Copy the shipped weights folder, with `features` (None: none recorded) in its config."""
+    out = tmp_path / "weights"
+    shutil.copytree(WEIGHTS_DIR, out)
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    meta.pop("features")
+    if features is not None:
+        meta["features"] = features
+    (out / "config.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def _reordered() -> dict:
+    record = feature_record()
+    record["candidate"] = record["candidate"][1:] + record["candidate"][:1]
+    return record
+
+
+def test_contract_names_every_column_the_featurizer_fills():
+    assert len(CANDIDATE_FEATURES) == N_CAND_FEATS
+    check_weights_dir(WEIGHTS_DIR)  # the shipped weights agree with the code
+
+
+@pytest.mark.parametrize(("features", "message"), [
+    (None, "do not record their feature columns"),
+    (_reordered(), "same names in another order"),
+    (feature_record() | {"candidate": [*CANDIDATE_FEATURES, "acoustic"]}, "unknown ['acoustic']"),
+    (feature_record() | {"position": ["agreement"]}, "missing ['alternatives'"),
+    (feature_record() | {"scales": {"log_freq": 8.0}}, "feature scales"),
+])
+def test_check_features_names_what_differs(features, message):
+    meta = {} if features is None else {"features": features}
+    with pytest.raises(FeatureContractError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        check_features(meta)
+
+
+@pytest.mark.real_model
+def test_corrector_setup_refuses_weights_trained_on_other_features(tmp_path):
+    with pytest.raises(FeatureContractError, match="another order"):
+        Corrector(_weights_with(tmp_path, _reordered()), device="cpu", lm_path=None, stage="net").setup()
+
+
+def test_config_refuses_weights_trained_on_other_features(tmp_path):
+    with pytest.raises(ConfigError, match="weights_dir: the weights in .* another order"):
+        Config.from_env({"WEIGHTS_DIR": str(_weights_with(tmp_path, _reordered()))})
+
+
+@pytest.mark.parametrize("command", [
+    [str(Path(sys.executable).parent / "gunicorn"), "-c", "api/gunicorn_conf.py", "api:create_app()"],
+    [sys.executable, "-m", "api"],
+], ids=["gunicorn", "python-m-api"])
+def test_server_start_stops_in_one_line_on_weights_of_other_features(tmp_path, command):
+    weights = _weights_with(tmp_path, _reordered())
+    run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(weights)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("config error: weights_dir: ")
