@@ -474,7 +474,7 @@ def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _offline_corrector(fake: bool) -> Any:
     if fake:
-        from tests.conftest import FakeCorrector
+        from testing.fakes import FakeCorrector
 
         return FakeCorrector(delay_s=0.005)
     from model.corrector import Corrector
@@ -835,7 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sample the server with py-spy at the most clients of b (batching on), if installed")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs in OUT/logs")
     parser.add_argument("--fake", action="store_true",
-                        help="serve tests/conftest.py's FakeCorrector instead of the shipped model (smoke runs only: "
+                        help="serve testing/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
                              "its figures mean nothing)")
     parser.add_argument("--pool", type=int, default=400, help="how many different request bodies (default 400)")
     return parser

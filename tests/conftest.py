@@ -1,16 +1,15 @@
 """Shared fixtures: `config`, `app`, `client` (Flask test client) and `live_server` (real HTTP on loopback).
 
-Every app here serves a `FakeCorrector`: these tests cover the plumbing (HTTP, guards, batching, cache),
-not the model, and need no weights. The served default is always the real corrector.
+Every app here serves a `FakeCorrector` (testing/fakes.py, where the fakes the tests and the load tools share
+live): these tests cover the plumbing (HTTP, guards, batching, cache), not the model, and need no weights. The
+served default is always the real corrector. Only fixtures live here.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,55 +20,8 @@ from werkzeug.serving import make_server
 from api import create_app
 from api.state import EXTENSION_KEY
 from config import Config
-from preprocess.text import NBest, han_only
+from testing.fakes import FakeCorrector
 from testing.samples import real_bodies
-
-
-class FakeCorrector:
-    """Answer with MARK + TOP1's Han characters, so a model answer is told apart from a TOP1 answer.
-
-    `delay_s` sleeps in each batch, `gate` (a threading.Event) holds each batch until set, `error` is
-    raised from each batch, `answer` replaces the answer function. Every batch is recorded in `batches`.
-    """
-
-    MARK = "改"
-
-    def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None,
-                 error: Exception | None = None, answer: Callable[[NBest], Any] | None = None) -> None:
-        self.delay_s = delay_s
-        self.gate = gate
-        self.error = error
-        self.answer = answer or self.expected
-        self.ready = True
-        self.batches: list[list[NBest]] = []
-        self.started = threading.Event()
-        self._lock = threading.Lock()
-
-    @classmethod
-    def expected(cls, item: NBest) -> str:
-        """Return the answer this fake gives to an n-best list."""
-        return cls.MARK + han_only(item.top1)
-
-    def predict_batch(self, items: list[NBest]) -> list[Any]:
-        with self._lock:
-            self.batches.append(list(items))
-        self.started.set()
-        if self.gate is not None:
-            self.gate.wait(timeout=10)
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if self.error is not None:
-            raise self.error
-        return [self.answer(item) for item in items]
-
-    @property
-    def calls(self) -> int:
-        with self._lock:
-            return len(self.batches)
-
-    @property
-    def info(self) -> dict[str, Any]:
-        return {"name": "fake-corrector", "version": "test", "parameters": 0, "weights": Path("/nowhere")}
 
 
 @pytest.fixture

@@ -84,8 +84,8 @@ def test_config_summary_hides_secrets():
 
 
 def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app, config):
-    from cache import RedisResultCache
     from api.state import EXTENSION_KEY
+    from cache import RedisResultCache
 
     app = make_app(config=dataclasses.replace(config, redis_url="redis://localhost:6379/0"))
     assert isinstance(app.extensions[EXTENSION_KEY].cache.shared, RedisResultCache)  # connects lazily

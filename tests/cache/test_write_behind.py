@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from cache import LayeredResultCache, MemoryResultCache, WriteBehind
 from api.state import EXTENSION_KEY
+from cache import LayeredResultCache, MemoryResultCache, WriteBehind
 from preprocess.text import NBest
 from tests.cache.test_result_cache import FakeRedis, redis_cache
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cache import LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
 from api.state import EXTENSION_KEY
+from cache import LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
 from tests.cache.test_result_cache import UNPICKLED, Planted  # the same planted pickle, against a real Redis
 from tests.deploy.procs import free_port
 

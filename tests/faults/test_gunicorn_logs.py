@@ -23,7 +23,7 @@ def test_gunicorn_writes_every_line_as_json_and_no_control_socket(tmp_path: Path
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "LOG_LEVEL": "INFO", "HOME": str(tmp_path)}
     env.pop("XDG_RUNTIME_DIR", None)
     process = subprocess.Popen(
-        [str(GUNICORN), "-c", "api/gunicorn_conf.py", "tests.faults.slow_app:create()"],
+        [str(GUNICORN), "-c", "api/gunicorn_conf.py", "testing.fakes:create_slow_app()"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     try:

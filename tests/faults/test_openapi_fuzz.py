@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from config import Config
-from tests.faults.fault_corrector import FaultCorrector
+from testing.fakes import FaultCorrector
 
 pytestmark = pytest.mark.live
 

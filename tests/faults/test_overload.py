@@ -20,7 +20,7 @@ import pytest
 
 from api.state import EXTENSION_KEY
 from config import Config
-from tests.faults.fault_corrector import FaultCorrector
+from testing.fakes import FaultCorrector
 from tests.faults.judge import Answer, CountingBatcher, JudgeClient, question, request_lines, top1_of
 
 pytestmark = pytest.mark.live
