@@ -4,35 +4,31 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any
 
 from flask import Flask
 
 from api.errors import register_error_handlers
+from api.interfaces import Corrector, Engine, Prediction, batch_fn, size_of
 from api.loading import LoadingCorrector
 from api.logs import configure_logging
-from api.metrics import METRICS_KEY, Metrics, StampingBatcher, instrument, measure_queue_wait
-from api.predict import BatcherLike, CorrectorLike, Prediction, batch_fn, size_of
+from api.metrics import METRICS_KEY, Metrics, instrument
 from api.routes import register_routes
 from api.state import EXTENSION_KEY, AppState
+from batching import Batcher
 from cache import build_cache
 from config import Config
-from model.batcher import Batcher
-from preprocess.text import NBest
 
 log = logging.getLogger("api.app")
 
-# What each worker process builds when batcher_workers > 1 (model.process_batcher.ImportedModel's target).
+# What each worker process builds when batcher_workers > 1 (batching.process.ImportedModel's target).
 CORRECTOR_TARGET = "model.corrector:Corrector"
 
 
 def create_app(
     config: Config | None = None,
-    corrector: CorrectorLike | None = None,
-    batcher: BatcherLike | None = None,
+    corrector: Corrector | None = None,
+    batcher: Engine | None = None,
 ) -> Flask:
     """Build the Flask app with its corrector, batcher, answer cache and metrics.
 
@@ -41,20 +37,21 @@ def create_app(
     once, answering TOP1 and `/readyz` 503 until the model is ready. An injected corrector (tests inject fakes)
     must be set up already, or be a started `LoadingCorrector`. An injected batcher replaces the one built around
     the corrector. With `batcher_workers` > 1 and no injected corrector, the corrector is built in that many
-    worker processes instead (`model.process_batcher`), before this returns.
+    worker processes instead (`batching.process`), before this returns; the app then holds no corrector of its
+    own (`AppState.corrector` is None) and the engine describes the model.
     """
     config = config or Config.from_env()
     configure_logging(config.log_level)
     metrics = Metrics()
     cache = build_cache(config, observer=metrics)
+    loader = None
     if corrector is None and batcher is None and config.batcher_workers > 1:
         batcher = build_process_batcher(config, metrics, target=CORRECTOR_TARGET)
-        corrector = WorkerPool(config.batcher_workers, _devices(config), config.weights_dir)
-    loader = None
-    if corrector is None:
-        corrector = loader = LoadingCorrector(partial(_load_corrector, config))
-    if batcher is None:
-        batcher = _build_batcher(config, corrector, metrics)
+    else:
+        if corrector is None:
+            corrector = loader = LoadingCorrector(partial(_load_corrector, config))
+        if batcher is None:
+            batcher = _build_batcher(config, corrector, metrics)
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
@@ -75,28 +72,10 @@ def create_app(
     return app
 
 
-@dataclass(frozen=True)
-class WorkerPool:
-    """Stands for the corrector when it runs in the batcher's worker processes: this process only describes it."""
-
-    workers: int
-    cuda_devices: tuple[str, ...]
-    weights_dir: Path
-    ready: bool = True  # the process batcher is built only once every worker has set its corrector up
-
-    @property
-    def info(self) -> dict[str, Any]:
-        return {"name": "corrector", "workers": self.workers, "cuda_devices": list(self.cuda_devices),
-                "weights": self.weights_dir}
-
-    def predict_batch(self, items: list[NBest]) -> list[str]:
-        raise RuntimeError("the corrector runs in the batcher's worker processes; submit to the batcher")
-
-
-def build_process_batcher(config: Config, metrics: Metrics, target: str) -> BatcherLike:
+def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Engine:
     """Build `config.batcher_workers` worker processes, each with its own corrector built from `target`."""
     # Imported here: the process batcher starts processes, which the threaded default never needs.
-    from model.process_batcher import ImportedModel, ProcessBatcher
+    from batching.process import ImportedModel, ProcessBatcher
 
     devices = _devices(config)
     # On CPU, share the cores among the workers instead of letting each torch take them all.
@@ -117,7 +96,6 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Batc
         max_in_flight=config.max_in_flight,
         on_result=Prediction,
         on_batch=metrics.observe_batch,
-        on_queue_wait=metrics.observe_queue_wait,
         name="corrector",
     )
 
@@ -135,7 +113,7 @@ def preload(with_model: bool = True) -> None:
     register_routes(Flask("preload"))
 
 
-def _load_corrector(config: Config) -> CorrectorLike:
+def _load_corrector(config: Config) -> Corrector:
     # Imported here, on the loader's thread: importing torch alone takes seconds. Tests with fakes never do.
     from model.corrector import Corrector
 
@@ -145,17 +123,15 @@ def _load_corrector(config: Config) -> CorrectorLike:
     return corrector
 
 
-def _build_batcher(config: Config, corrector: CorrectorLike, metrics: Metrics) -> BatcherLike:
-    # Items are stamped at submit, so the batch function can measure each one's wait for its batch.
-    batcher = Batcher(
-        measure_queue_wait(batch_fn(corrector), metrics.observe_queue_wait),
+def _build_batcher(config: Config, corrector: Corrector, metrics: Metrics) -> Engine:
+    return Batcher(
+        batch_fn(corrector),
         max_batch_size=config.max_batch_size,
         max_wait_s=config.max_batch_wait_s,
         max_in_flight=config.max_in_flight,
         policy=config.batch_policy,
-        size_of=lambda stamped: size_of(stamped.item),
+        size_of=size_of,
         name="corrector",
         on_batch=metrics.observe_batch,
         stuck_after_s=config.batch_stuck_after_s,
     )
-    return StampingBatcher(batcher)

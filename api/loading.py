@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from api.guards import Outcome, top1
-from api.predict import CorrectorLike, corrector_ready
+from api.interfaces import Corrector
 from api.schemas import InferenceRequest
 from preprocess.text import NBest
 
@@ -35,16 +35,16 @@ class ModelNotLoaded(RuntimeError):
 
 
 class LoadingCorrector:
-    """A corrector that `build()` makes on a thread of its own; a `CorrectorLike` from the start.
+    """A corrector that `build()` makes on a thread of its own; a `Corrector` from the start.
 
     Thread safety: the built corrector is published by one reference assignment, after its setup() returned,
     and read once per call, so a reader sees either nothing or a corrector that is set up.
     """
 
-    def __init__(self, build: Callable[[], CorrectorLike], name: str = "corrector") -> None:
+    def __init__(self, build: Callable[[], Corrector], name: str = "corrector") -> None:
         self._build = build
         self._name = name
-        self._corrector: CorrectorLike | None = None
+        self._corrector: Corrector | None = None
         self._error: str | None = None
         self._started = time.monotonic()
         self._done = threading.Event()
@@ -66,7 +66,7 @@ class LoadingCorrector:
     @property
     def ready(self) -> bool:
         corrector = self._corrector
-        return corrector is not None and corrector_ready(corrector)
+        return corrector is not None and corrector.ready
 
     def trouble(self) -> str | None:
         """Say why the corrector cannot answer (loading since when, or why it failed), or None when it can."""
@@ -75,7 +75,11 @@ class LoadingCorrector:
         corrector = self._corrector
         if corrector is None:
             return f"model is loading (for {time.monotonic() - self._started:.1f} s)"
-        return None if corrector_ready(corrector) else "corrector is not set up"
+        return None if corrector.ready else "corrector is not set up"
+
+    def setup(self) -> None:
+        """Build the corrector on this thread (`start()` builds it on a thread of its own)."""
+        self._load()
 
     def predict_batch(self, items: list[NBest]) -> list[Any]:
         corrector = self._corrector
@@ -130,19 +134,24 @@ def _prompt_thread_switches() -> Iterator[None]:
                 sys.setswitchinterval(_default_switch_interval_s)
 
 
-def corrector_trouble(corrector: CorrectorLike) -> str | None:
-    """Say why the corrector cannot answer yet (loading, failed, not set up), or None when it can."""
+def corrector_trouble(corrector: Corrector | None) -> str | None:
+    """Say why the corrector cannot answer yet (loading, failed, not set up), or None when it can.
+
+    None stands for a corrector in the engine's worker processes: set up before the engine was built.
+    """
+    if corrector is None:
+        return None
     if isinstance(corrector, LoadingCorrector):
         return corrector.trouble()
-    return None if corrector_ready(corrector) else "corrector is not set up"
+    return None if corrector.ready else "corrector is not set up"
 
 
-def corrector_loading(corrector: CorrectorLike) -> bool:
+def corrector_loading(corrector: Corrector | None) -> bool:
     """Tell whether the corrector is still being built (not failed, not done)."""
     return isinstance(corrector, LoadingCorrector) and corrector.loading
 
 
-def answer_model_unready(req: InferenceRequest, corrector: CorrectorLike) -> Outcome | None:
+def answer_model_unready(req: InferenceRequest, corrector: Corrector | None) -> Outcome | None:
     """Answer with TOP1 while the model loads (path model_loading) or when it failed to (error); else pass."""
     trouble = corrector_trouble(corrector)
     if trouble is None:

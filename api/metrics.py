@@ -5,21 +5,19 @@ test apps never share counters. gunicorn runs one worker process (api/gunicorn_c
 process is the whole picture of a replica; Prometheus scrapes each replica. The series are listed in
 deploy/README.md.
 
-Queue wait (submit → start of the item's batch) is measured, not approximated: `StampingBatcher` stamps each
-item at submit and `measure_queue_wait` reads the stamp when the batch function starts; the process-based
-batcher reports the same interval from its worker processes.
+Per-batch figures (size, run time, each question's queue wait from submit to the start of its batch) come
+through the engine's one hook, `on_batch(BatchReport)` (`observe_batch`): measured by the engine, which keeps
+each job's submit time, in the threaded engine as in the process engine.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from batching import BatchReport
 
 METRICS_KEY = "asr_correction_metrics"
 NAMESPACE = "esun"
@@ -28,14 +26,12 @@ NAMESPACE = "esun"
 REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "model_loading", "deadline", "overload",
                  "error", "rejected")
 # Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
-FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "deadline", "overload", "error")
+FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "deadline", "overload", "error")
 CACHE_LEVELS = ("local", "redis")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")
 # Around the judge's 1 s timeout and the 0.75 s default budget.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-T = TypeVar("T")
 
 
 class Metrics:
@@ -82,14 +78,12 @@ class Metrics:
         if path in FALLBACK_REASONS:
             self.fallbacks.labels(path).inc()
 
-    def observe_batch(self, size: int, seconds: float) -> None:
-        """Record one call of the corrector (the batchers' on_batch hook)."""
-        self.batch_size.observe(size)
-        self.batch_seconds.observe(seconds)
-
-    def observe_queue_wait(self, seconds: float) -> None:
-        """Record how long one question waited for its batch to start."""
-        self.queue_wait_seconds.observe(max(0.0, seconds))
+    def observe_batch(self, report: BatchReport) -> None:
+        """Record one call of the corrector and each of its questions' wait for it (the engine's on_batch hook)."""
+        self.batch_size.observe(report.size)
+        self.batch_seconds.observe(report.run_s)
+        for seconds in report.queue_wait_s:
+            self.queue_wait_seconds.observe(max(0.0, seconds))
 
     def cache_lookup(self, level: str, result: str) -> None:
         """Count one answer-cache lookup (api.cache.CacheObserver)."""
@@ -132,44 +126,3 @@ def app_metrics() -> Metrics:
 def metrics_view() -> Response:
     """Serve the app's metrics to Prometheus."""
     return Response(app_metrics().render(), mimetype=None, content_type=CONTENT_TYPE_LATEST)
-
-
-@dataclass(frozen=True, slots=True)
-class Stamped(Generic[T]):
-    """An item with the time.monotonic() of its submit."""
-
-    item: T
-    submitted_at: float
-
-
-def measure_queue_wait(fn: Callable[[list[T]], list[Any]], observe: Callable[[float], None]
-                       ) -> Callable[[list[Stamped[T]]], list[Any]]:
-    """Wrap a batch function of items into one of stamped items that records each item's queue wait."""
-
-    def run(stamped: list[Stamped[T]]) -> list[Any]:
-        started = time.monotonic()
-        for entry in stamped:
-            observe(started - entry.submitted_at)
-        return fn([entry.item for entry in stamped])
-
-    return run
-
-
-class StampingBatcher(Generic[T]):
-    """A batcher of `Stamped` items seen as a batcher of plain items: submit stamps, the rest passes through."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def submit(self, item: T, deadline: float) -> Future[Any]:
-        """Queue one item, stamped with the time of this call."""
-        return self.inner.submit(Stamped(item, time.monotonic()), deadline)
-
-    def alive(self) -> bool:
-        return self.inner.alive()
-
-    def stats(self) -> Any:
-        return self.inner.stats()
-
-    def close(self, timeout: float = 5.0) -> None:
-        self.inner.close(timeout)

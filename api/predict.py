@@ -1,81 +1,31 @@
 """The model's answer to a request, within the request's budget, else TOP1.
 
-`batch_fn` wraps the corrector for the batcher; `answer_with_model` submits one question and waits for it
-until its deadline. Whatever goes wrong on the way (queue full, deadline passed, the corrector failing or
-answering nothing) the request still gets TOP1 with a 200, and the `Outcome` says why. An answer that comes
+`answer_with_model` submits one question to the engine and waits for it until its deadline. Whatever goes wrong
+on the way (queue full, deadline passed, the corrector failing or answering nothing) the request still gets TOP1
+with a 200, and the `Outcome` says why. An answer that comes
 back after its request gave up is still stored, so that the judge's retry gets it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 from api.cache import ResultCache
 from api.guards import Outcome, cache_key, top1
+from api.interfaces import Engine, Prediction
 from api.schemas import InferenceRequest
-from model.batcher import DeadlineExceeded, Overloaded
-from preprocess.text import NBest, han_only, strip_spaces, top1_answer
+from batching import DeadlineExceeded, Overloaded
+from preprocess.text import han_only, strip_spaces, top1_answer
 
 # Far above any real sentence (the model sees TOP1s of at most max_top1_chars) and far under the judge's
 # 10,240-character response limit.
 MAX_ANSWER_CHARS = 1000
 
 
-class CorrectorLike(Protocol):
-    """What the API needs of `model.corrector.Corrector` (which may also have `ready`, see corrector_ready)."""
-
-    def predict_batch(self, items: list[NBest]) -> list[str]: ...
-
-    @property
-    def info(self) -> dict: ...
-
-
-class BatcherLike(Protocol):
-    """What the API needs of `model.batcher.Batcher`."""
-
-    def submit(self, item: NBest, deadline: float) -> Future[Prediction]: ...
-
-    def alive(self) -> bool: ...
-
-    def close(self, timeout: float = 5.0) -> None: ...
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The corrector's answer to one question, and the size of the batch it came in."""
-
-    answer: str
-    batch_size: int
-
-
-def batch_fn(corrector: CorrectorLike) -> Callable[[list[NBest]], list[Prediction]]:
-    """Wrap `corrector.predict_batch` so each answer carries the size of its batch."""
-
-    def predict(items: list[NBest]) -> list[Prediction]:
-        answers = corrector.predict_batch(items)
-        # The batcher checks that one answer came back per item; keep the corrector's length as it is.
-        return [Prediction(answer, len(items)) for answer in answers]
-
-    return predict
-
-
-def corrector_ready(corrector: CorrectorLike) -> bool:
-    """Tell whether the corrector's setup() has finished: its `ready` flag, if it keeps one."""
-    return bool(getattr(corrector, "ready", True))
-
-
-def size_of(item: NBest) -> int:
-    """Measure a question for the batcher: TOP1's characters, spaces removed."""
-    return len(strip_spaces(item.top1))
-
-
 def answer_with_model(
-    req: InferenceRequest, batcher: BatcherLike, cache: ResultCache, deadline: float
+    req: InferenceRequest, batcher: Engine, cache: ResultCache, deadline: float
 ) -> Outcome:
     """Ask the model through the batcher, waiting until `deadline` (time.monotonic); else answer TOP1."""
     try:

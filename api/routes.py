@@ -1,9 +1,8 @@
 """The HTTP routes. `/inference` reads as the chain of one request:
 
 `schemas.parse_request` → `guards.answer_retry` / `answer_too_long` / `answer_cached` →
-`loading.answer_model_unready` → `guards.answer_late` → `predict.answer_with_model` (`batcher.submit(nbest,
-deadline)` ⇒ worker: `corrector.predict_batch`) → `schemas.build_response`, then one log line and the request's
-metrics (`api.metrics`). The deadline counts from the request's accept (`api.accept`), not from the view's start.
+`loading.answer_model_unready` → `predict.answer_with_model` (`batcher.submit(nbest, deadline)` ⇒ worker:
+`corrector.predict_batch`) → `schemas.build_response`, then one log line and the request's metrics (`api.metrics`).
 """
 
 from __future__ import annotations
@@ -20,10 +19,10 @@ from spectree import Response, SpecTree
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from api import guards, schemas
-from api.accept import budget_start
 from api.errors import PayloadTooLarge
 from api.loading import answer_model_unready, corrector_trouble
 from api.logs import log_request
+from api.interfaces import Engine
 from api.metrics import metrics_view
 from api.predict import answer_with_model
 from api.state import app_state
@@ -34,10 +33,8 @@ logger = logging.getLogger("api")
 
 def inference() -> dict[str, Any]:
     """Answer one question of the judge: the corrected sentence, or TOP1 when the model cannot in time."""
-    view_start = time.monotonic()
-    arrival = budget_start(request.environ, view_start)
+    arrival = time.monotonic()
     state = app_state()
-    deadline = arrival + state.config.budget_s
     req = schemas.parse_request(read_body(state.config.max_body_bytes), state.config)
     g.esun_uuid = req.esun_uuid
     try:
@@ -46,8 +43,7 @@ def inference() -> dict[str, Any]:
             or guards.answer_too_long(req, state.config.max_top1_chars)
             or guards.answer_cached(req, state.cache)
             or answer_model_unready(req, state.corrector)
-            or guards.answer_late(req, deadline, state.config.min_model_budget_s, now=time.monotonic())
-            or answer_with_model(req, state.batcher, state.cache, deadline=deadline)
+            or answer_with_model(req, state.batcher, state.cache, deadline=arrival + state.config.budget_s)
         )
     except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
         logger.exception("answering %s failed; answering TOP1", req.esun_uuid)
@@ -55,7 +51,7 @@ def inference() -> dict[str, Any]:
     g.answer_path = outcome.path  # for the request's metrics (api.metrics.instrument)
     body = schemas.build_response(req.esun_uuid, outcome.answer, state.config, now=time.time())
     log_request(req.esun_uuid, req.retry, outcome.path, (time.monotonic() - arrival) * 1000,
-                outcome.batch_size, outcome.reason, queued_ms=(view_start - arrival) * 1000)
+                outcome.batch_size, outcome.reason)
     return body
 
 
@@ -84,13 +80,11 @@ def readyz() -> tuple[dict[str, Any], int]:
     return {"ready": not reasons, "reasons": reasons}, 503 if reasons else 200
 
 
-def batcher_trouble(batcher: Any) -> str:
+def batcher_trouble(batcher: Engine) -> str:
     """Say why the batcher is not alive: a batch running too long, or no worker running."""
-    stats = getattr(batcher, "stats", None)
-    if stats is not None:
-        snapshot = stats()
-        if snapshot.worker_alive and snapshot.running_for_s > 0:
-            return f"a batch has been running for {snapshot.running_for_s:.1f} s"
+    snapshot = batcher.stats()
+    if snapshot.worker_alive and snapshot.running_for_s > 0:
+        return f"a batch has been running for {snapshot.running_for_s:.1f} s"
     return "batcher worker is not running"
 
 
@@ -98,7 +92,8 @@ def index() -> dict[str, Any]:
     """Describe the service: name, version, model and settings."""
     state = app_state()
     name, version = _project()
-    return {"name": name, "version": version, "model": _json_safe(state.corrector.info),
+    model = state.batcher.describe() if state.corrector is None else state.corrector.info
+    return {"name": name, "version": version, "model": _json_safe(model),
             "config": state.config.summary()}
 
 

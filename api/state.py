@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from flask import current_app
 
-from api.predict import BatcherLike, CorrectorLike
+from api.interfaces import Corrector, Engine
 from cache import ResultCache
 from config import Config
 
@@ -15,11 +15,15 @@ EXTENSION_KEY = "asr_correction"
 
 @dataclass
 class AppState:
-    """What the views of one app share: its config, corrector, batcher and answer cache."""
+    """What the views of one app share: its config, corrector, batcher (the engine) and answer cache.
+
+    corrector is None when the model runs in the engine's worker processes (`batching.process`), which set it up
+    before the engine was built; the engine then describes it (`Engine.describe`).
+    """
 
     config: Config
-    corrector: CorrectorLike
-    batcher: BatcherLike
+    corrector: Corrector | None
+    batcher: Engine
     cache: ResultCache
 
 

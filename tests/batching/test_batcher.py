@@ -1,4 +1,5 @@
-"""Tests of model.batcher with fake batch functions; tests named test_bare_streamer_* show the library's defects."""
+"""Tests of batching.Batcher (the threaded engine) and batching.policy with fake batch functions; tests named
+test_bare_streamer_* show the library's defects."""
 
 from __future__ import annotations
 
@@ -13,17 +14,8 @@ from typing import Any
 import pytest
 import service_streamer.service_streamer as ss
 
-from model.batcher import (
-    Batcher,
-    BatcherClosed,
-    BatchFailed,
-    DeadlineExceeded,
-    Overloaded,
-    _adaptive_wait_s,
-    _similar_sizes,
-    _Traffic,
-    _Window,
-)
+from batching import Batcher, BatcherClosed, BatchFailed, BatchReport, DeadlineExceeded, Overloaded
+from batching.policy import Traffic, Window, adaptive_wait_s, similar_sizes
 
 MakeBatcher = Callable[..., Batcher[Any, Any]]
 
@@ -167,7 +159,7 @@ def test_batcher_restarts_worker_after_its_thread_dies(make_batcher: MakeBatcher
 
 def test_batcher_recovers_when_worker_thread_is_killed_from_outside(make_batcher: MakeBatcher) -> None:
     batcher = make_batcher(lambda items: [item * 2 for item in items])
-    victim = batcher._streamer._worker_thread
+    victim = batcher.streamer._worker_thread
     assert victim.ident is not None
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(victim.ident), ctypes.py_object(SystemExit))
     victim.join(2)
@@ -200,7 +192,7 @@ def test_batcher_future_cache_returns_to_rest_after_1000_timeouts(make_batcher: 
     """Bug guarded: every caller that timed out leaked one streamer future; 1,000 must leave none."""
     fn = HeldFn()
     batcher = make_batcher(fn, max_in_flight=2000)
-    cache = batcher._streamer._future_cache
+    cache = batcher.streamer._future_cache
     resting = len(cache)
     held = batcher.submit(-1, soon())
     assert fn.entered.wait(2)
@@ -269,7 +261,7 @@ def test_bare_streamer_task_ids_collide_under_concurrent_submit(
 def test_batcher_answers_each_of_64_threads_with_its_own_result(make_batcher: MakeBatcher) -> None:
     """Bug guarded: the unlocked _task_id read-and-bump; the same widened race as the bare test must not bite."""
     batcher = make_batcher(lambda xs: [x * 2 for x in xs])
-    batcher._streamer._task_id = SlowInt(0)
+    batcher.streamer._task_id = SlowInt(0)
     barrier = threading.Barrier(64)
     answers: dict[int, int] = {}
 
@@ -284,8 +276,8 @@ def test_batcher_answers_each_of_64_threads_with_its_own_result(make_batcher: Ma
         thread.join(5)
 
     assert answers == {x: 2 * x for x in range(64)}
-    assert batcher._streamer._task_id == 64  # 64 distinct task ids were handed out
-    assert wait_until(lambda: len(batcher._streamer._future_cache) == 0)
+    assert batcher.streamer._task_id == 64  # 64 distinct task ids were handed out
+    assert wait_until(lambda: len(batcher.streamer._future_cache) == 0)
 
 
 # Defect 4: unbounded queues.
@@ -477,7 +469,7 @@ def test_loaded_batcher_dispatches_when_the_stream_pauses(make_batcher: MakeBatc
 
 
 def test_traffic_peak_is_the_most_items_at_once_over_the_last_window_or_two() -> None:
-    traffic = _Traffic()
+    traffic = Traffic()
     for now, count in [(100.1, 1), (100.2, 5), (100.3, 2), (101.5, 3)]:
         traffic.note_count(now, count)
     assert traffic.peak(101.6) == 5  # the previous window's peak still counts
@@ -499,7 +491,7 @@ def test_loaded_batcher_runs_as_soon_as_every_recent_item_is_back(make_batcher: 
 
 
 def test_traffic_load_average_rises_fast_and_falls_slowly() -> None:
-    traffic = _Traffic()
+    traffic = Traffic()
     traffic.note_count(100.0, 10)
     assert traffic.load(100.0) == pytest.approx(traffic.load(99.0), abs=1e-9)  # no time at 10 yet
     assert traffic.load(100.2) == pytest.approx(10 * (1 - math.exp(-1.0)), rel=0.01)  # rise: 0.2 s
@@ -515,42 +507,42 @@ LOADED = {**BUSY, "load": 6.0, "peak": 8, "span_s": 0.003}  # 3 items in 3 ms: a
 @pytest.mark.parametrize(
     ("window", "expected"),
     [
-        pytest.param(_Window(**BUSY, gap_s=0.01, run_s_next=0.2), 0.01, id="busy-stream-waits-one-gap"),
-        pytest.param(_Window(**{**BUSY, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.0, id="idle"),
-        pytest.param(_Window(**{**BUSY, "waiting": 8}, gap_s=0.01, run_s_next=0.2), 0.0, id="full"),
-        pytest.param(_Window(**BUSY, gap_s=None, run_s_next=0.2), 0.0, id="no-traffic-seen"),
-        pytest.param(_Window(**BUSY, gap_s=0.01, run_s_next=0.0), 0.0, id="run-time-unknown"),
-        pytest.param(_Window(**BUSY, gap_s=0.06, run_s_next=0.2), 0.0, id="wait-costs-more-than-it-saves"),
-        pytest.param(_Window(**{**BUSY, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="deadline"),
-        pytest.param(_Window(**{**BUSY, "opened_at": 9.855}, gap_s=0.01, run_s_next=0.2), 0.0, id="max-wait"),
+        pytest.param(Window(**BUSY, gap_s=0.01, run_s_next=0.2), 0.01, id="busy-stream-waits-one-gap"),
+        pytest.param(Window(**{**BUSY, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.0, id="idle"),
+        pytest.param(Window(**{**BUSY, "waiting": 8}, gap_s=0.01, run_s_next=0.2), 0.0, id="full"),
+        pytest.param(Window(**BUSY, gap_s=None, run_s_next=0.2), 0.0, id="no-traffic-seen"),
+        pytest.param(Window(**BUSY, gap_s=0.01, run_s_next=0.0), 0.0, id="run-time-unknown"),
+        pytest.param(Window(**BUSY, gap_s=0.06, run_s_next=0.2), 0.0, id="wait-costs-more-than-it-saves"),
+        pytest.param(Window(**{**BUSY, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="deadline"),
+        pytest.param(Window(**{**BUSY, "opened_at": 9.855}, gap_s=0.01, run_s_next=0.2), 0.0, id="max-wait"),
         # Heavy load (load average >= half of max_batch_size 8): hold for a full batch, patience 10 gaps.
-        pytest.param(_Window(**LOADED, gap_s=0.01, run_s_next=0.2), 0.1, id="loaded-waits-ten-gaps"),
-        pytest.param(_Window(**{**LOADED, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.1, id="loaded-idle"),
-        pytest.param(_Window(**LOADED, gap_s=0.06, run_s_next=0.2), 0.15, id="loaded-waits-to-max-wait"),
-        pytest.param(_Window(**{**LOADED, "waiting": 8}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-full"),
+        pytest.param(Window(**LOADED, gap_s=0.01, run_s_next=0.2), 0.1, id="loaded-waits-ten-gaps"),
+        pytest.param(Window(**{**LOADED, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.1, id="loaded-idle"),
+        pytest.param(Window(**LOADED, gap_s=0.06, run_s_next=0.2), 0.15, id="loaded-waits-to-max-wait"),
+        pytest.param(Window(**{**LOADED, "waiting": 8}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-full"),
         pytest.param(
-            _Window(**{**LOADED, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-deadline"
+            Window(**{**LOADED, "earliest_deadline": 10.205}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-deadline"
         ),
-        pytest.param(_Window(**{**LOADED, "load": 3.9}, gap_s=0.06, run_s_next=0.2), 0.0, id="under-half-is-light"),
-        pytest.param(_Window(**{**LOADED, "peak": 3}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-all-of-peak-here"),
-        pytest.param(_Window(**LOADED, gap_s=0.001, run_s_next=0.2), 0.05, id="loaded-patience-floor-quarter-run"),
+        pytest.param(Window(**{**LOADED, "load": 3.9}, gap_s=0.06, run_s_next=0.2), 0.0, id="under-half-is-light"),
+        pytest.param(Window(**{**LOADED, "peak": 3}, gap_s=0.01, run_s_next=0.2), 0.0, id="loaded-all-of-peak-here"),
+        pytest.param(Window(**LOADED, gap_s=0.001, run_s_next=0.2), 0.05, id="loaded-patience-floor-quarter-run"),
         # A steady stream too slow to fill the batch in the window (3 items in 1 s) keeps the latency rule.
-        pytest.param(_Window(**{**LOADED, "span_s": 1.0}, gap_s=0.01, run_s_next=0.2), 0.01, id="loaded-slow-stream"),
+        pytest.param(Window(**{**LOADED, "span_s": 1.0}, gap_s=0.01, run_s_next=0.2), 0.01, id="loaded-slow-stream"),
         # ... but an idle arrival under heavy load is held: the first of a burst, whose rate is not known yet.
-        pytest.param(_Window(**{**LOADED, "span_s": 1.0, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.1,
+        pytest.param(Window(**{**LOADED, "span_s": 1.0, "arrived_idle": True}, gap_s=0.01, run_s_next=0.2), 0.1,
                      id="loaded-idle-arrival-holds"),
     ],
 )
-def test_adaptive_window_waits_only_when_it_can_fill_the_batch_in_budget(window: _Window, expected: float) -> None:
-    assert _adaptive_wait_s(window, max_batch_size=8, max_wait_s=0.15) == pytest.approx(expected)
+def test_adaptive_window_waits_only_when_it_can_fill_the_batch_in_budget(window: Window, expected: float) -> None:
+    assert adaptive_wait_s(window, max_batch_size=8, max_wait_s=0.15) == pytest.approx(expected)
 
 
 # Length-aware batches.
 
 
 def test_similar_sizes_picks_the_least_padded_run_containing_the_oldest() -> None:
-    assert _similar_sizes([5, 100, 6, 99, 4, 98, 7, 97], 4) == [0, 2, 4, 6]
-    assert _similar_sizes([90, 1, 2, 3, 100, 95, 99], 3) == [0, 5, 6]
+    assert similar_sizes([5, 100, 6, 99, 4, 98, 7, 97], 4) == [0, 2, 4, 6]
+    assert similar_sizes([90, 1, 2, 3, 100, 95, 99], 3) == [0, 5, 6]
 
 
 @pytest.mark.parametrize(("policy", "waste"), [("adaptive", 12), ("fixed", 388)])
@@ -606,8 +598,8 @@ def test_batcher_close_fails_items_it_cannot_finish_in_time(make_batcher: MakeBa
 def test_batcher_on_batch_hook_gets_size_and_seconds_and_cannot_break_it(make_batcher: MakeBatcher) -> None:
     seen: list[tuple[int, float]] = []
 
-    def hook(size: int, seconds: float) -> None:
-        seen.append((size, seconds))
+    def hook(report: BatchReport) -> None:
+        seen.append((report.size, report.run_s))
         raise RuntimeError("metrics backend down")
 
     batcher = make_batcher(HeldFn(hold_first=False, run_s=0.01), on_batch=hook)

@@ -1,4 +1,4 @@
-"""model.process_batcher: service-streamer's process-based Streamer, hardened, behind the Batcher interface.
+"""batching.process: service-streamer's process-based Streamer, hardened, behind the Batcher interface.
 
 One module-scoped batcher with two spawned workers (starting them takes about a second) serves most tests;
 `run_guarded`, the part that runs inside each worker, is also tested in this process.
@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import api.app
 from api import create_app
 from api.state import EXTENSION_KEY
-from model.batcher import BatcherClosed, BatcherError, BatchFailed, DeadlineExceeded, Overloaded
-from model.process_batcher import ProcessBatcher, run_guarded
+from batching import BatcherClosed, BatcherError, BatchFailed, BatchReport, DeadlineExceeded, Overloaded
+from batching.process import ProcessBatcher, run_guarded
 from tests.deploy.fake_models import EchoModel, FailingInitModel
 
 MAX_IN_FLIGHT = 16
@@ -31,6 +31,10 @@ LATE_GRACE_S = 0.3
 class Hooks:
     batches: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     waits: list[float] = dataclasses.field(default_factory=list)
+
+    def record(self, report: BatchReport) -> None:
+        self.batches.append((report.size, report.run_s))
+        self.waits.extend(report.queue_wait_s)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +48,7 @@ def batcher(hooks: Hooks) -> Iterator[ProcessBatcher[str, Any]]:
     batcher: ProcessBatcher[str, Any] = ProcessBatcher(
         EchoModel, model_init_kwargs={"prefix": "~"}, worker_num=2, cuda_devices=["0", "1"], max_batch_size=8,
         max_wait_s=0.02, max_in_flight=MAX_IN_FLIGHT, late_grace_s=LATE_GRACE_S,
-        on_batch=lambda size, seconds: hooks.batches.append((size, seconds)), on_queue_wait=hooks.waits.append,
+        on_batch=hooks.record,
         ready_timeout_s=30, name="test",
     )
     yield batcher
@@ -116,7 +120,7 @@ def test_process_batcher_assigns_unique_task_ids_under_concurrent_submits(batche
     assert len(pairs) == 200
     assert all(answer == "~" + item.upper() for item, answer in pairs)
     assert batcher.stats().in_flight == 0
-    assert batcher._streamer._future_cache == {}  # the library's futures are never left behind
+    assert batcher.streamer._future_cache == {}  # the library's futures are never left behind
 
 
 def test_process_batcher_places_workers_on_cuda_devices_round_robin(batcher):
@@ -175,7 +179,7 @@ def test_process_batcher_replaces_a_dead_worker_and_fails_its_item_after_the_gra
     doomed = batcher.submit("exit", time.monotonic() + 0.2)
     with pytest.raises(BatchFailed, match="no worker answered"):
         doomed.result(timeout=0.2 + LATE_GRACE_S + 1)
-    wait_until(lambda: batcher.stats().restarts == restarts + 1 and batcher._streamer.ready_count() == 2, 10)
+    wait_until(lambda: batcher.stats().restarts == restarts + 1 and batcher.streamer.ready_count() == 2, 10)
     assert batcher.alive()
     assert [batcher.submit(f"r{i}", soon()).result(timeout=2) for i in range(3)] == ["~R0", "~R1", "~R2"]
     assert batcher.stats().in_flight == 0
@@ -198,7 +202,7 @@ def test_process_batcher_close_fails_items_left_and_refuses_new_ones():
     with pytest.raises(BatcherClosed):
         batcher.submit("x", soon())
     assert not batcher.alive()
-    assert all(p.exitcode is not None for p in batcher._streamer._worker_ps)
+    assert all(p.exitcode is not None for p in batcher.streamer._worker_ps)
 
 
 def test_create_app_serves_from_worker_processes_when_batcher_workers_above_one(config, monkeypatch, make_body):

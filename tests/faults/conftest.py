@@ -56,11 +56,11 @@ def judge(fault_config: Config) -> Callable[[str], JudgeClient]:
 def json_log(caplog: pytest.LogCaptureFixture) -> Callable[[], list[dict[str, Any]]]:
     """Return the service's log records so far as the JSON objects its formatter writes (api and batcher)."""
     caplog.set_level(logging.INFO, logger="api")
-    caplog.set_level(logging.INFO, logger="model.batcher")
+    caplog.set_level(logging.INFO, logger="batching")
     formatter = JsonFormatter()
 
     def lines() -> list[dict[str, Any]]:
         return [json.loads(formatter.format(record)) for record in caplog.records
-                if record.name.startswith(("api", "model.batcher"))]
+                if record.name.startswith(("api", "batching"))]
 
     return lines

@@ -10,14 +10,14 @@ from typing import Any, Protocol
 
 import requests
 
-from model.batcher import BatcherStats
+from batching import BatcherStats
 
 # One Han character per question, from U+4E00 on, so each question's TOP1 tells which one it was.
 _HAN_BASE = 0x4E00
 
 
 class CountingBatcher(Protocol):
-    """A batcher whose counters can be read: model.batcher.Batcher, or the app's wrapper around it."""
+    """A batcher whose counters can be read: batching.Batcher or batching.process.ProcessBatcher."""
 
     def stats(self) -> BatcherStats: ...
 

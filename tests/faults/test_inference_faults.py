@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import model.batcher
+import batching.core
 from api.state import EXTENSION_KEY
 from config import Config
 from preprocess.text import han_only
@@ -76,7 +76,7 @@ def test_inference_answers_top1_when_batch_function_raises(
         else:
             assert a.answer == FaultCorrector.MARK + top1_of(a.body)
             assert line["path"] == "model"
-    assert sum(1 for line in json_log() if line["logger"] == "model.batcher" and "failed" in line["msg"]) == 2
+    assert sum(1 for line in json_log() if line["logger"] == "batching.threaded" and "failed" in line["msg"]) == 2
 
     # Recovered at once: the worker never stopped, later questions get the model, /readyz never wavered.
     assert_model_answers([client.post(question(i)) for i in range(100, 104)])
@@ -152,7 +152,7 @@ def test_inference_answers_top1_when_worker_thread_dies_and_batcher_replaces_it(
 ) -> None:
     # The monitor replaces a dead worker within one poll (50 ms). A slower poll widens that gap so that a
     # client can be seen reading /readyz in it; the view never waits on the poll, so answers are unaffected.
-    monkeypatch.setattr(model.batcher, "_POLL_S", 0.5)
+    monkeypatch.setattr(batching.core, "POLL_S", 0.5)
     app, base = serve(fault_corrector)
     batcher = app.extensions[EXTENSION_KEY].batcher
     client = judge(base)

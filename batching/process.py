@@ -1,0 +1,423 @@
+"""Dynamic batching over several worker processes: service-streamer 0.1.2's process-based ``Streamer``.
+
+For machines with several GPUs or many cores: ``worker_num`` spawned processes, each building its own model from a
+``ManagedModel`` class (``ImportedModel`` builds any class named by import path), placed round robin on
+``cuda_devices``. The public interface is ``batching.Batcher``'s (``submit(item, deadline) -> Future``, ``alive()``,
+``stats()``, ``describe()``, ``close()``, one ``on_batch`` hook), and so is the lifecycle (``batching.core``). The
+library's defects are made as harmless as the threaded engine's:
+
+1. an exception in the model's ``predict`` killed the worker process: the worker calls it inside ``run_guarded``,
+   which answers every item of a failed batch with a failure marker; a process that dies anyway (a crash, an OOM
+   kill) is replaced by the monitor thread;
+2. a caller that timed out left its future in ``_future_cache`` forever: the library's futures are dropped at once,
+   every resolved item forgets its entry, and an item no worker ever answers fails ``late_grace_s`` after its
+   deadline;
+3. ``_input`` incremented ``_task_id`` without a lock: ids are taken under the core's lock;
+4. the queues were unbounded: at most ``max_in_flight`` items are admitted, past that ``submit`` raises;
+5. items past their deadline still reached the model: a worker drops them when it takes them;
+6. the batch window could reach twice ``max_latency``: it is bounded by ``max_wait_s``;
+7. also: readiness was never awaited (the constructor waits until every worker has built its model, or raises), a
+   worker outlived a parent killed with SIGKILL (it exits when it is orphaned), and Ctrl-C in the terminal killed
+   workers mid-batch (they ignore SIGINT; the parent stops them).
+
+Contract:
+
+- What starts a batch. A free worker takes the oldest queued item, then waits up to ``max_wait_s`` for more, until
+  ``max_batch_size`` (service-streamer's window, bounded); items already queued when the window closes join too, up
+  to ``max_batch_size``. Workers compete for one queue, so there is no adaptive policy: keep ``max_wait_s`` small.
+- Deadlines. ``deadline`` is an absolute ``time.monotonic()``; Linux's monotonic clock is one clock for every process,
+  so workers compare it with their own. An item whose deadline has passed when a worker takes it is not run: its
+  future fails with ``DeadlineExceeded``. A queued item cannot be taken back from the other process, so a waiter
+  gives up by its own timeout (``future.result(timeout)``, as ``api.predict`` does). An item already running is not
+  interrupted: its late answer still resolves its future (``api.predict`` keeps it for the retry).
+- Failure. If ``predict`` raises, returns a result count that differs from its input count, or returns results that
+  cannot be pickled, every item of that batch (and only that batch) fails with ``BatchFailed``; the worker goes on.
+  If a worker process dies, the monitor starts another on the same device; the items it held fail with
+  ``BatchFailed`` ``late_grace_s`` after their deadline.
+- Thread safety. ``submit``, ``stats``, ``alive`` and ``close`` may be called from any thread. Futures are resolved on
+  the collector, monitor or closing thread, so done-callbacks run there and must be quick. Cancelling a future only
+  discards its answer.
+- Shutdown. ``close`` refuses new items (``BatcherClosed``), lets items in flight finish until its timeout, fails the
+  rest with ``BatcherClosed``, asks the workers to stop, and terminates those that do not within the timeout.
+- Pickling. Items, init arguments and results cross process boundaries: they must pickle, and the model class must be
+  importable by its module path (the ``spawn`` start method imports it afresh in each worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pkgutil import resolve_name
+from queue import Empty
+from typing import Any, Generic, TypeVar
+
+from service_streamer.managed_model import ManagedModel
+from service_streamer.service_streamer import Streamer, StreamWorker, mp
+
+from batching import core
+from batching.core import Core, Job, failure, settle, validate_limits
+from batching.errors import BatcherError, BatcherStats, BatchFailed, BatchReport
+
+__all__ = ["ImportedModel", "ProcessBatcher", "run_guarded"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
+
+_OK, _FAILED, _EXPIRED = "ok", "failed", "expired"
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What a worker sends back for one item: its result, or why it has none, and the batch it ran in."""
+
+    kind: str
+    value: Any = None
+    error: str = ""
+    batch_size: int = 0
+    started_at: float = 0.0  # time.monotonic() in the worker when the batch started
+    run_s: float = 0.0
+
+
+def run_guarded(predict: Callable[[list[Any]], list[Any]], batch: list[tuple[float, Any]]) -> list[_Answer]:
+    """Run the items of (deadline, item) pairs still in time through predict; never raise an Exception.
+
+    Returns one answer per pair, in order: "expired" for items past their deadline, else "ok" with the result, or
+    "failed" for every item when predict raised, miscounted, or answered with something that does not pickle.
+    """
+    started = time.monotonic()
+    answers = [_Answer(_EXPIRED)] * len(batch)
+    live = [i for i, (deadline, _) in enumerate(batch) if deadline > started]
+    if not live:
+        return answers
+    try:
+        results = list(predict([batch[i][1] for i in live]))
+        if len(results) != len(live):
+            raise BatchFailed(f"batch function returned {len(results)} results for {len(live)} items")
+        pickle.dumps(results)  # an unpicklable result would be lost in the queue's feeder thread, unanswered
+    except Exception as exc:
+        failed = _Answer(_FAILED, error=f"batch of {len(live)} failed: {exc!r}", batch_size=len(live),
+                         started_at=started, run_s=time.monotonic() - started)
+        logger.warning("batch of %d failed in worker %d: %r", len(live), os.getpid(), exc)
+        for i in live:
+            answers[i] = failed
+        return answers
+    run_s = time.monotonic() - started
+    for i, result in zip(live, results, strict=True):
+        answers[i] = _Answer(_OK, result, batch_size=len(live), started_at=started, run_s=run_s)
+    return answers
+
+
+class ImportedModel(ManagedModel):
+    """A ManagedModel built from an import path, so the server process names a model without importing it.
+
+    ``init_model(target="package.module:Factory", kwargs={...}, env={...})`` sets ``env`` first (``OMP_NUM_THREADS``
+    must be set before torch is imported), builds ``Factory(**kwargs)``, calls its ``setup()`` and predicts with its
+    ``predict_batch``.
+    """
+
+    def init_model(self, target: str, kwargs: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> None:
+        os.environ.update(env or {})
+        self.model = resolve_name(target)(**(kwargs or {}))
+        self.model.setup()
+        self._predict: Callable[[list[Any]], list[Any]] = self.model.predict_batch
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        return self._predict(batch)
+
+
+class _GuardedWorker(StreamWorker):
+    """StreamWorker whose batch step (_run_once) is bounded, drops late items, never lets predict raise, and sends
+    one message per batch (so the server reports the batch once, with every item's queue wait).
+
+    run_forever (model init, ready event) and the queue methods are the library's; this object is pickled into each
+    spawned process.
+    """
+
+    def __init__(self, model_class: type[ManagedModel], max_batch_size: int, max_wait_s: float,
+                 requests: Any, responses: Any, init_args: Sequence[Any], init_kwargs: dict[str, Any]) -> None:
+        super().__init__(model_class, max_batch_size, max_wait_s, requests, responses, list(init_args), init_kwargs)
+        self._parent_pid = os.getpid()
+
+    def run_forever(self, gpu_id: str | None = None, ready_event: Any = None, destroy_event: Any = None) -> None:
+        """Build the model, then serve batches until the parent sets destroy_event or dies."""
+        # Ctrl-C reaches the whole process group; the parent decides when its workers stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        super().run_forever(gpu_id, ready_event, destroy_event)
+
+    def _run_once(self) -> int:
+        """Take a batch (oldest item, then up to max_wait_s for more), run it guarded, send its answers at once."""
+        if os.getppid() != self._parent_pid:
+            raise SystemExit(0)  # orphaned (the server was killed): nobody will read the answers
+        try:
+            batch = [self._recv_request(timeout=core.POLL_S)]
+        except TimeoutError:
+            return 0
+        closes_at = time.monotonic() + self._max_latency
+        while len(batch) < self._batch_size:
+            left = closes_at - time.monotonic()
+            try:
+                batch.append(self._recv_request(timeout=left) if left > 0 else self._request_queue.get_nowait())
+            except (TimeoutError, Empty):
+                break
+        answers = run_guarded(self._predict, [message[3] for message in batch])
+        self._response_queue.put((tuple(message[1] for message in batch), answers))
+        return len(batch)
+
+
+class _Streamer(Streamer):
+    """service-streamer's Streamer with a guarded worker, one replaceable process per slot, and a collector that
+    hands each batch's answers to a callback instead of the library's futures.
+
+    Streamer.__init__ builds a plain StreamWorker and starts its processes at once, so it cannot be given another
+    worker; this __init__ repeats its few lines with _GuardedWorker.
+    """
+
+    def __init__(self, worker_args: tuple[Any, ...], worker_num: int, cuda_devices: Sequence[str] | None,
+                 deliver: Callable[[tuple[int, ...], list[_Answer]], None], name: str) -> None:
+        super(Streamer, self).__init__()  # _BaseStreamer's: ids, _future_cache, collector thread
+        self.worker_num = worker_num
+        self.cuda_devices = list(cuda_devices) if cuda_devices else None
+        self._name = name
+        self._input_queue = mp.Queue()
+        self._output_queue = mp.Queue()
+        model_class, max_batch_size, max_wait_s, init_args, init_kwargs = worker_args
+        self._worker = _GuardedWorker(model_class, max_batch_size, max_wait_s, self._input_queue,
+                                      self._output_queue, init_args, init_kwargs)
+        self._worker_ps: list[Any] = [None] * worker_num
+        self._worker_ready_events: list[Any] = [None] * worker_num
+        self._worker_destroy_events: list[Any] = [None] * worker_num
+        self._deliver = deliver
+        self._collector_stop = threading.Event()
+        for slot in range(worker_num):
+            self.start_worker(slot)
+        self.back_thread.name = f"{name}-collect"
+        self._delay_setup()
+
+    def start_worker(self, slot: int) -> None:
+        """Start a fresh worker process in this slot, on the slot's device."""
+        gpu_id = self.cuda_devices[slot % len(self.cuda_devices)] if self.cuda_devices else None
+        ready, destroy = mp.Event(), mp.Event()
+        process = mp.Process(target=self._worker.run_forever, args=(gpu_id, ready, destroy),
+                             name=f"{self._name}-worker-{slot}", daemon=True)
+        process.start()
+        self._worker_ps[slot] = process
+        self._worker_ready_events[slot] = ready
+        self._worker_destroy_events[slot] = destroy
+
+    def dead_slots(self) -> list[tuple[int, int | None]]:
+        """Return (slot, exit code) of every worker process that has exited."""
+        return [(slot, p.exitcode) for slot, p in enumerate(self._worker_ps) if not p.is_alive()]
+
+    def ready_count(self) -> int:
+        """Count the worker processes alive with their model built."""
+        return sum(1 for p, ready in zip(self._worker_ps, self._worker_ready_events, strict=True)
+                   if p.is_alive() and ready.is_set())
+
+    def worker_pids(self) -> list[int | None]:
+        return [p.pid for p in self._worker_ps]
+
+    def queue(self, payload: tuple[float, Any]) -> int:
+        """Send one (deadline, item) to the workers; return its task id. Callers serialise this (the library's
+        _input reads and bumps _task_id unlocked)."""
+        task_id = self._input([payload])
+        self._future_cache.pop(task_id, None)  # answers go to the batcher's jobs, never to the library's futures
+        return task_id
+
+    def collector_alive(self) -> bool:
+        return self.back_thread.is_alive()
+
+    def _loop_collect_result(self) -> None:
+        """Hand each batch's answers to deliver until stopped (the library's loop raised KeyError on a forgotten
+        task)."""
+        while not self._collector_stop.is_set():
+            message = self._recv_response(timeout=core.POLL_S)
+            if message is None:
+                continue
+            try:
+                self._deliver(*message)
+            except Exception:
+                logger.exception("delivering a worker's answers failed")
+
+    def stop(self, timeout: float) -> None:
+        """Ask every worker to stop, terminate those still running at timeout, and stop the collector."""
+        until = time.monotonic() + timeout
+        for event in self._worker_destroy_events:
+            event.set()
+        for process in self._worker_ps:
+            process.join(max(0.0, until - time.monotonic()))
+        for process in self._worker_ps:
+            if process.is_alive():
+                logger.warning("worker %s did not stop in time; terminating it", process.pid)
+                process.terminate()
+                process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+        self._collector_stop.set()
+        if self.back_thread is not threading.current_thread():
+            self.back_thread.join(max(until - time.monotonic(), 4 * core.POLL_S))
+        for q in (self._input_queue, self._output_queue):
+            q.cancel_join_thread()  # items left for dead workers must not block the interpreter's exit
+            q.close()
+
+
+class ProcessBatcher(Generic[T, R]):
+    """Batch single items into calls of a ManagedModel's predict in worker processes; see the module docstring.
+
+    ``on_result(value, batch_size)`` turns a worker's result into the future's result (default: the value).
+    ``on_batch(report)`` is called once per batch run, with its size, run time and each item's queue wait (from
+    its submit to the start of its batch), on the collector thread before any of its waiters wakes.
+    """
+
+    def __init__(
+        self,
+        model_class: type[ManagedModel],
+        *,
+        model_init_args: Sequence[Any] = (),
+        model_init_kwargs: dict[str, Any] | None = None,
+        worker_num: int = 2,
+        cuda_devices: Sequence[str] | None = None,
+        max_batch_size: int = 64,
+        max_wait_s: float = 0.02,
+        max_in_flight: int = 1024,
+        on_result: Callable[[Any, int], R] | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        late_grace_s: float = 1.0,
+        ready_timeout_s: float = 300.0,
+        name: str = "batcher",
+    ) -> None:
+        _validate(model_class, worker_num, max_batch_size, max_wait_s, max_in_flight, late_grace_s)
+        self._on_result = on_result
+        self._late_grace_s = late_grace_s
+        self._core: Core[T, R] = Core(max_in_flight=max_in_flight, name=name, on_batch=on_batch)
+        devices = [str(d) for d in cuda_devices] if cuda_devices else None  # ManagedModel ignores a falsy id like 0
+        self._description = {"engine": "process", "name": name, "workers": worker_num, "cuda_devices": devices or [],
+                             "model": model_class.__name__, "init": dict(model_init_kwargs or {}),
+                             "max_batch_size": max_batch_size, "max_wait_s": max_wait_s,
+                             "max_in_flight": max_in_flight}
+        worker_args = (model_class, max_batch_size, max_wait_s, tuple(model_init_args), dict(model_init_kwargs or {}))
+        self._streamer = _Streamer(worker_args, worker_num, devices, self._deliver, name)
+        try:
+            self._wait_until_ready(ready_timeout_s)
+        except BaseException:
+            self._core.close(0.0, lambda _left: self._streamer.stop(timeout=2.0))
+            raise
+        self._core.watch(self._watch_round)
+
+    @property
+    def streamer(self) -> Streamer:
+        """The service-streamer object underneath (for inspection: its worker processes and future cache)."""
+        return self._streamer
+
+    def submit(self, item: T, deadline: float) -> Future[R]:
+        """Queue one item for a batch and return the future that will hold its result or error."""
+        return self._core.submit(item, deadline, self._enqueue)
+
+    def alive(self) -> bool:
+        """Say whether the batcher is open, its collector runs, and at least one worker is up with its model."""
+        return not self._core.closed and self._streamer.collector_alive() and self._streamer.ready_count() > 0
+
+    def stats(self) -> BatcherStats:
+        """Return a snapshot of the counters (running_for_s is not known across processes: always 0.0)."""
+        return self._core.stats(self._streamer.ready_count() > 0, 0.0)
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the engine for ``GET /``: its kind, workers, devices, the model they built and the settings."""
+        return dict(self._description)
+
+    def worker_pids(self) -> list[int | None]:
+        """Return the process id of each worker slot."""
+        return self._streamer.worker_pids()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Refuse new items, let those in flight finish until timeout, fail the rest, and stop the workers."""
+        # The core joins the monitor before stopping the workers, so no process is started behind close's back.
+        self._core.close(timeout, lambda left: self._streamer.stop(max(left, 1.0)))
+
+    def __enter__(self) -> ProcessBatcher[T, R]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _enqueue(self, job: Job[T, R]) -> int:
+        return self._streamer.queue((job.deadline, job.item))
+
+    def _wait_until_ready(self, timeout_s: float) -> None:
+        """Wait until every worker has built its model; raise if one exits first or the timeout passes."""
+        until = time.monotonic() + timeout_s
+        while self._streamer.ready_count() < self._streamer.worker_num:
+            dead = self._streamer.dead_slots()
+            if dead:
+                slot, code = dead[0]
+                raise BatcherError(f"worker {slot} exited with code {code} while building its model")
+            if time.monotonic() >= until:
+                raise BatcherError(f"workers not ready after {timeout_s:g} s")
+            time.sleep(core.POLL_S)
+
+    def _deliver(self, task_ids: tuple[int, ...], answers: list[_Answer]) -> None:
+        """Report a worker's batch, then resolve the jobs it answered (collector thread); answers for resolved jobs
+        are dropped."""
+        jobs = [self._core.job(task_id) for task_id in task_ids]
+        ran = [(job, answer) for job, answer in zip(jobs, answers, strict=True) if answer.kind != _EXPIRED]
+        if ran:
+            first = ran[0][1]
+            self._core.report(BatchReport(
+                size=first.batch_size, run_s=first.run_s, failed=first.kind == _FAILED,
+                queue_wait_s=tuple(answer.started_at - job.enqueued_at for job, answer in ran if job is not None),
+            ))
+        for job, answer in zip(jobs, answers, strict=True):
+            if job is not None:
+                self._resolve(job, answer)
+
+    def _resolve(self, job: Job[T, R], answer: _Answer) -> None:
+        """Resolve one job with its worker's answer."""
+        if answer.kind == _EXPIRED:
+            self._core.expire(job)
+        elif answer.kind == _FAILED:
+            settle(job.future, error=failure(answer.error))
+        elif self._on_result is None:
+            settle(job.future, result=answer.value)
+        else:
+            try:
+                result = self._on_result(answer.value, answer.batch_size)
+            except Exception as exc:
+                settle(job.future, error=failure(f"on_result failed: {exc!r}", exc))
+                return
+            settle(job.future, result=result)
+
+    def _watch_round(self) -> None:
+        """Replace dead workers and fail items no worker answered in time (monitor thread, every poll)."""
+        # close() joins the monitor before it stops the workers, so no process is started behind its back.
+        for slot, code in self._streamer.dead_slots():
+            if self._core.closed:
+                return
+            self._streamer.start_worker(slot)
+            self._core.tally.restarted()
+            logger.error("worker process %d exited with code %s; started another", slot, code)
+        # Their worker died, or the queue stalled.
+        for job in self._core.overdue(self._late_grace_s):
+            if settle(job.future, error=BatchFailed(f"no worker answered within {self._late_grace_s:g} s "
+                                                    "of the deadline")):
+                self._core.tally.expired()
+
+
+def _validate(model_class: type, worker_num: int, max_batch_size: int, max_wait_s: float, max_in_flight: int,
+              late_grace_s: float) -> None:
+    """Reject settings the batcher cannot honour."""
+    if not (isinstance(model_class, type) and issubclass(model_class, ManagedModel)):
+        raise ValueError(f"model_class must be a ManagedModel subclass, got {model_class!r}")
+    if worker_num < 1:
+        raise ValueError(f"worker_num must be >= 1, got {worker_num}")
+    validate_limits(max_batch_size, max_wait_s, max_in_flight)
+    if late_grace_s < 0:
+        raise ValueError(f"late_grace_s must be >= 0, got {late_grace_s}")
