@@ -8,6 +8,8 @@ The view tries them in this order, then the model (`api.predict`):
 2. `answer_too_long`: a TOP1 over `max_top1_chars` (spaces removed) is answered with TOP1.
 3. `answer_cached`: a first attempt whose question was already answered gets the same answer.
 4. `api.loading.answer_model_unready`: while the model loads, TOP1 at once (path `model_loading`).
+5. `answer_late`: a request accepted so long ago that less than `min_model_budget_s` of its budget is left
+   (it waited for a thread) is answered with TOP1 at once, without touching the model (path `late_accept`).
 
 Answers are cached under `cache_key`: the esun_uuid and a digest of TOP1, so that a uuid reused for another
 question never gets the old question's answer.
@@ -56,6 +58,14 @@ def answer_too_long(req: InferenceRequest, max_top1_chars: int) -> Outcome | Non
     """Answer with TOP1 when TOP1 is longer than the model takes; pass the rest."""
     if len(strip_spaces(req.sentence_list[0])) > max_top1_chars:
         return top1(req, "too_long")
+    return None
+
+
+def answer_late(req: InferenceRequest, deadline: float, min_model_budget_s: float, now: float) -> Outcome | None:
+    """Answer with TOP1 when less than `min_model_budget_s` is left before `deadline`; pass the rest."""
+    left_s = deadline - now
+    if left_s < min_model_budget_s:
+        return top1(req, "late_accept", reason=f"{left_s * 1000:.0f} ms of the budget left when the view started")
     return None
 
 

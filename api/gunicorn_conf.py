@@ -33,7 +33,8 @@ except ConfigError as exc:
 
 bind = f"{_config.host}:{_config.port}"
 workers = 1
-worker_class = "gthread"
+# gthread, plus each request's accept time in its WSGI environ: the start of its budget (api.accept).
+worker_class = "api.worker.StampingThreadWorker"
 threads = _config.http_threads
 # The app is built in the worker, after the fork: its threads (batcher, model loader) do not survive one.
 preload_app = False

@@ -14,7 +14,7 @@ from typing import Any
 
 REQUEST_LOG = logging.getLogger("api.requests")
 # Paths on which the answer is TOP1 because something went wrong, not by design.
-_DEGRADED_PATHS = frozenset({"model_loading", "deadline", "overload", "error"})
+_DEGRADED_PATHS = frozenset({"model_loading", "late_accept", "deadline", "overload", "error"})
 
 
 class JsonFormatter(logging.Formatter):
@@ -68,10 +68,15 @@ def configure_logging(level: str) -> None:
 
 
 def log_request(esun_uuid: str, retry: int, path: str, latency_ms: float,
-                batch_size: int | None, reason: str | None) -> None:
-    """Write the one line that describes an answered inference request."""
+                batch_size: int | None, reason: str | None, queued_ms: float | None = None) -> None:
+    """Write the one line that describes an answered inference request.
+
+    `latency_ms` counts from the request's accept (api.accept), `queued_ms` from there to its view's start.
+    """
     fields = {"esun_uuid": esun_uuid, "retry": retry, "path": path, "latency_ms": round(latency_ms, 2),
               "batch_size": batch_size}
+    if queued_ms is not None:
+        fields["queued_ms"] = round(queued_ms, 2)
     if reason:
         fields["reason"] = reason
     level = logging.WARNING if path in _DEGRADED_PATHS else logging.INFO

@@ -26,7 +26,7 @@ NAMESPACE = "esun"
 REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "model_loading", "deadline", "overload",
                  "error", "rejected")
 # Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
-FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "deadline", "overload", "error")
+FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "deadline", "overload", "error")
 CACHE_LEVELS = ("local", "redis")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")
 # Around the judge's 1 s timeout and the 0.75 s default budget.

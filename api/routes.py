@@ -1,8 +1,9 @@
 """The HTTP routes. `/inference` reads as the chain of one request:
 
 `schemas.parse_request` → `guards.answer_retry` / `answer_too_long` / `answer_cached` →
-`loading.answer_model_unready` → `predict.answer_with_model` (`batcher.submit(nbest, deadline)` ⇒ worker:
-`corrector.predict_batch`) → `schemas.build_response`, then one log line and the request's metrics (`api.metrics`).
+`loading.answer_model_unready` → `guards.answer_late` → `predict.answer_with_model` (`batcher.submit(nbest,
+deadline)` ⇒ worker: `corrector.predict_batch`) → `schemas.build_response`, then one log line and the request's
+metrics (`api.metrics`). The deadline counts from the request's accept (`api.accept`), not from the view's start.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from spectree import Response, SpecTree
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from api import guards, schemas
+from api.accept import budget_start
 from api.errors import PayloadTooLarge
 from api.loading import answer_model_unready, corrector_trouble
 from api.logs import log_request
@@ -33,8 +35,10 @@ logger = logging.getLogger("api")
 
 def inference() -> dict[str, Any]:
     """Answer one question of the judge: the corrected sentence, or TOP1 when the model cannot in time."""
-    arrival = time.monotonic()
+    view_start = time.monotonic()
+    arrival = budget_start(request.environ, view_start)
     state = app_state()
+    deadline = arrival + state.config.budget_s
     req = schemas.parse_request(read_body(state.config.max_body_bytes), state.config)
     g.esun_uuid = req.esun_uuid
     try:
@@ -43,7 +47,8 @@ def inference() -> dict[str, Any]:
             or guards.answer_too_long(req, state.config.max_top1_chars)
             or guards.answer_cached(req, state.cache)
             or answer_model_unready(req, state.corrector)
-            or answer_with_model(req, state.batcher, state.cache, deadline=arrival + state.config.budget_s)
+            or guards.answer_late(req, deadline, state.config.min_model_budget_s, now=time.monotonic())
+            or answer_with_model(req, state.batcher, state.cache, deadline=deadline)
         )
     except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
         logger.exception("answering %s failed; answering TOP1", req.esun_uuid)
@@ -51,7 +56,7 @@ def inference() -> dict[str, Any]:
     g.answer_path = outcome.path  # for the request's metrics (api.metrics.instrument)
     body = schemas.build_response(req.esun_uuid, outcome.answer, state.config, now=time.time())
     log_request(req.esun_uuid, req.retry, outcome.path, (time.monotonic() - arrival) * 1000,
-                outcome.batch_size, outcome.reason)
+                outcome.batch_size, outcome.reason, queued_ms=(view_start - arrival) * 1000)
     return body
 
 

@@ -110,7 +110,7 @@ def test_gunicorn_conf_serves_one_gthread_worker_on_port(monkeypatch):
     settings = runpy.run_path(str(REPO_ROOT / "api" / "gunicorn_conf.py"))
     assert settings["bind"] == "0.0.0.0:9123"
     assert settings["workers"] == 1
-    assert settings["worker_class"] == "gthread"
+    assert settings["worker_class"] == "api.worker.StampingThreadWorker"  # gthread, stamping requests at accept
     assert settings["threads"] >= 2 * 32
     assert settings["graceful_timeout"] > 0
     assert settings["preload_app"] is False

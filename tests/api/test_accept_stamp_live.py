@@ -1,0 +1,135 @@
+"""gunicorn for real (api/gunicorn_conf.py, api.worker's StampingThreadWorker): the accept stamp reaches the view.
+
+The app is testing/bench_app.py's fake-corrector app (answers MARK + TOP1 within milliseconds). A client that
+connects, then waits past the whole budget before sending its request, is answered TOP1 at once: the view saw
+the stamp taken at accept. A kept-alive connection that idles as long is stamped when its next request arrives,
+so that request goes to the model: the judge's (and nginx's) reused connections are not penalised for idling.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from config import REPO_ROOT
+
+pytestmark = pytest.mark.live
+
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+BUDGET_S = 0.75  # JUDGE_TIMEOUT_S 1.0 less the default 0.25 margin
+MARK = "改"  # the fake corrector's mark on its answers
+TOP1 = "喂你好密碼我要進去"
+
+
+@dataclass(frozen=True)
+class Server:
+    port: int
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Start gunicorn around the fake-corrector app; return once /readyz is 200."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
+    env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "HTTP_THREADS": "16", "MAX_BATCH_SIZE": "8",
+           "JUDGE_TIMEOUT_S": "1.0", "LOG_LEVEL": "INFO"}
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket",
+             "testing.bench_app:create_bench_app(fake=True)"],
+            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+        )
+    try:
+        wait_until_ready(port, process)
+        yield Server(port, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def wait_until_ready(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "gunicorn exited early"
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/readyz")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            connection.close()
+        time.sleep(0.05)
+    raise AssertionError("gunicorn never became ready")
+
+
+def question(name: str) -> bytes:
+    return json.dumps({"esun_uuid": name, "esun_timestamp": 1590493849, "retry": 2,
+                       "sentence_list": ["喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去"]}).encode()
+
+
+def request_lines(log: Path, esun_uuid: str) -> list[dict]:
+    lines = [json.loads(text) for text in log.read_text(encoding="utf-8").splitlines() if text.startswith("{")]
+    return [line for line in lines if line.get("msg") == "inference" and line.get("esun_uuid") == esun_uuid]
+
+
+def test_gunicorn_answers_top1_at_once_when_the_request_comes_a_budget_after_the_accept(server: Server):
+    body = question("late-accept")
+    head = (f"POST /inference HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        time.sleep(BUDGET_S + 0.1)  # accepted now; the request itself comes after the whole budget
+        sent = time.monotonic()
+        sock.sendall(head + body)
+        response = b""
+        while chunk := sock.recv(65536):
+            response += chunk
+    answered_s = time.monotonic() - sent
+    status_line, _, rest = response.partition(b"\r\n")
+    assert status_line.split()[1] == b"200"
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["answer"] == TOP1  # not the model's MARK + TOP1
+    assert answered_s < BUDGET_S / 3, f"answered {answered_s * 1000:.0f} ms after the request was sent"
+    [line] = request_lines(server.log, "late-accept")
+    assert line["path"] == "late_accept"
+    assert line["queued_ms"] >= (BUDGET_S + 0.1) * 1000  # the view saw the stamp taken at accept
+
+
+def test_gunicorn_stamps_a_kept_alive_connection_when_its_next_request_arrives(server: Server):
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        answers = []
+        for name in ("kept-alive-1", "kept-alive-2"):
+            connection.request("POST", "/inference", body=question(name),
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200
+            answers.append(json.loads(response.read())["answer"])
+            time.sleep(BUDGET_S + 0.1)  # idle on the same connection (gunicorn's keepalive is 5 s)
+    finally:
+        connection.close()
+    assert answers == [MARK + TOP1, MARK + TOP1]
+    [line] = request_lines(server.log, "kept-alive-2")
+    assert line["path"] == "model"
+    assert line["queued_ms"] < BUDGET_S * 1000 / 3
