@@ -22,9 +22,9 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api import guards, schemas
 from api.accept import budget_start
 from api.errors import PayloadTooLarge
+from api.interfaces import Engine
 from api.loading import answer_model_unready, corrector_trouble
 from api.logs import log_request
-from api.interfaces import Engine
 from api.metrics import metrics_view
 from api.predict import answer_with_model
 from api.state import app_state
