@@ -4,7 +4,8 @@ For machines with several GPUs or many cores: ``worker_num`` spawned processes, 
 ``ManagedModel`` class (``ImportedModel`` builds any class named by import path), placed round robin on
 ``cuda_devices``. The public interface is ``batching.Batcher``'s (``submit(item, deadline) -> Future``, ``alive()``,
 ``stats()``, ``describe()``, ``close()``, one ``on_batch`` hook), and so is the lifecycle (``batching.core``). The
-library's defects are made as harmless as the threaded engine's:
+library's defects are made as harmless as the threaded engine's, here and in each worker process
+(``batching.process_worker``):
 
 1. an exception in the model's ``predict`` killed the worker process: the worker calls it inside ``run_guarded``,
    which answers every item of a failed batch with a failure marker; a process that dies anyway (a crash, an OOM
@@ -46,131 +47,26 @@ Contract:
 from __future__ import annotations
 
 import logging
-import os
-import pickle
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from pkgutil import resolve_name
-from queue import Empty
 from typing import Any, Generic, TypeVar
 
 from service_streamer.managed_model import ManagedModel
-from service_streamer.service_streamer import Streamer, StreamWorker, mp
+from service_streamer.service_streamer import Streamer, mp
 
 from batching import core
 from batching.core import Core, Job, failure, settle, validate_limits
 from batching.errors import BatcherError, BatcherStats, BatchFailed, BatchReport
+from batching.process_worker import EXPIRED, FAILED, Answer, GuardedWorker, ImportedModel, run_guarded
 
-__all__ = ["ImportedModel", "ProcessBatcher", "run_guarded"]
+__all__ = ["ImportedModel", "ProcessBatcher", "run_guarded"]  # the worker side re-exported: one import for users
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
-
-_OK, _FAILED, _EXPIRED = "ok", "failed", "expired"
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """What a worker sends back for one item: its result, or why it has none, and the batch it ran in."""
-
-    kind: str
-    value: Any = None
-    error: str = ""
-    batch_size: int = 0
-    started_at: float = 0.0  # time.monotonic() in the worker when the batch started
-    run_s: float = 0.0
-
-
-def run_guarded(predict: Callable[[list[Any]], list[Any]], batch: list[tuple[float, Any]]) -> list[_Answer]:
-    """Run the items of (deadline, item) pairs still in time through predict; never raise an Exception.
-
-    Returns one answer per pair, in order: "expired" for items past their deadline, else "ok" with the result, or
-    "failed" for every item when predict raised, miscounted, or answered with something that does not pickle.
-    """
-    started = time.monotonic()
-    answers = [_Answer(_EXPIRED)] * len(batch)
-    live = [i for i, (deadline, _) in enumerate(batch) if deadline > started]
-    if not live:
-        return answers
-    try:
-        results = list(predict([batch[i][1] for i in live]))
-        if len(results) != len(live):
-            raise BatchFailed(f"batch function returned {len(results)} results for {len(live)} items")
-        pickle.dumps(results)  # an unpicklable result would be lost in the queue's feeder thread, unanswered
-    except Exception as exc:
-        failed = _Answer(_FAILED, error=f"batch of {len(live)} failed: {exc!r}", batch_size=len(live),
-                         started_at=started, run_s=time.monotonic() - started)
-        logger.warning("batch of %d failed in worker %d: %r", len(live), os.getpid(), exc)
-        for i in live:
-            answers[i] = failed
-        return answers
-    run_s = time.monotonic() - started
-    for i, result in zip(live, results, strict=True):
-        answers[i] = _Answer(_OK, result, batch_size=len(live), started_at=started, run_s=run_s)
-    return answers
-
-
-class ImportedModel(ManagedModel):
-    """A ManagedModel built from an import path, so the server process names a model without importing it.
-
-    ``init_model(target="package.module:Factory", kwargs={...}, env={...})`` sets ``env`` first (``OMP_NUM_THREADS``
-    must be set before torch is imported), builds ``Factory(**kwargs)``, calls its ``setup()`` and predicts with its
-    ``predict_batch``.
-    """
-
-    def init_model(self, target: str, kwargs: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> None:
-        os.environ.update(env or {})
-        self.model = resolve_name(target)(**(kwargs or {}))
-        self.model.setup()
-        self._predict: Callable[[list[Any]], list[Any]] = self.model.predict_batch
-
-    def predict(self, batch: list[Any]) -> list[Any]:
-        return self._predict(batch)
-
-
-class _GuardedWorker(StreamWorker):
-    """StreamWorker whose batch step (_run_once) is bounded, drops late items, never lets predict raise, and sends
-    one message per batch (so the server reports the batch once, with every item's queue wait).
-
-    run_forever (model init, ready event) and the queue methods are the library's; this object is pickled into each
-    spawned process.
-    """
-
-    def __init__(self, model_class: type[ManagedModel], max_batch_size: int, max_wait_s: float,
-                 requests: Any, responses: Any, init_args: Sequence[Any], init_kwargs: dict[str, Any]) -> None:
-        super().__init__(model_class, max_batch_size, max_wait_s, requests, responses, list(init_args), init_kwargs)
-        self._parent_pid = os.getpid()
-
-    def run_forever(self, gpu_id: str | None = None, ready_event: Any = None, destroy_event: Any = None) -> None:
-        """Build the model, then serve batches until the parent sets destroy_event or dies."""
-        # Ctrl-C reaches the whole process group; the parent decides when its workers stop.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        super().run_forever(gpu_id, ready_event, destroy_event)
-
-    def _run_once(self) -> int:
-        """Take a batch (oldest item, then up to max_wait_s for more), run it guarded, send its answers at once."""
-        if os.getppid() != self._parent_pid:
-            raise SystemExit(0)  # orphaned (the server was killed): nobody will read the answers
-        try:
-            batch = [self._recv_request(timeout=core.POLL_S)]
-        except TimeoutError:
-            return 0
-        closes_at = time.monotonic() + self._max_latency
-        while len(batch) < self._batch_size:
-            left = closes_at - time.monotonic()
-            try:
-                batch.append(self._recv_request(timeout=left) if left > 0 else self._request_queue.get_nowait())
-            except (TimeoutError, Empty):
-                break
-        answers = run_guarded(self._predict, [message[3] for message in batch])
-        self._response_queue.put((tuple(message[1] for message in batch), answers))
-        return len(batch)
 
 
 class _Streamer(Streamer):
@@ -178,11 +74,11 @@ class _Streamer(Streamer):
     hands each batch's answers to a callback instead of the library's futures.
 
     Streamer.__init__ builds a plain StreamWorker and starts its processes at once, so it cannot be given another
-    worker; this __init__ repeats its few lines with _GuardedWorker.
+    worker; this __init__ repeats its few lines with GuardedWorker.
     """
 
     def __init__(self, worker_args: tuple[Any, ...], worker_num: int, cuda_devices: Sequence[str] | None,
-                 deliver: Callable[[tuple[int, ...], list[_Answer]], None], name: str) -> None:
+                 deliver: Callable[[tuple[int, ...], list[Answer]], None], name: str) -> None:
         super(Streamer, self).__init__()  # _BaseStreamer's: ids, _future_cache, collector thread
         self.worker_num = worker_num
         self.cuda_devices = list(cuda_devices) if cuda_devices else None
@@ -190,7 +86,7 @@ class _Streamer(Streamer):
         self._input_queue = mp.Queue()
         self._output_queue = mp.Queue()
         model_class, max_batch_size, max_wait_s, init_args, init_kwargs = worker_args
-        self._worker = _GuardedWorker(model_class, max_batch_size, max_wait_s, self._input_queue,
+        self._worker = GuardedWorker(model_class, max_batch_size, max_wait_s, self._input_queue,
                                       self._output_queue, init_args, init_kwargs)
         self._worker_ps: list[Any] = [None] * worker_num
         self._worker_ready_events: list[Any] = [None] * worker_num
@@ -364,26 +260,26 @@ class ProcessBatcher(Generic[T, R]):
                 raise BatcherError(f"workers not ready after {timeout_s:g} s")
             time.sleep(core.POLL_S)
 
-    def _deliver(self, task_ids: tuple[int, ...], answers: list[_Answer]) -> None:
+    def _deliver(self, task_ids: tuple[int, ...], answers: list[Answer]) -> None:
         """Report a worker's batch, then resolve the jobs it answered (collector thread); answers for resolved jobs
         are dropped."""
         jobs = [self._core.job(task_id) for task_id in task_ids]
-        ran = [(job, answer) for job, answer in zip(jobs, answers, strict=True) if answer.kind != _EXPIRED]
+        ran = [(job, answer) for job, answer in zip(jobs, answers, strict=True) if answer.kind != EXPIRED]
         if ran:
             first = ran[0][1]
             self._core.report(BatchReport(
-                size=first.batch_size, run_s=first.run_s, failed=first.kind == _FAILED,
+                size=first.batch_size, run_s=first.run_s, failed=first.kind == FAILED,
                 queue_wait_s=tuple(answer.started_at - job.enqueued_at for job, answer in ran if job is not None),
             ))
         for job, answer in zip(jobs, answers, strict=True):
             if job is not None:
                 self._resolve(job, answer)
 
-    def _resolve(self, job: Job[T, R], answer: _Answer) -> None:
+    def _resolve(self, job: Job[T, R], answer: Answer) -> None:
         """Resolve one job with its worker's answer."""
-        if answer.kind == _EXPIRED:
+        if answer.kind == EXPIRED:
             self._core.expire(job)
-        elif answer.kind == _FAILED:
+        elif answer.kind == FAILED:
             settle(job.future, error=failure(answer.error))
         elif self._on_result is None:
             settle(job.future, result=answer.value)
