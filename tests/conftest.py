@@ -2,7 +2,8 @@
 
 Every app here serves a `FakeCorrector` (testing/fakes.py, where the fakes the tests and the load tools share
 live): these tests cover the plumbing (HTTP, guards, batching, cache), not the model, and need no weights. The
-served default is always the real corrector. Only fixtures live here.
+served default is always the real corrector. Only fixtures live here (and the hook that marks the tests
+using the live ones `live`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ from api.state import EXTENSION_KEY
 from config import Config
 from testing.fakes import FakeCorrector
 from testing.samples import real_bodies
+
+# Fixtures that serve over real sockets: a test that uses one is `live` even if it forgets the mark, so that
+# `pytest -m "not live"` (the fast local run) never starts a server.
+LIVE_FIXTURES = frozenset({"live_server", "make_live_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `live` every test that uses a fixture serving over real sockets."""
+    for item in items:
+        if LIVE_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("live") is None:
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture

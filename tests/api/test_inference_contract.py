@@ -44,13 +44,6 @@ def test_inference_reads_body_whatever_the_content_type(client, config, make_bod
     assert_contract_answer(response, body, config)
 
 
-@pytest.mark.parametrize("retry", [2, "2", " 2 ", 2.0])
-def test_inference_accepts_retry_as_int_or_numeric_string(client, config, make_body, corrector, retry):
-    body = make_body(retry=retry)
-    data = assert_contract_answer(client.post("/inference", json=body), body, config)
-    assert data["answer"].startswith(corrector.MARK)
-
-
 @pytest.mark.parametrize("timestamp", [1590493849, 1656000000.5])
 def test_inference_accepts_timestamp_as_int_or_float(client, config, make_body, timestamp):
     body = make_body(esun_timestamp=timestamp)

@@ -11,6 +11,7 @@ import pytest
 
 from api.schemas import MAX_TOP1_KEPT_CHARS, MAX_UUID_CHARS
 from preprocess.text import top1_answer
+from tests.api.test_inference_contract import assert_contract_answer
 
 RESPONSE_KEYS = {"esun_uuid", "server_uuid", "server_timestamp", "answer"}
 TOP1 = "喂 你好 密碼 我 要 進去"
@@ -226,10 +227,14 @@ def test_inference_answers_when_retry_is_an_integer_too_long_for_python(client, 
 @pytest.mark.parametrize(("retry", "path"), [(2, "model"), ("2", "model"), (" 2 ", "model"), (2.0, "model"),
                                              (1, "retry_top1"), ("1", "retry_top1"), (0, "retry_top1"),
                                              ("0", "retry_top1")])
-def test_inference_reads_retry_as_int_or_numeric_string(client, make_body, request_paths, retry, path):
+def test_inference_reads_retry_as_int_or_numeric_string(client, config, make_body, corrector, request_paths, retry,
+                                                         path):
+    """The one test of numeric retries (it was also in test_inference_contract.py): a contract answer, by path."""
     body = make_body(retry=retry)
-    assert_answered(post_raw(client, body), body["esun_uuid"])
+    data = assert_contract_answer(client.post("/inference", json=body), body, config)
     assert request_paths() == [path]
+    if path == "model":
+        assert data["answer"].startswith(corrector.MARK)
 
 
 def test_inference_answers_the_barest_readable_request(client, corrector):

@@ -1,0 +1,82 @@
+"""How the service takes its settings: `python -m api` flags, gunicorn's settings, start-up errors, the app.
+
+The `Config` class itself is tested in tests/test_config.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.__main__ import parse_config
+from config import REPO_ROOT, ConfigError
+
+
+def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app, config):
+    from api.state import EXTENSION_KEY
+    from cache import RedisResultCache
+
+    app = make_app(config=dataclasses.replace(config, redis_url="redis://localhost:6379/0"))
+    assert isinstance(app.extensions[EXTENSION_KEY].cache.shared, RedisResultCache)  # connects lazily
+
+
+def test_cli_flags_override_the_environment():
+    env = {"PORT": "9000", "MAX_BATCH_SIZE": "8", "DEVICE": "cuda"}
+    config = parse_config(["--port", "9001", "--max-batch-size", "16", "--weights-dir", "/tmp/w"], env)
+    assert (config.port, config.max_batch_size, config.device) == (9001, 16, "cuda")
+    assert config.weights_dir == Path("/tmp/w")
+
+
+def test_cli_rejects_bad_flag_values():
+    with pytest.raises(ConfigError, match="max_batch_size must be >= 1, got 0"):
+        parse_config(["--max-batch-size", "0"], {})
+
+
+def test_gunicorn_conf_serves_one_gthread_worker_on_port(monkeypatch):
+    monkeypatch.delenv("HOST", raising=False)
+    monkeypatch.setenv("PORT", "9123")
+    monkeypatch.setenv("MAX_BATCH_SIZE", "32")
+    settings = runpy.run_path(str(REPO_ROOT / "api" / "gunicorn_conf.py"))
+    assert settings["bind"] == "0.0.0.0:9123"
+    assert settings["workers"] == 1
+    assert settings["worker_class"] == "api.worker.StampingThreadWorker"  # gthread, stamping requests at accept
+    assert settings["threads"] >= 2 * 32
+    assert settings["graceful_timeout"] > 0
+    assert settings["preload_app"] is False
+
+
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+
+
+@pytest.mark.parametrize("command", [
+    [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", "api:create_app()"],  # make run
+    [sys.executable, "-m", "api"],
+], ids=["gunicorn", "python-m-api"])
+@pytest.mark.parametrize(("env", "message"), [
+    ({"MAX_BATCH_SIZE": "0"}, "max_batch_size must be >= 1, got 0"),
+    ({"JUDGE_TIMEOUT_S": "soon"}, "judge_timeout_s must be a number, got 'soon'"),
+])
+def test_server_start_says_a_bad_setting_in_one_line_and_exits_nonzero(command, env, message):
+    """Regression: under gunicorn a bad setting printed 26 lines of traceback under "Failed to read config file"."""
+    run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", **env}, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr == f"config error: {message}\n"
+    assert run.stdout == ""
+
+
+def test_app_warns_when_captain_email_is_missing(make_app, config, caplog):
+    import dataclasses
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="api.app")
+    make_app(config=dataclasses.replace(config, captain_email=""))
+    assert any("CAPTAIN_EMAIL" in r.getMessage() for r in caplog.records)
+
+
