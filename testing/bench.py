@@ -21,6 +21,9 @@ bound of what the server alone could do.
 
 Writes bench.json (summaries, machine, exact command), bench_raw.json (every request), bench.md (the tables
 printed) and PNG plots into --out.
+
+This module holds the inputs, the servers, the sections and the command line; the load itself is
+testing/loadgen.py's, the summaries and tables testing/report.py's, the plots testing/plots.py's.
 """
 
 from __future__ import annotations
@@ -38,11 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,20 +54,30 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from preprocess.text import NBest, han_only, strip_spaces
     from testing.bench_app import STATS_ROUTE
-    from testing.samples import RESPONSE_KEYS, real_bodies
+    from testing.loadgen import (
+        CLIENT_TIMEOUT_S,
+        JUDGE_TIMEOUT_S,
+        OPEN_LOOP_TIMEOUT_S,
+        Shot,
+        closed_loop,
+        open_loop,
+        payload_templates,
+    )
+    from testing.plots import draw_bench
+    from testing.report import (
+        POLICIES,
+        count_paths,
+        latency_stats,
+        markdown,
+        print_point,
+        server_latency,
+        summarise,
+    )
+    from testing.samples import real_bodies
     from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
-JUDGE_TIMEOUT_S = 1.0
-# Clients wait longer than the judge, to see how late a late answer is.
-CLIENT_TIMEOUT_S = 5.0
-# In the open loop a request still unanswered after the judge's relaxed timeout (2 s) has failed anyway; giving
-# up then bounds the threads the load generator needs (rate x timeout).
-OPEN_LOOP_TIMEOUT_S = 2.0
-MAX_OPEN_LOOP_THREADS = 2048
-UUID_MARK = "@@ESUN_UUID@@"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "d")
-POLICIES = ("fixed", "adaptive")
 # Per-point durations (s) of a default run; --duration replaces them all.
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 15.0}
 QUICK_DURATION_S = 3.0
@@ -115,221 +124,6 @@ def _ensure_corpus(corpus: Path) -> None:
         return
     print(f"bench: {corpus} is missing: building it (python -m preprocess.corpus)", flush=True)
     subprocess.run([sys.executable, "-m", "preprocess.corpus", "--out", str(corpus)], cwd=REPO_ROOT, check=True)
-
-
-def payload_templates(bodies: list[dict[str, Any]]) -> list[str]:
-    """Serialise each body once, with a mark where each request puts its own esun_uuid (client CPU is scarce)."""
-    return [json.dumps({**body, "esun_uuid": UUID_MARK}, ensure_ascii=False) for body in bodies]
-
-
-def fresh_payload(template: str) -> tuple[str, bytes]:
-    """Return a new esun_uuid (64 hex, like the judge's) and the template's body under it."""
-    esun_uuid = uuid.uuid4().hex + uuid.uuid4().hex
-    return esun_uuid, template.replace(UUID_MARK, esun_uuid).encode("utf-8")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Measurements
-
-
-@dataclass
-class Shot:
-    """One request: when it was due and when it was sent (wall clock), how long from sending to its answer, the
-    status (0: no answer within the client's timeout) and whether the answer was valid. In a closed loop a
-    request is sent when due; in an open loop a busy load generator may send it late (`lag_s`)."""
-
-    due: float
-    latency_s: float
-    status: int
-    valid: bool
-    lag_s: float = 0.0
-
-    @property
-    def done(self) -> float:
-        return self.due + self.lag_s + self.latency_s
-
-
-def latency_stats(latencies_s: list[float]) -> dict[str, float | None]:
-    """Return p50/p95/p99/max/mean in milliseconds (None when there is no sample)."""
-    if not latencies_s:
-        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None, "mean_ms": None}
-    ms = sorted(x * 1000 for x in latencies_s)
-
-    def pct(q: float) -> float:
-        # Nearest rank: a percentile is a latency some request really had.
-        return round(ms[max(0, math.ceil(q / 100 * len(ms)) - 1)], 2)
-
-    return {"p50_ms": pct(50), "p95_ms": pct(95), "p99_ms": pct(99), "max_ms": round(ms[-1], 2),
-            "mean_ms": round(statistics.fmean(ms), 2)}
-
-
-def count_paths(log: list[dict[str, Any]], start: float, end: float) -> Counter[str]:
-    """Count the server's answers by path among the request-log lines stamped within [start, end] (wall clock)."""
-    return Counter(line.get("path", "?") for line in log if start <= float(line.get("ts", 0)) <= end)
-
-
-def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[str, float | None]:
-    """Return the p50/p99 the server itself logged (view entered to answer made) for lines within [start, end].
-
-    Set beside the client's figures it tells where time went: a request waiting for a free gunicorn thread, or
-    a load generator short of CPU, shows in the client's latency and not in this one.
-    """
-    stats = latency_stats([float(line["latency_ms"]) / 1000 for line in log
-                           if start <= float(line.get("ts", 0)) <= end and "latency_ms" in line])
-    return {"server_p50_ms": stats["p50_ms"], "server_p99_ms": stats["p99_ms"]}
-
-
-def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str],
-              stats_delta: dict[str, int] | None) -> dict[str, Any]:
-    """Summarise one point: throughput, latency percentiles, failures, lateness, paths and batching.
-
-    Latencies are of the requests due within the window, from sending to answer (what the server is answerable
-    for); throughput counts the 200 answers that arrived within the window.
-    """
-    start, end = window
-    duration_s = end - start
-    answered = [s for s in shots if s.status]
-    out: dict[str, Any] = {
-        "requests": len(shots),
-        "throughput_rps": round(sum(1 for s in shots if s.status == 200 and start <= s.done < end) / duration_s, 2),
-        # Answers the model made (not a TOP1 fallback or guard), from the server's log: the capacity that counts.
-        "model_rps": round(paths.get("model", 0) / duration_s, 2),
-        **latency_stats([s.latency_s for s in answered]),
-        "non_200": sum(1 for s in shots if s.status != 200),
-        "no_answer": sum(1 for s in shots if s.status == 0),
-        "invalid": sum(1 for s in shots if s.status == 200 and not s.valid),
-        "late_over_1s": sum(1 for s in shots if not s.status or s.latency_s > JUDGE_TIMEOUT_S),
-        "paths": dict(sorted(paths.items())),
-    }
-    if stats_delta:
-        batches, items = stats_delta.get("batches", 0), stats_delta.get("items", 0)
-        out["batcher"] = {
-            **stats_delta,
-            "mean_batch_size": round(items / batches, 2) if batches else None,
-            "padded_waste_per_item": round(stats_delta.get("padded_waste", 0) / items, 2) if items else None,
-        }
-    return out
-
-
-class Client:
-    """Sends one request and checks its answer; one per thread (its own keep-alive connection)."""
-
-    def __init__(self, url: str, timeout_s: float = CLIENT_TIMEOUT_S) -> None:
-        self.url = url.rstrip("/") + "/inference"
-        self.timeout_s = timeout_s
-        self.session = requests.Session()
-        self.session.trust_env = False  # loopback: never through a proxy from the environment
-
-    def send(self, template: str) -> tuple[int, bool]:
-        """Post a fresh question; return (status, whether the answer is a valid four-key answer to it)."""
-        esun_uuid, payload = fresh_payload(template)
-        try:
-            response = self.session.post(self.url, data=payload, timeout=self.timeout_s,
-                                         headers={"Content-Type": "application/json"})
-        except requests.RequestException:
-            return 0, False
-        try:
-            data = response.json()
-        except ValueError:
-            return response.status_code, False
-        valid = (isinstance(data, dict) and set(data) == RESPONSE_KEYS and data["esun_uuid"] == esun_uuid
-                 and isinstance(data["answer"], str) and bool(data["answer"]))
-        return response.status_code, valid
-
-    def close(self) -> None:
-        self.session.close()
-
-
-def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float,
-                templates: list[str]) -> tuple[list[Shot], float, float]:
-    """Run `clients` threads, each sending its next request when the previous is answered; return the shots due
-    within the measured window (after the warm-up) and that window's wall-clock start and end."""
-    stop = threading.Event()
-    shots: list[list[Shot]] = [[] for _ in range(clients)]
-    ready = threading.Barrier(clients + 1)
-
-    def run(index: int) -> None:
-        client = Client(url)
-        k = index * 7919  # each client walks the pool from its own place
-        ready.wait()
-        while not stop.is_set():
-            due, started = time.time(), time.perf_counter()
-            status, valid = client.send(templates[k % len(templates)])
-            shots[index].append(Shot(due, time.perf_counter() - started, status, valid))
-            k += 1
-        client.close()
-
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True, name=f"client-{i}") for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    start = time.time() + warmup_s
-    time.sleep(warmup_s + duration_s)
-    end = start + duration_s
-    stop.set()
-    for thread in threads:
-        thread.join(CLIENT_TIMEOUT_S + 5)
-    measured = [s for per in shots for s in per if start <= s.due < end]
-    return measured, start, end
-
-
-def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
-              seed: int = 0) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Send Poisson arrivals at rate_rps, each on its own thread of a pool sized for rate x timeout, whatever the
-    answers do; a request unanswered after OPEN_LOOP_TIMEOUT_S counts as no answer. Latency is from sending to
-    answer; how late each request left behind its schedule (a saturated load generator) is kept apart as its lag.
-    Return the shots due in the measured window, its start and end, and the load generator's own figures: rates
-    scheduled and really sent, threads, requests never sent (still queued when the point ended)."""
-    rng = random.Random(seed)
-    local = threading.local()
-    clients: list[Client] = []
-    clients_lock = threading.Lock()
-    shots: list[Shot] = []
-    shots_lock = threading.Lock()
-
-    def client() -> Client:
-        if not hasattr(local, "client"):
-            local.client = Client(url, OPEN_LOOP_TIMEOUT_S)
-            with clients_lock:
-                clients.append(local.client)
-        return local.client
-
-    def send(due_wall: float, due_perf: float, template: str) -> None:
-        http = client()
-        sent = time.perf_counter()
-        status, valid = http.send(template)
-        shot = Shot(due_wall, time.perf_counter() - sent, status, valid, lag_s=max(0.0, sent - due_perf))
-        with shots_lock:
-            shots.append(shot)
-
-    total_s = warmup_s + duration_s
-    dispatched = 0
-    pool_size = min(MAX_OPEN_LOOP_THREADS, max(64, math.ceil(rate_rps * (OPEN_LOOP_TIMEOUT_S + 0.5))))
-    pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="open-loop")
-    t0_wall, t0_perf = time.time(), time.perf_counter()
-    offset = rng.expovariate(rate_rps)
-    while offset < total_s:
-        delay = t0_perf + offset - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        pool.submit(send, t0_wall + offset, t0_perf + offset, templates[dispatched % len(templates)])
-        dispatched += 1
-        offset += rng.expovariate(rate_rps)
-    dispatch_s = time.perf_counter() - t0_perf
-    # Requests still queued in the client when the point ends were never sent: drop them (counted as not sent)
-    # rather than let a backlog drain for minutes; those on the wire get their answer or the client's timeout.
-    pool.shutdown(wait=True, cancel_futures=True)
-    for c in clients:
-        c.close()
-    start, end = t0_wall + warmup_s, t0_wall + total_s
-    with shots_lock:
-        measured = [s for s in shots if start <= s.due < end]
-        not_sent = dispatched - len(shots)
-        sent_in_window = sum(1 for s in shots if start <= s.due + s.lag_s < end)
-    generator = {"scheduled_rps": round(dispatched / max(dispatch_s, 1e-9), 2),
-                 "sent_rps": round(sent_in_window / duration_s, 2), "threads": pool_size, "not_sent": not_sent}
-    return measured, start, end, generator
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -509,7 +303,7 @@ def section_b(plan: Plan, servers: Servers, templates: list[str], out: Path) -> 
             point = measure_closed(server, clients, plan.durations["b"], templates)
             _finish_profile(profiling)
             points.append(point)
-            _print_point(f"b batching {mode}", f"{clients} clients", point)
+            print_point(f"b batching {mode}", f"{clients} clients", point)
         result[mode] = points
         if mode == "off":
             servers.release(f"batching-{mode}")
@@ -531,7 +325,7 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
         point = measure_open(server, factor * capacity_rps, plan.durations["c"], templates)
         point["factor"] = factor
         points.append(point)
-        _print_point("c overload", f"{factor:g}x = {point['target_rps']} req/s", point)
+        print_point("c overload", f"{factor:g}x = {point['target_rps']} req/s", point)
     return {"capacity_rps": capacity_rps, "points": points}
 
 
@@ -552,14 +346,14 @@ def section_d(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, A
         for policy in POLICIES:
             point = measure_closed(running[policy], clients, plan.durations["d"], templates)
             result[policy].append(point)
-            _print_point(f"d {policy}", f"{clients} clients", point)
+            print_point(f"d {policy}", f"{clients} clients", point)
     most = max(plan.d_clients)
     rounds: dict[str, list[float]] = {policy: [] for policy in POLICIES}
     for i in range(plan.d_rounds):
         policy = POLICIES[ABBA[i % len(ABBA)]]
         point = measure_closed(running[policy], most, plan.durations["d"], templates)
         rounds[policy].append(point["throughput_rps"])
-        _print_point(f"d round {i + 1} {policy}", f"{most} clients", point)
+        print_point(f"d round {i + 1} {policy}", f"{most} clients", point)
     medians = {policy: statistics.median(r) if r else None for policy, r in rounds.items()}
     ratio = medians["adaptive"] / medians["fixed"] if medians["adaptive"] and medians["fixed"] else None
     result["throughput_rounds"] = {"clients": most, "rounds": rounds, "median_rps": medians,
@@ -592,192 +386,6 @@ def _finish_profile(process: subprocess.Popen | None) -> None:
     if process is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(30)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Reports
-
-
-def _print_point(section: str, label: str, p: dict[str, Any]) -> None:
-    print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
-          f"max {p['max_ms']} ms, non-200 {p['non_200']}, late {p['late_over_1s']}, paths {p['paths']}", flush=True)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def _paths_text(paths: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in paths.items()) or "-"
-
-
-def markdown(results: dict[str, Any]) -> str:
-    """Render the results as markdown tables."""
-    lines: list[str] = []
-    machine = results["machine"]
-    lines += ["## Machine", "", f"- CPU: {machine['cpu_model']} ({machine['logical_cpus']} logical CPUs, "
-              f"{machine['physical_cores']} cores), RAM {machine['ram_gib']} GiB, load average at start "
-              f"{machine['load_average_at_start']}, at end {machine.get('load_average_at_end')}",
-              f"- Command: `{results['command']}`",
-              f"- Started {results['started_utc']}, took {results['took_s']} s", ""]
-    if "a" in results:
-        a = results["a"]
-        lines += ["## a. Offline corrector throughput (the ceiling)", "",
-                  "| batch size | items/s | ms per call (p50) | ms per item | padded chars per item |",
-                  "|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r['batch_size']} | {r['items_per_s']} | {r['ms_per_call_p50']} | {r['ms_per_item']} | "
-                  f"{r['padded_waste_per_item_arrival_order']} |" for r in a["rows"]]
-        lines += ["", f"Ceiling: {a['ceiling_items_per_s']} items/s ({a['inputs']} inputs, torch threads "
-                  f"{a['torch_threads']}).", ""]
-    if "b" in results:
-        lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
-                  "| batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | late > 1 s | mean batch | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for mode in ("on", "off"):
-            for p in results["b"].get(mode, []):
-                lines.append(_row(mode, p["clients"], p))
-        lines += ["", f"Capacity (batching on, most model answers/s of the points): "
-                  f"{_fmt(results['b'].get('capacity_rps'))} req/s.", ""]
-    if "c" in results:
-        c = results["c"]
-        lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
-                  "| load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | no answer (> 2 s) | late > 1 s | client lag p99 ms | not sent | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for p in c["points"]:
-            lines.append(f"| {p['factor']:g}x | {p['target_rps']} | {p['sent_rps']} | {p['throughput_rps']} | "
-                         f"{_fmt(p['p50_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | "
-                         f"{_fmt(p['server_p99_ms'])} | {p['non_200']} | {p['no_answer']} | "
-                         f"{p['late_over_1s']} of {p['requests']} | "
-                         f"{_fmt(p['client_lag_p99_ms'])} | {p['not_sent']} | {_paths_text(p['paths'])} |")
-        lines += ["", "Latency is from sending to answer, as the client saw it; server p99 is what the server logged "
-                  "(view entered to answer made), without the wait for a free gunicorn thread; client lag is how "
-                  "late the load generator sent a request after its scheduled time (it shares the machine with the "
-                  "server); not sent: requests still queued in the generator when the point ended.", ""]
-    if "d" in results:
-        lines += ["## d. Batch policy: fixed vs adaptive", "",
-                  "| policy | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | late > 1 s | mean batch | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for policy in POLICIES:
-            for p in results["d"].get(policy, []):
-                lines.append(_row(policy, p["clients"], p))
-        lines += ["", "| policy | clients | batches | mean batch | padded chars per item (TOP1, spaces removed) |",
-                  "|---|---:|---:|---:|---:|"]
-        for policy in POLICIES:
-            for p in results["d"].get(policy, []):
-                b = p.get("batcher") or {}
-                lines.append(f"| {policy} | {p['clients']} | {_fmt(b.get('batches'))} | "
-                             f"{_fmt(b.get('mean_batch_size'))} | {_fmt(b.get('padded_waste_per_item'))} |")
-        tr = results["d"].get("throughput_rounds")
-        if tr:
-            lines += ["", f"Throughput at {tr['clients']} clients, ABBA rounds (answers/s):", "",
-                      "| policy | rounds | median |", "|---|---|---:|"]
-            for policy in POLICIES:
-                lines.append(f"| {policy} | {', '.join(_fmt(x) for x in tr['rounds'][policy])} | "
-                             f"{_fmt(tr['median_rps'][policy])} |")
-            lines += ["", f"Adaptive over fixed (medians): {_fmt(tr['adaptive_over_fixed'])}."]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _row(name: str, clients: int, p: dict[str, Any]) -> str:
-    batch = (p.get("batcher") or {}).get("mean_batch_size")
-    return (f"| {name} | {clients} | {p['throughput_rps']} | {p['model_rps']} | {_fmt(p['p50_ms'])} | "
-            f"{_fmt(p['p95_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | {_fmt(p.get('server_p99_ms'))} | "
-            f"{p['non_200']} | "
-            f"{p['late_over_1s']} of {p['requests']} | {_fmt(batch)} | {_paths_text(p['paths'])} |")
-
-
-def plots(results: dict[str, Any], raw: dict[str, list[list[float]]], out: Path) -> list[str]:
-    """Draw the PNG plots; return their file names."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written: list[str] = []
-
-    def save(fig: Any, name: str) -> None:
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        written.append(name)
-
-    if "a" in results:
-        rows = results["a"]["rows"]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot([r["batch_size"] for r in rows], [r["items_per_s"] for r in rows], marker="o")
-        ax.set(xscale="log", xlabel="batch size", ylabel="items/s", title="a. Offline corrector throughput")
-        ax.set_xticks([r["batch_size"] for r in rows], [str(r["batch_size"]) for r in rows])
-        ax.grid(alpha=0.3)
-        save(fig, "a_offline_throughput_by_batch_size.png")
-
-    over_time = [(key, series) for key, series in raw.items() if key.startswith(("b/", "c/"))]
-    if over_time:
-        groups = list(dict.fromkeys(key.split("/")[0] + "/" + key.split("/")[1] for key, _ in over_time))
-        fig, axes = plt.subplots(len(groups), 1, figsize=(9, 3.2 * len(groups)), squeeze=False)
-        for ax, group in zip(axes[:, 0], groups, strict=True):
-            for key, series in over_time:
-                if key.startswith(group + "/") and series:
-                    ax.scatter([s[0] for s in series], [s[1] for s in series], s=3, alpha=0.5,
-                               label=key.split("/", 2)[2])
-            ax.axhline(JUDGE_TIMEOUT_S * 1000, color="red", linewidth=0.8, linestyle="--", label="judge timeout")
-            ax.set(xlabel="seconds into the point", ylabel="response time (ms)", yscale="log",
-                   title=f"Response time over time: {group.replace('/', ', ')}")
-            ax.legend(markerscale=4, fontsize=8)
-            ax.grid(alpha=0.3)
-        save(fig, "response_time_over_time.png")
-
-    if "b" in results:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        for mode in ("on", "off"):
-            points = results["b"].get(mode, [])
-            xs = [p["clients"] for p in points]
-            left.plot(xs, [p["throughput_rps"] for p in points], marker="o", label=f"batching {mode}")
-            right.plot(xs, [p["p99_ms"] or float("nan") for p in points], marker="o", label=f"batching {mode}")
-        if "a" in results:
-            left.axhline(results["a"]["ceiling_items_per_s"], color="grey", linestyle=":", label="offline ceiling")
-        right.axhline(JUDGE_TIMEOUT_S * 1000, color="red", linestyle="--", linewidth=0.8, label="judge timeout")
-        left.set(xscale="log", xlabel="clients", ylabel="answers/s", title="b. Throughput by clients")
-        right.set(xscale="log", yscale="log", xlabel="clients", ylabel="p99 latency (ms)", title="b. p99 by clients")
-        ticks = sorted({p["clients"] for mode in ("on", "off") for p in results["b"].get(mode, [])})
-        for ax in (left, right):
-            ax.set_xticks(ticks, [str(x) for x in ticks])
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3)
-        save(fig, "b_throughput_and_p99_by_clients.png")
-
-    if "d" in results:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        for policy, color in (("fixed", "C0"), ("adaptive", "C1")):
-            points = results["d"].get(policy, [])
-            xs = [p["clients"] for p in points]
-            for key, style in (("p50_ms", "-"), ("p99_ms", "--")):
-                left.plot(xs, [p[key] or float("nan") for p in points], style, marker="o", color=color,
-                          label=f"{policy} {key[:3]}")
-            rounds = (results["d"].get("throughput_rounds") or {}).get("rounds", {}).get(policy)
-            if rounds:
-                right.bar(policy, statistics.median(rounds), color=color)
-                right.plot([policy] * len(rounds), rounds, "k.", label=None)
-            else:
-                right.bar(policy, points[-1]["throughput_rps"] if points else 0, color=color)
-        left.set(xscale="log", yscale="log", xlabel="clients", ylabel="latency (ms)",
-                 title="d. Latency by clients, fixed vs adaptive")
-        ticks = sorted({p["clients"] for policy in POLICIES for p in results["d"].get(policy, [])})
-        left.set_xticks(ticks, [str(x) for x in ticks])
-        left.legend(fontsize=8)
-        left.grid(alpha=0.3)
-        top = max(results["d"]["fixed"][-1]["clients"] if results["d"].get("fixed") else 0,
-                  results["d"]["adaptive"][-1]["clients"] if results["d"].get("adaptive") else 0)
-        right.set(ylabel="answers/s", title=f"d. Throughput at {top} clients (median, dots: rounds)")
-        save(fig, "d_policy_latency_by_clients.png")
-    return written
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -919,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(log_dir, ignore_errors=True)
     results["took_s"] = round(time.time() - started, 1)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    results["plots"] = plots(results, raw, out)
+    results["plots"] = draw_bench(results, raw, out)
     (out / "bench.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
     text = markdown(results)

@@ -23,6 +23,9 @@ Not a test (not collected by pytest, not in CI). Steps:
    Writes soak.json and soak.png (latency, throughput and RSS over time) into --out (default docs/bench/).
 
 Exits 1 when a request failed or came late, 2 when the server could not be started or reached.
+
+This module finds the server and samples its memory; the load is testing/loadgen.py's (`fixed_rate`, the judge's
+client), the windows and summary testing/report.py's, the picture testing/plots.py's.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import shlex
 import sys
@@ -38,7 +40,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,25 +52,13 @@ with cli.dev_requirements("testing.soak"):
     import psutil
     import requests
 
-    from testing.samples import check_answer, request_bodies, with_fresh_uuid
+    from testing.loadgen import CLIENT_TIMEOUT_S, Client, fixed_rate, judge_client
+    from testing.plots import draw_soak
+    from testing.report import MIB, buckets, late, latency_ms, print_summary, request_log_paths, rss_summary
+    from testing.samples import request_bodies, with_fresh_uuid
     from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
-JUDGE_TIMEOUT_S = 1.0
-# Clients wait longer than the judge, to see how late a late answer is.
-CLIENT_TIMEOUT_S = 5.0
 RSS_PERIOD_S = 1.0
-MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Shot:
-    """One request: when it was due (seconds into the run), how long it took from then, and how it ended."""
-
-    due_s: float
-    latency_s: float
-    lag_s: float
-    status: int  # 0 when no HTTP answer came (connection error, timeout)
-    problem: str | None  # what the judge would reject, None for a valid answer
 
 
 @dataclass(frozen=True)
@@ -80,34 +69,6 @@ class Server:
     pids: list[int]
     log_path: Path | None
     config: dict[str, Any]
-
-
-class Client:
-    """POST bodies like the judge: a fresh connection per request (no keep-alive), the answer checked."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._local = threading.local()
-
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-            session.trust_env = False  # the server is on loopback: never through a proxy
-        return session
-
-    def send(self, body: dict[str, Any]) -> tuple[int, str | None]:
-        """Send one body; return the status (0 when none came) and what is wrong with the answer, if anything."""
-        try:
-            response = self._session().post(f"{self.url}/inference", json=body, timeout=CLIENT_TIMEOUT_S,
-                                            headers={"Connection": "close"})
-        except requests.RequestException as exc:
-            return 0, f"{type(exc).__name__}: {exc}"
-        try:
-            data = response.json()
-        except ValueError:
-            data = response.text[:200]
-        return response.status_code, check_answer(response.status_code, data, body["esun_uuid"])
 
 
 class RssSampler(threading.Thread):
@@ -175,21 +136,6 @@ def server_config(url: str) -> dict[str, Any]:
     return {}
 
 
-def request_log_paths(log_path: Path | None, since: float, until: float) -> Counter[str] | None:
-    """Count the server's answers by path in a window of wall-clock time, from its JSON request log."""
-    if log_path is None or not log_path.exists():
-        return None
-    paths: Counter[str] = Counter()
-    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.startswith("{"):
-            continue
-        with contextlib.suppress(json.JSONDecodeError):
-            record = json.loads(line)
-            if record.get("logger") == "api.requests" and since <= record.get("ts", 0) <= until:
-                paths[record.get("path", "?")] += 1
-    return paths
-
-
 def measure_capacity(client: Client, bodies: list[dict[str, Any]], server: Server, clients: int,
                      seconds: float) -> dict[str, Any]:
     """Measure model answers per second in a closed loop of `clients` clients for `seconds`."""
@@ -202,7 +148,7 @@ def measure_capacity(client: Client, bodies: list[dict[str, Any]], server: Serve
         n = index
         while time.monotonic() < stop_at:
             started = time.monotonic()
-            status, problem = client.send(with_fresh_uuid(bodies[n % len(bodies)]))
+            status, problem = client.send_body(with_fresh_uuid(bodies[n % len(bodies)]))
             with lock:
                 results.append((time.monotonic() - started, status, problem))
             n += clients
@@ -219,135 +165,6 @@ def measure_capacity(client: Client, bodies: list[dict[str, Any]], server: Serve
         method = f"200 answers faster than 90 % of the budget ({budget_s:g} s)"
     return {"per_s": served / seconds, "clients": clients, "seconds": seconds, "requests": len(results),
             "method": method, "paths": dict(paths) if paths else None}
-
-
-def soak(client: Client, bodies: list[dict[str, Any]], rate_per_s: float, seconds: float,
-         on_progress: Callable[[float, int], None]) -> tuple[list[Shot], float]:
-    """Send at a fixed rate for `seconds`, whatever the answers do; return every shot and the monotonic start."""
-    shots: list[Shot] = []
-    lock = threading.Lock()
-    started = time.monotonic()
-
-    def send(index: int, due: float) -> None:
-        lag = max(0.0, time.monotonic() - due)
-        status, problem = client.send(with_fresh_uuid(bodies[index % len(bodies)]))
-        shot = Shot(due - started, time.monotonic() - due, lag, status, problem)
-        with lock:
-            shots.append(shot)
-
-    count = int(rate_per_s * seconds)
-    pool_size = max(16, min(512, math.ceil(rate_per_s * CLIENT_TIMEOUT_S)))
-    next_report = started + 10.0
-    with ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="soak") as pool:
-        for i in range(count):
-            due = started + i / rate_per_s
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            pool.submit(send, i, due)
-            if time.monotonic() >= next_report:
-                with lock:
-                    done = len(shots)
-                on_progress(time.monotonic() - started, done)
-                next_report += 10.0
-    return sorted(shots, key=lambda s: s.due_s), started
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Return the q-th percentile (nearest rank) of values, None when there are none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-def latency_ms(shots: list[Shot]) -> dict[str, float | None]:
-    """Summarise the latencies of the answered shots in milliseconds."""
-    values = [s.latency_s * 1000 for s in shots if s.status]
-    return {name: (None if (v := percentile(values, q)) is None else round(v, 1))
-            for name, q in (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))}
-
-
-def late(shot: Shot) -> bool:
-    return shot.latency_s > JUDGE_TIMEOUT_S
-
-
-def buckets(shots: list[Shot], rss: list[tuple[float, int, int]], seconds: float,
-            bucket_s: float) -> list[dict[str, Any]]:
-    """Summarise the run per window of bucket_s seconds: counts, latency, lag and server RSS."""
-    out = []
-    for k in range(math.ceil(seconds / bucket_s)):
-        start, end = k * bucket_s, min((k + 1) * bucket_s, seconds)
-        inside = [s for s in shots if start <= s.due_s < end]
-        memory = [total for t, total, _ in rss if start <= t < end]
-        out.append({
-            "start_s": round(start, 2), "end_s": round(end, 2), "sent": len(inside),
-            "answered": sum(1 for s in inside if s.problem is None),
-            "failed": sum(1 for s in inside if s.problem is not None),
-            "late": sum(1 for s in inside if late(s)),
-            "latency_ms": latency_ms(inside),
-            "lag_ms_max": round(max((s.lag_s for s in inside), default=0.0) * 1000, 1),
-            "rss_mib": round(max(memory) / MIB, 1) if memory else None,
-        })
-    return out
-
-
-def rss_summary(rss: list[tuple[float, int, int]], seconds: float) -> dict[str, float | None]:
-    """Describe the server's memory: start, end, max and slope (least squares, MiB/min) after the first 10 %."""
-    if not rss:
-        return {"start_mib": None, "end_mib": None, "max_mib": None, "slope_mib_per_min": None}
-    settled = [(t, total) for t, total, _ in rss if t >= 0.1 * seconds] or [(t, total) for t, total, _ in rss]
-    slope = None
-    if len(settled) >= 2:
-        mean_t = sum(t for t, _ in settled) / len(settled)
-        mean_m = sum(m for _, m in settled) / len(settled)
-        var = sum((t - mean_t) ** 2 for t, _ in settled)
-        if var > 0:
-            slope = sum((t - mean_t) * (m - mean_m) for t, m in settled) / var * 60 / MIB
-    return {"start_mib": round(rss[0][1] / MIB, 1), "end_mib": round(rss[-1][1] / MIB, 1),
-            "max_mib": round(max(total for _, total, _ in rss) / MIB, 1),
-            "slope_mib_per_min": None if slope is None else round(slope, 3)}
-
-
-def plot(path: Path, shots: list[Shot], rss: list[tuple[float, int, int]], table: list[dict[str, Any]],
-         budget_s: float | None, title: str) -> None:
-    """Draw latency, throughput and server RSS over time into a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_lat, ax_rate, ax_rss) = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
-    mids = [(b["start_s"] + b["end_s"]) / 2 / 60 for b in table]
-    answered = [s for s in shots if s.status]
-    ax_lat.scatter([s.due_s / 60 for s in answered], [s.latency_s * 1000 for s in answered], s=2, alpha=0.25,
-                   color="tab:gray", label="each request")
-    for name, color in (("p50", "tab:blue"), ("p95", "tab:orange"), ("p99", "tab:red")):
-        ax_lat.plot(mids, [b["latency_ms"][name] for b in table], color=color, label=name)
-    ax_lat.axhline(JUDGE_TIMEOUT_S * 1000, color="black", linestyle="--", label="judge timeout")
-    if budget_s:
-        ax_lat.axhline(budget_s * 1000, color="tab:green", linestyle=":", label="answer budget")
-    ax_lat.set_ylabel("latency (ms)")
-    ax_lat.legend(loc="upper right", fontsize="small")
-    widths = [(b["end_s"] - b["start_s"]) or 1 for b in table]
-    ax_rate.plot(mids, [b["sent"] / w for b, w in zip(table, widths, strict=True)], label="sent/s")
-    ax_rate.plot(mids, [b["answered"] / w for b, w in zip(table, widths, strict=True)], label="valid answers/s")
-    ax_rate.plot(mids, [(b["failed"] + b["late"]) / w for b, w in zip(table, widths, strict=True)],
-                 color="tab:red", label="failed or late/s")
-    ax_rate.set_ylabel("requests/s")
-    ax_rate.legend(loc="upper right", fontsize="small")
-    if rss:
-        ax_rss.plot([t / 60 for t, _, _ in rss], [total / MIB for _, total, _ in rss], label="all processes")
-        ax_rss.plot([t / 60 for t, _, _ in rss], [big / MIB for _, _, big in rss], label="largest (the worker)")
-        ax_rss.legend(loc="lower right", fontsize="small")
-    else:
-        ax_rss.text(0.5, 0.5, "server processes unknown: no RSS", ha="center", transform=ax_rss.transAxes)
-    ax_rss.set_ylabel("server RSS (MiB)")
-    ax_rss.set_xlabel("minutes into the run")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -413,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, server: Server, seconds: float, bucket_s: float) -> int:
     """Measure (unless --rate), soak, report; return the exit status."""
-    client = Client(server.url)
+    client = judge_client(server.url)
     bodies = request_bodies(args.bodies)
     if not server.config:
         print(f"soak: {server.url}/ did not describe the server; is it this service?", file=sys.stderr)
@@ -431,7 +248,7 @@ def run(args: argparse.Namespace, server: Server, seconds: float, bucket_s: floa
     sampler = RssSampler(server.pids, time.monotonic())
     sampler.start()
     wall_start = time.time()
-    shots, _ = soak(client, bodies, rate, seconds,
+    shots, _ = fixed_rate(client, bodies, rate, seconds,
                     lambda t, done: print(f"  {t:6.0f} s: {done} answered, RSS "
                                           f"{sampler.samples[-1][1] / MIB if sampler.samples else 0:.0f} MiB"))
     sampler.stop()
@@ -459,23 +276,11 @@ def run(args: argparse.Namespace, server: Server, seconds: float, bucket_s: floa
     args.out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = args.out / "soak.json", args.out / "soak.png"
     json_path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    plot(png_path, shots, sampler.samples, table, server.config.get("budget_s"),
+    draw_soak(png_path, shots, sampler.samples, table, server.config.get("budget_s"),
          f"soak: {rate:.1f} req/s for {args.minutes:g} min, {server.url}")
     print_summary(report)
     print(f"wrote {json_path} and {png_path}")
     return 1 if failed or late_shots else 0
-
-
-def print_summary(report: dict[str, Any]) -> None:
-    totals, rss = report["totals"], report["rss"]
-    print(f"sent {totals['sent']}, valid {totals['answered']}, failed {totals['failed']}, late {totals['late']};"
-          f" latency ms {totals['latency_ms']}; client lag max {totals['lag_ms_max']} ms")
-    if totals["paths"]:
-        print(f"paths: {totals['paths']}")
-    print(f"server RSS MiB: start {rss['start_mib']}, end {rss['end_mib']}, max {rss['max_mib']},"
-          f" slope {rss['slope_mib_per_min']} MiB/min")
-    for problem, count in report["failures"]:
-        print(f"  {count} x {problem}")
 
 
 if __name__ == "__main__":

@@ -78,5 +78,3 @@ def test_app_warns_when_captain_email_is_missing(make_app, config, caplog):
     caplog.set_level(logging.WARNING, logger="api.app")
     make_app(config=dataclasses.replace(config, captain_email=""))
     assert any("CAPTAIN_EMAIL" in r.getMessage() for r in caplog.records)
-
-

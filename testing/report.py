@@ -1,0 +1,267 @@
+"""What the load tools' shots add up to: percentiles, per-point summaries, markdown tables, soak buckets.
+
+One percentile for both tools (`percentile`, nearest rank: a percentile is a latency some request really had).
+The benchmark's point summaries and tables (`summarise`, `markdown`) and the soak run's windows and memory
+(`buckets`, `rss_summary`, `print_summary`) are here; testing/plots.py draws them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from testing.loadgen import JUDGE_TIMEOUT_S, Shot
+
+POLICIES = ("fixed", "adaptive")
+MIB = 1024 * 1024
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Return the q-th percentile (nearest rank) of values, None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The benchmark
+
+
+def latency_stats(latencies_s: list[float]) -> dict[str, float | None]:
+    """Return p50/p95/p99/max/mean in milliseconds (None when there is no sample)."""
+    if not latencies_s:
+        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None, "mean_ms": None}
+    ms = sorted(x * 1000 for x in latencies_s)
+    p50, p95, p99 = (round(percentile(ms, q), 2) for q in (50, 95, 99))  # type: ignore[arg-type]
+    return {"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": round(ms[-1], 2),
+            "mean_ms": round(statistics.fmean(ms), 2)}
+
+
+def count_paths(log: list[dict[str, Any]], start: float, end: float) -> Counter[str]:
+    """Count the server's answers by path among the request-log lines stamped within [start, end] (wall clock)."""
+    return Counter(line.get("path", "?") for line in log if start <= float(line.get("ts", 0)) <= end)
+
+
+def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[str, float | None]:
+    """Return the p50/p99 the server itself logged (view entered to answer made) for lines within [start, end].
+
+    Set beside the client's figures it tells where time went: a request waiting for a free gunicorn thread, or
+    a load generator short of CPU, shows in the client's latency and not in this one.
+    """
+    stats = latency_stats([float(line["latency_ms"]) / 1000 for line in log
+                           if start <= float(line.get("ts", 0)) <= end and "latency_ms" in line])
+    return {"server_p50_ms": stats["p50_ms"], "server_p99_ms": stats["p99_ms"]}
+
+
+def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str],
+              stats_delta: dict[str, int] | None) -> dict[str, Any]:
+    """Summarise one point: throughput, latency percentiles, failures, lateness, paths and batching.
+
+    Latencies are of the requests due within the window, from sending to answer (what the server is answerable
+    for); throughput counts the 200 answers that arrived within the window.
+    """
+    start, end = window
+    duration_s = end - start
+    answered = [s for s in shots if s.status]
+    out: dict[str, Any] = {
+        "requests": len(shots),
+        "throughput_rps": round(sum(1 for s in shots if s.status == 200 and start <= s.done < end) / duration_s, 2),
+        # Answers the model made (not a TOP1 fallback or guard), from the server's log: the capacity that counts.
+        "model_rps": round(paths.get("model", 0) / duration_s, 2),
+        **latency_stats([s.latency_s for s in answered]),
+        "non_200": sum(1 for s in shots if s.status != 200),
+        "no_answer": sum(1 for s in shots if s.status == 0),
+        "invalid": sum(1 for s in shots if s.status == 200 and not s.valid),
+        "late_over_1s": sum(1 for s in shots if not s.status or s.latency_s > JUDGE_TIMEOUT_S),
+        "paths": dict(sorted(paths.items())),
+    }
+    if stats_delta:
+        batches, items = stats_delta.get("batches", 0), stats_delta.get("items", 0)
+        out["batcher"] = {
+            **stats_delta,
+            "mean_batch_size": round(items / batches, 2) if batches else None,
+            "padded_waste_per_item": round(stats_delta.get("padded_waste", 0) / items, 2) if items else None,
+        }
+    return out
+
+
+def print_point(section: str, label: str, p: dict[str, Any]) -> None:
+    print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
+          f"max {p['max_ms']} ms, non-200 {p['non_200']}, late {p['late_over_1s']}, paths {p['paths']}", flush=True)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _paths_text(paths: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in paths.items()) or "-"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """Render the results as markdown tables."""
+    lines: list[str] = []
+    machine = results["machine"]
+    lines += ["## Machine", "", f"- CPU: {machine['cpu_model']} ({machine['logical_cpus']} logical CPUs, "
+              f"{machine['physical_cores']} cores), RAM {machine['ram_gib']} GiB, load average at start "
+              f"{machine['load_average_at_start']}, at end {machine.get('load_average_at_end')}",
+              f"- Command: `{results['command']}`",
+              f"- Started {results['started_utc']}, took {results['took_s']} s", ""]
+    if "a" in results:
+        a = results["a"]
+        lines += ["## a. Offline corrector throughput (the ceiling)", "",
+                  "| batch size | items/s | ms per call (p50) | ms per item | padded chars per item |",
+                  "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['batch_size']} | {r['items_per_s']} | {r['ms_per_call_p50']} | {r['ms_per_item']} | "
+                  f"{r['padded_waste_per_item_arrival_order']} |" for r in a["rows"]]
+        lines += ["", f"Ceiling: {a['ceiling_items_per_s']} items/s ({a['inputs']} inputs, torch threads "
+                  f"{a['torch_threads']}).", ""]
+    if "b" in results:
+        lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
+                  "| batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
+                  "non-200 | late > 1 s | mean batch | answers by path |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for mode in ("on", "off"):
+            for p in results["b"].get(mode, []):
+                lines.append(_row(mode, p["clients"], p))
+        lines += ["", f"Capacity (batching on, most model answers/s of the points): "
+                  f"{_fmt(results['b'].get('capacity_rps'))} req/s.", ""]
+    if "c" in results:
+        c = results["c"]
+        lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
+                  "| load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 ms | "
+                  "non-200 | no answer (> 2 s) | late > 1 s | client lag p99 ms | not sent | answers by path |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for p in c["points"]:
+            lines.append(f"| {p['factor']:g}x | {p['target_rps']} | {p['sent_rps']} | {p['throughput_rps']} | "
+                         f"{_fmt(p['p50_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | "
+                         f"{_fmt(p['server_p99_ms'])} | {p['non_200']} | {p['no_answer']} | "
+                         f"{p['late_over_1s']} of {p['requests']} | "
+                         f"{_fmt(p['client_lag_p99_ms'])} | {p['not_sent']} | {_paths_text(p['paths'])} |")
+        lines += ["", "Latency is from sending to answer, as the client saw it; server p99 is what the server logged "
+                  "(view entered to answer made), without the wait for a free gunicorn thread; client lag is how "
+                  "late the load generator sent a request after its scheduled time (it shares the machine with the "
+                  "server); not sent: requests still queued in the generator when the point ended.", ""]
+    if "d" in results:
+        lines += ["## d. Batch policy: fixed vs adaptive", "",
+                  "| policy | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
+                  "non-200 | late > 1 s | mean batch | answers by path |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for policy in POLICIES:
+            for p in results["d"].get(policy, []):
+                lines.append(_row(policy, p["clients"], p))
+        lines += ["", "| policy | clients | batches | mean batch | padded chars per item (TOP1, spaces removed) |",
+                  "|---|---:|---:|---:|---:|"]
+        for policy in POLICIES:
+            for p in results["d"].get(policy, []):
+                b = p.get("batcher") or {}
+                lines.append(f"| {policy} | {p['clients']} | {_fmt(b.get('batches'))} | "
+                             f"{_fmt(b.get('mean_batch_size'))} | {_fmt(b.get('padded_waste_per_item'))} |")
+        tr = results["d"].get("throughput_rounds")
+        if tr:
+            lines += ["", f"Throughput at {tr['clients']} clients, ABBA rounds (answers/s):", "",
+                      "| policy | rounds | median |", "|---|---|---:|"]
+            for policy in POLICIES:
+                lines.append(f"| {policy} | {', '.join(_fmt(x) for x in tr['rounds'][policy])} | "
+                             f"{_fmt(tr['median_rps'][policy])} |")
+            lines += ["", f"Adaptive over fixed (medians): {_fmt(tr['adaptive_over_fixed'])}."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _row(name: str, clients: int, p: dict[str, Any]) -> str:
+    batch = (p.get("batcher") or {}).get("mean_batch_size")
+    return (f"| {name} | {clients} | {p['throughput_rps']} | {p['model_rps']} | {_fmt(p['p50_ms'])} | "
+            f"{_fmt(p['p95_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | {_fmt(p.get('server_p99_ms'))} | "
+            f"{p['non_200']} | "
+            f"{p['late_over_1s']} of {p['requests']} | {_fmt(batch)} | {_paths_text(p['paths'])} |")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The soak run
+
+
+def request_log_paths(log_path: Path | None, since: float, until: float) -> Counter[str] | None:
+    """Count the server's answers by path in a window of wall-clock time, from its JSON request log."""
+    if log_path is None or not log_path.exists():
+        return None
+    paths: Counter[str] = Counter()
+    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        with contextlib.suppress(json.JSONDecodeError):
+            record = json.loads(line)
+            if record.get("logger") == "api.requests" and since <= record.get("ts", 0) <= until:
+                paths[record.get("path", "?")] += 1
+    return paths
+
+
+def latency_ms(shots: list[Shot]) -> dict[str, float | None]:
+    """Summarise the latencies of the answered shots in milliseconds."""
+    values = [s.latency_s * 1000 for s in shots if s.status]
+    return {name: (None if (v := percentile(values, q)) is None else round(v, 1))
+            for name, q in (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))}
+
+
+def late(shot: Shot) -> bool:
+    return shot.latency_s > JUDGE_TIMEOUT_S
+
+
+def buckets(shots: list[Shot], rss: list[tuple[float, int, int]], seconds: float,
+            bucket_s: float) -> list[dict[str, Any]]:
+    """Summarise the run per window of bucket_s seconds: counts, latency, lag and server RSS."""
+    out = []
+    for k in range(math.ceil(seconds / bucket_s)):
+        start, end = k * bucket_s, min((k + 1) * bucket_s, seconds)
+        inside = [s for s in shots if start <= s.due < end]
+        memory = [total for t, total, _ in rss if start <= t < end]
+        out.append({
+            "start_s": round(start, 2), "end_s": round(end, 2), "sent": len(inside),
+            "answered": sum(1 for s in inside if s.problem is None),
+            "failed": sum(1 for s in inside if s.problem is not None),
+            "late": sum(1 for s in inside if late(s)),
+            "latency_ms": latency_ms(inside),
+            "lag_ms_max": round(max((s.lag_s for s in inside), default=0.0) * 1000, 1),
+            "rss_mib": round(max(memory) / MIB, 1) if memory else None,
+        })
+    return out
+
+
+def rss_summary(rss: list[tuple[float, int, int]], seconds: float) -> dict[str, float | None]:
+    """Describe the server's memory: start, end, max and slope (least squares, MiB/min) after the first 10 %."""
+    if not rss:
+        return {"start_mib": None, "end_mib": None, "max_mib": None, "slope_mib_per_min": None}
+    settled = [(t, total) for t, total, _ in rss if t >= 0.1 * seconds] or [(t, total) for t, total, _ in rss]
+    slope = None
+    if len(settled) >= 2:
+        mean_t = sum(t for t, _ in settled) / len(settled)
+        mean_m = sum(m for _, m in settled) / len(settled)
+        var = sum((t - mean_t) ** 2 for t, _ in settled)
+        if var > 0:
+            slope = sum((t - mean_t) * (m - mean_m) for t, m in settled) / var * 60 / MIB
+    return {"start_mib": round(rss[0][1] / MIB, 1), "end_mib": round(rss[-1][1] / MIB, 1),
+            "max_mib": round(max(total for _, total, _ in rss) / MIB, 1),
+            "slope_mib_per_min": None if slope is None else round(slope, 3)}
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    totals, rss = report["totals"], report["rss"]
+    print(f"sent {totals['sent']}, valid {totals['answered']}, failed {totals['failed']}, late {totals['late']};"
+          f" latency ms {totals['latency_ms']}; client lag max {totals['lag_ms_max']} ms")
+    if totals["paths"]:
+        print(f"paths: {totals['paths']}")
+    print(f"server RSS MiB: start {rss['start_mib']}, end {rss['end_mib']}, max {rss['max_mib']},"
+          f" slope {rss['slope_mib_per_min']} MiB/min")
+    for problem, count in report["failures"]:
+        print(f"  {count} x {problem}")
