@@ -10,6 +10,7 @@ Test-only stand-ins: the served path (`api:create_app()`, `make run`) always run
 
 - `FakeCorrector`: answers MARK + TOP1's Han characters; slow, gated, failing or with another answer on demand.
 - `FaultCorrector` with `Raise`, `Hang`, `KillWorker`: fails chosen batches on purpose (tests/faults).
+- `FakeRedis` (the two calls the Redis cache makes, failing on demand) and `FakeCacheObserver` (tests/cache).
 - App factories for gunicorn (`gunicorn -c api/gunicorn_conf.py "testing.fakes:create_fake_app()"`), each the
   real app with settings from the environment (`Config.from_env()`) around a fake:
   `create_fake_app` (FAKE_DELAY_S per batch, default 0.005: client tests, `python -m testing.bench --fake`),
@@ -202,6 +203,43 @@ class FaultCorrector:
     @property
     def info(self) -> dict[str, Any]:
         return {"name": "fault-corrector", "version": "test", "parameters": 0, "weights": Path("/nowhere")}
+
+
+class FakeRedis:
+    """The two calls RedisResultCache makes; `error` is raised by both while set."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.ttl_ms: dict[str, int] = {}
+        self.error: Exception | None = None
+        self.calls = 0
+
+    def get(self, key: str) -> bytes | None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return self.data.get(key)
+
+    def set(self, key: str, value: str, px: int) -> None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        self.data[key] = value.encode()
+        self.ttl_ms[key] = px
+
+
+class FakeCacheObserver:
+    """Record what the cache reports to metrics (cache.CacheObserver): lookups by level and result, the circuit."""
+
+    def __init__(self) -> None:
+        self.lookups: list[tuple[str, str]] = []
+        self.circuit: list[bool] = []
+
+    def cache_lookup(self, level: str, result: str) -> None:
+        self.lookups.append((level, result))
+
+    def redis_circuit(self, is_open: bool) -> None:
+        self.circuit.append(is_open)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from cache import CircuitBreaker, LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
+from testing.fakes import FakeCacheObserver, FakeRedis
 
 
 class Clock:
@@ -78,42 +79,8 @@ class Planted:
         return (_record_unpickling, ("code ran on unpickling",))
 
 
-class FakeRedis:
-    """The two calls RedisResultCache makes; `error` is raised by both while set."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.ttl_ms: dict[str, int] = {}
-        self.error: Exception | None = None
-        self.calls = 0
-
-    def get(self, key: str) -> bytes | None:
-        self.calls += 1
-        if self.error is not None:
-            raise self.error
-        return self.data.get(key)
-
-    def set(self, key: str, value: str, px: int) -> None:
-        self.calls += 1
-        if self.error is not None:
-            raise self.error
-        self.data[key] = value.encode()
-        self.ttl_ms[key] = px
-
-
-class Observer:
-    def __init__(self) -> None:
-        self.lookups: list[tuple[str, str]] = []
-        self.circuit: list[bool] = []
-
-    def cache_lookup(self, level: str, result: str) -> None:
-        self.lookups.append((level, result))
-
-    def redis_circuit(self, is_open: bool) -> None:
-        self.circuit.append(is_open)
-
-
-def redis_cache(client: FakeRedis, clock: Clock | None = None, observer: Observer | None = None) -> RedisResultCache:
+def redis_cache(client: FakeRedis, clock: Clock | None = None,
+                observer: FakeCacheObserver | None = None) -> RedisResultCache:
     return RedisResultCache(client, ttl_s=60, key_prefix="test:", observer=observer, breaker_failures=3,
                             breaker_cooldown_s=5.0, clock=clock or Clock())
 
@@ -146,7 +113,7 @@ def test_redis_cache_reads_anything_but_its_own_json_as_a_miss(raw):
 
 
 def test_redis_cache_opens_circuit_after_three_failures_and_skips_redis_until_cooldown(caplog):
-    client, clock, observer = FakeRedis(), Clock(), Observer()
+    client, clock, observer = FakeRedis(), Clock(), FakeCacheObserver()
     cache = redis_cache(client, clock, observer)
     client.error = redis.TimeoutError("Timeout reading from socket")
     for _ in range(3):
@@ -162,7 +129,7 @@ def test_redis_cache_opens_circuit_after_three_failures_and_skips_redis_until_co
 
 
 def test_redis_cache_closes_circuit_when_the_trial_after_cooldown_succeeds():
-    client, clock, observer = FakeRedis(), Clock(), Observer()
+    client, clock, observer = FakeRedis(), Clock(), FakeCacheObserver()
     cache = redis_cache(client, clock, observer)
     client.error = redis.ConnectionError("Connection refused")
     for _ in range(3):
@@ -200,7 +167,7 @@ def test_circuit_breaker_lets_one_trial_through_at_a_time():
 
 
 def test_layered_cache_reads_local_first_then_redis_and_keeps_redis_hits_locally():
-    client, observer = FakeRedis(), Observer()
+    client, observer = FakeRedis(), FakeCacheObserver()
     shared = redis_cache(client, observer=observer)
     shared.put("q1", "從別的副本")
     cache = LayeredResultCache(MemoryResultCache(max_entries=10, ttl_s=60), shared, observer)
