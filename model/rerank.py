@@ -80,6 +80,8 @@ class RerankWeights:
 
 @dataclass(frozen=True)
 class Candidate:
+    """A whole sentence the second stage may answer, as TOP1's positions rewritten."""
+
     text: str
     choice: tuple[str, ...]  # the segment chosen at each TOP1 position
     rank: int | None  # the best rank of a hypothesis equal to it
@@ -110,8 +112,9 @@ def _network_combos(example: Example, probs: np.ndarray, beam: int) -> list[tupl
         if 0 not in order:
             order.append(0)
         options = [(math.log(max(float(p[k]), FLOOR_P)), cands[k]) for k in order]
-        hyps = [(s, list(segs)) for s, segs in heapq.nlargest(
-            beam, ((s + lp, segs + [seg]) for s, segs in hyps for lp, seg in options), key=lambda h: h[0])]
+        # each extension is a new list, so the keep-only appends above never touch another sentence's
+        hyps = heapq.nlargest(beam, ((s + lp, segs + [seg]) for s, segs in hyps for lp, seg in options),
+                              key=lambda h: h[0])
     return [tuple(segs) for _, segs in hyps]
 
 
@@ -123,19 +126,17 @@ def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM) -> 
     choices += [(tuple(row), rank) for rank, row in enumerate(example.rows, start=1)]
     if probs is not None:
         choices += [(segs, None) for segs in _network_combos(example, probs, beam)]
-    protected = protected_positions(example)
-    by_text: dict[str, Candidate] = {}
     ranks: dict[str, int] = {}
     for segs, rank in choices:
-        text = "".join(segs)
         if rank is not None:
-            ranks.setdefault(text, rank)
-        if text in by_text or not text:
-            continue
-        if any(segs[i] != keep[i] for i in protected):
-            continue
-        by_text[text] = Candidate(text, segs, None)
-    return [Candidate(c.text, c.choice, ranks.get(c.text)) for c in by_text.values()]
+            ranks.setdefault("".join(segs), rank)
+    protected = protected_positions(example)
+    out: dict[str, Candidate] = {}
+    for segs, _ in choices:
+        text = "".join(segs)
+        if text and text not in out and all(segs[i] == keep[i] for i in protected):
+            out[text] = Candidate(text, segs, ranks.get(text))
+    return list(out.values())
 
 
 def _log_p(example: Example, probs: np.ndarray, i: int, seg: str) -> float:
