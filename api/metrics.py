@@ -86,11 +86,11 @@ class Metrics:
             self.queue_wait_seconds.observe(max(0.0, seconds))
 
     def cache_lookup(self, level: str, result: str) -> None:
-        """Count one answer-cache lookup (api.cache.CacheObserver)."""
+        """Count one answer-cache lookup (cache.CacheObserver)."""
         self.cache_lookups.labels(level, result).inc()
 
     def redis_circuit(self, is_open: bool) -> None:
-        """Record the Redis circuit breaker's state (api.cache.CacheObserver)."""
+        """Record the Redis circuit breaker's state (cache.CacheObserver)."""
         self.redis_circuit_open.set(1 if is_open else 0)
 
     def render(self) -> bytes:

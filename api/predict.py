@@ -12,11 +12,11 @@ import time
 from concurrent.futures import Future
 from functools import partial
 
-from api.cache import ResultCache
 from api.guards import Outcome, cache_key, top1
 from api.interfaces import Engine, Prediction
 from api.schemas import InferenceRequest
 from batching import DeadlineExceeded, Overloaded
+from cache import ResultCache
 from preprocess.text import han_only, strip_spaces, top1_answer
 
 # Far above any real sentence (the model sees TOP1s of at most max_top1_chars) and far under the judge's
