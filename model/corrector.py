@@ -114,7 +114,11 @@ class Corrector:
     def _reranker(self) -> Reranker | None:
         """The second stage the weights' config describes for `stage`, or None for the network alone."""
         fitted = self.meta.get("rerank", {}).get(self.stage)
-        if self.stage == "net" or fitted is None:
+        if self.stage == "net":
+            return None
+        if fitted is None:
+            log.warning("the weights in %s have no fitted %r stage (python -m model.tune --variant %s --write):"
+                        " the network alone answers", self.weights_dir, self.stage, self.stage)
             return None
         if self.lm is None:
             raise ValueError(f"stage {self.stage!r} needs the language model, but no LM_PATH was given")

@@ -35,7 +35,7 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,51 +48,23 @@ from model.contract import check_features, feature_record
 from model.corrector import WEIGHTS_DIR, choose
 from model.features import Example, Featurizer, Vocab, collate
 from model.network import CorrectorNet, NetConfig
-from preprocess.labelled import Labelled, LabelledFormatError, read_labelled, split_dev
-from preprocess.simulate import DEFAULT, SimConfig, Simulator, load_simulator
-from preprocess.text import NBest, han_only
+from model.train_data import (
+    Data,
+    ensure_corpus,
+    labelled_examples,
+    make_examples,
+    read_data,
+    read_split,
+    simulated_dev,
+    simulated_examples,
+)
+from preprocess.labelled import Labelled, LabelledFormatError, split_dev
+from preprocess.simulate import load_simulator
+from preprocess.text import han_only
 
 TENSOR_KEYS = ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask", "attn_mask")
-MAX_HYPOTHESES = 10  # the service reads no more (config.Config.max_hypotheses)
 DEFAULT_THRESHOLD = 0.98
 DEFAULT_LR = {"scratch": 5e-4, "shipped": 1e-4}
-
-
-def jittered(rng: random.Random) -> SimConfig:
-    """Draw a recogniser configuration around the default one."""
-    return replace(
-        DEFAULT,
-        p_uncertain=rng.uniform(0.25, 0.45),
-        p_top1_wrong=rng.uniform(0.3, 0.5),
-        p_certain_error=rng.uniform(0.005, 0.03),
-        p_filler=rng.uniform(0.0, 0.02),
-        p_spoken_filler=rng.uniform(0.03, 0.15),
-        p_filler_dropped=rng.uniform(0.2, 0.5),
-        mix=tuple(m * rng.uniform(0.6, 1.4) for m in DEFAULT.mix),
-        score_spread=rng.uniform(0.7, 1.5),
-    )
-
-
-def read_split(corpus: Path, name: str) -> list[str]:
-    return [s for s in (corpus / f"{name}.txt").read_text(encoding="utf-8").split("\n") if s]
-
-
-def make_examples(sim: Simulator, feat: Featurizer, sentences: list[str], seed: int, variants: int,
-                  desc: str) -> list[Example]:
-    """Simulate and featurize `variants` n-best lists per sentence."""
-    rng = random.Random(seed)
-    base = sim.config
-    out: list[Example] = []
-    for v in range(variants):
-        sim.config = base if v == 0 else jittered(rng)
-        for sent in tqdm(sentences, desc=f"{desc} {v + 1}/{variants}", mininterval=5):
-            if v > 0 and rng.random() < 0.3:
-                sim.config = jittered(rng)
-            ex = feat.featurize(*sim.sample(sent, rng))
-            if ex is not None:
-                out.append(ex)
-    sim.config = base
-    return out
 
 
 def batches(examples: list[Example], size: int, rng: random.Random) -> list[list[int]]:
@@ -180,74 +152,6 @@ class Start:
     threshold: float = DEFAULT_THRESHOLD
 
 
-@dataclass
-class Data:
-    """Training examples, dev examples with their truths, and what they were made of (for config.json)."""
-
-    train: list[Example]
-    dev: list[Example]
-    dev_truth: list[str]
-    made_of: dict[str, Any] = field(default_factory=dict)
-
-
-def read_data(paths: list[Path]) -> list[Labelled]:
-    """Read every labelled file, printing how many rows each held."""
-    items: list[Labelled] = []
-    for path in paths:
-        rows = read_labelled(path)
-        print(f"{path}: {len(rows)} labelled rows")
-        items += rows
-    return items
-
-
-def labelled_examples(feat: Featurizer, items: list[Labelled]) -> tuple[list[Example], list[str], int]:
-    """Featurize labelled lists against their truths' Han characters; return examples, truths and rows left out."""
-    examples: list[Example] = []
-    truths: list[str] = []
-    for item in items:
-        truth = han_only(item.truth)  # the judge scores Han characters only
-        nbest = NBest(item.nbest.sentences[:MAX_HYPOTHESES], item.nbest.phonemes[:MAX_HYPOTHESES])
-        example = feat.featurize(nbest, truth) if truth else None
-        if example is not None:
-            examples.append(example)
-            truths.append(truth)
-    return examples, truths, len(items) - len(examples)
-
-
-def simulated_examples(sim: Simulator, feat: Featurizer, sentences: list[str], n: int, seed: int,
-                       desc: str) -> list[Example]:
-    """Simulate and featurize n lists from sentences taken in a shuffled cycle; a third with the default
-    recogniser, the rest with rates drawn around it (as `make_examples` mixes them)."""
-    rng = random.Random(seed)
-    order = list(sentences)
-    rng.shuffle(order)
-    base = sim.config
-    out: list[Example] = []
-    for k in tqdm(range(n), desc=desc, mininterval=5):
-        sim.config = base if k % 3 == 0 else jittered(rng)
-        sent = order[k % len(order)]
-        example = feat.featurize(*sim.sample(sent, rng))
-        if example is not None:
-            out.append(example)
-    sim.config = base
-    return out
-
-
-def simulated_dev(sim: Simulator, feat: Featurizer, sentences: list[str],
-                  seed: int) -> tuple[list[Example], list[str]]:
-    """Simulate one list per dev sentence with the default recogniser; return examples and their truths."""
-    rng = random.Random(seed)
-    examples: list[Example] = []
-    truths: list[str] = []
-    for sent in sentences:
-        nbest, truth = sim.sample(sent, rng)
-        example = feat.featurize(nbest, truth)
-        if example is not None:
-            examples.append(example)
-            truths.append(truth)
-    return examples, truths
-
-
 def shipped_start(weights: Path) -> Start:
     """Load the vocabulary, network shape, weights and threshold of saved weights to fine-tune them."""
     missing = [n for n in ("config.json", "vocab.json", "model.safetensors") if not (weights / n).is_file()]
@@ -266,14 +170,6 @@ def scratch_start(vocab: Vocab, args: argparse.Namespace) -> Start:
     """Shape a new network for a vocabulary from the command line's sizes."""
     return Start(vocab, NetConfig(n_chars=len(vocab.chars), n_syllables=len(vocab.syllables), hidden=args.hidden,
                                   layers=args.layers, heads=args.hidden // 64, ffn=args.hidden * 4))
-
-
-def ensure_corpus(corpus: Path) -> None:
-    """Build the corpus if it is missing."""
-    if not (corpus / "train.txt").exists():
-        from preprocess.corpus import build, write
-
-        write(build(), corpus)
 
 
 def simulated_data(args: argparse.Namespace) -> tuple[Start, Data]:

@@ -120,7 +120,7 @@ def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right
 
 def simulated_dev(corpus: Path, n: int, seed: int) -> tuple[list[NBest], list[str]]:
     """Simulate dev lists: half by the default recogniser, half by recognisers drawn around it."""
-    from model.train import jittered
+    from model.train_data import jittered
 
     sim = load_simulator(corpus)
     base = sim.config
