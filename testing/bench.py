@@ -69,9 +69,11 @@ with cli.dev_requirements("testing.bench"):
         count_paths,
         latency_stats,
         markdown,
+        paths_by_uuid,
         print_point,
         server_latency,
         summarise,
+        tag_paths,
     )
     from testing.samples import real_bodies
     from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
@@ -190,6 +192,7 @@ def measure_closed(server: ServerProcess, clients: int, duration_s: float, templ
     shots, start, end = closed_loop(server.url, clients, duration_s, warmup_s, templates)
     after = batcher_stats(server)
     log = server.request_log()
+    shots = tag_paths(shots, paths_by_uuid(log))
     return {"clients": clients, "duration_s": duration_s,
             **summarise(shots, (start, end), count_paths(log, start, end), stats_delta(before, after)),
             **server_latency(log, start, end), "_shots": shots, "_start": start}
@@ -203,6 +206,7 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
     after = batcher_stats(server)
     # Answers may come up to the client timeout after the window: count their paths too.
     log = server.request_log()
+    shots = tag_paths(shots, paths_by_uuid(log))
     paths = count_paths(log, start, end + OPEN_LOOP_TIMEOUT_S)
     lags = latency_stats([s.lag_s for s in shots])
     if generator["sent_rps"] < 0.9 * rate_rps:
@@ -422,13 +426,13 @@ def _git(*args: str) -> str:
         return ""
 
 
-def _raw_series(point: dict[str, Any]) -> list[list[float]]:
-    """Return [seconds into the point (due), latency ms, status, valid, client lag ms] for each request of a point,
-    removing the shots from the point."""
+def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
+    """Return [seconds into the point (due), latency ms, status, valid, client lag ms, path] for each request of a
+    point (path: how the server answered it, from its log; None if not logged), removing the shots from the point."""
     shots: list[Shot] = point.pop("_shots")
     start: float = point.pop("_start")
-    return [[round(s.due - start, 4), round(s.latency_s * 1000, 2), s.status, int(s.valid), round(s.lag_s * 1000, 2)]
-            for s in sorted(shots, key=lambda s: s.due)]
+    return [[round(s.due - start, 4), round(s.latency_s * 1000, 2), s.status, int(s.valid), round(s.lag_s * 1000, 2),
+             s.path] for s in sorted(shots, key=lambda s: s.due)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -499,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                                "mean_top1_chars": round(statistics.fmean(
                                    len(strip_spaces(b["sentence_list"][0])) for b in pool), 1),
                                "mean_hypotheses": round(statistics.fmean(len(b["sentence_list"]) for b in pool), 1)}
-    raw: dict[str, list[list[float]]] = {}
+    raw: dict[str, list[list[Any]]] = {}
     log_dir = out / "logs" if args.keep_logs else Path(tempfile.mkdtemp(prefix="esun-bench-"))
     servers = Servers(log_dir, plan.fake)
     try:

@@ -36,7 +36,9 @@ UUID_MARK = "@@ESUN_UUID@@"
 @dataclass(frozen=True)
 class Shot:
     """One request: when it was due, how long it took, the status (0: no answer within the client's timeout),
-    what is wrong with the answer (None for a valid one) and how late the load generator sent it (`lag_s`).
+    what is wrong with the answer (None for a valid one) and how late the load generator sent it (`lag_s`); the
+    `esun_uuid` it went out under and, once read from the server's request log (`testing.report.tag_paths`), the
+    `path` the server answered it by (`model`, `deadline`, `overload`, ...; None while unknown).
 
     The benchmark stamps `due` with the wall clock and times from sending; the soak run stamps it in seconds into
     the run and times from `due`, so that a generator falling behind shows as latency there.
@@ -47,6 +49,8 @@ class Shot:
     status: int
     problem: str | None
     lag_s: float = 0.0
+    esun_uuid: str = ""
+    path: str | None = None
 
     @property
     def valid(self) -> bool:
@@ -83,8 +87,12 @@ class Client:
 
     def send(self, template: str) -> tuple[int, str | None]:
         """Post a fresh question from a payload template; return the status and what is wrong with the answer."""
+        return self.send_fresh(template)[1:]
+
+    def send_fresh(self, template: str) -> tuple[str, int, str | None]:
+        """Like `send`, also returning the esun_uuid the question went out under (to find its path in the log)."""
         esun_uuid, payload = fresh_payload(template)
-        return self._post(esun_uuid, data=payload, headers={"Content-Type": "application/json"})
+        return (esun_uuid, *self._post(esun_uuid, data=payload, headers={"Content-Type": "application/json"}))
 
     def send_body(self, body: dict[str, Any]) -> tuple[int, str | None]:
         """Post one body as it is; return the status (0 when none came) and what is wrong with the answer."""
@@ -150,8 +158,8 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float,
         ready.wait()
         while not stop.is_set():
             due, started = time.time(), time.perf_counter()
-            status, problem = client.send(templates[k % len(templates)])
-            shots[index].append(Shot(due, time.perf_counter() - started, status, problem))
+            esun_uuid, status, problem = client.send_fresh(templates[k % len(templates)])
+            shots[index].append(Shot(due, time.perf_counter() - started, status, problem, esun_uuid=esun_uuid))
             k += 1
         client.close()
 
@@ -193,8 +201,9 @@ def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, tem
     def send(due_wall: float, due_perf: float, template: str) -> None:
         http = client()
         sent = time.perf_counter()
-        status, problem = http.send(template)
-        shot = Shot(due_wall, time.perf_counter() - sent, status, problem, lag_s=max(0.0, sent - due_perf))
+        esun_uuid, status, problem = http.send_fresh(template)
+        shot = Shot(due_wall, time.perf_counter() - sent, status, problem, lag_s=max(0.0, sent - due_perf),
+                    esun_uuid=esun_uuid)
         with shots_lock:
             shots.append(shot)
 
@@ -240,8 +249,9 @@ def fixed_rate(client: Client, bodies: list[dict[str, Any]], rate_per_s: float, 
 
     def send(index: int, due: float) -> None:
         lag = max(0.0, time.monotonic() - due)
-        status, problem = client.send_body(with_fresh_uuid(bodies[index % len(bodies)]))
-        shot = Shot(due - started, time.monotonic() - due, status, problem, lag_s=lag)
+        body = with_fresh_uuid(bodies[index % len(bodies)])
+        status, problem = client.send_body(body)
+        shot = Shot(due - started, time.monotonic() - due, status, problem, lag_s=lag, esun_uuid=body["esun_uuid"])
         with lock:
             shots.append(shot)
 

@@ -1,16 +1,99 @@
-"""The load tools' pictures (matplotlib, imported only when drawing): the benchmark's and the soak run's PNGs."""
+"""The load tools' pictures (matplotlib, imported only when drawing): the benchmark's and the soak run's PNGs.
+
+Wherever latencies are drawn, the model's answers and the TOP1 fallbacks (`testing.report.FALLBACK_PATHS`: answers
+made at once, without the model) are told apart: per request in their own colours and markers, per point as
+separate model-only percentiles and a ring with the fallbacks' share. Every quantity axis starts at 0 (batch sizes
+and client counts stay on a log scale), and no title names a server's address or port.
+
+    .venv/bin/python -m testing.plots docs/bench docs/bench/policy    # redraw from saved bench.json (+ bench_raw.json)
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 from testing.loadgen import JUDGE_TIMEOUT_S, Shot
-from testing.report import MIB, POLICIES
+from testing.report import MIB, POLICIES, answer_kind, fallback_share
+
+# Model answers in cool colours and dots, TOP1 fallbacks in warm colours and crosses (one of each per series).
+MODEL_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:cyan", "tab:olive")
+FALLBACK_COLORS = ("tab:red", "tab:orange", "tab:pink", "tab:brown", "gold")
+FALLBACK_COLOR = "tab:red"
+KIND_LABELS = {"model": "model answer", "fallback": "TOP1 fallback", "unknown": "path not logged",
+               "none": "no answer"}
+_ADDRESS = re.compile(r"\s*,?\s*(?:https?://[^\s,()]+|\b(?:localhost|\d{1,3}(?:\.\d{1,3}){3})(?::\d+)?\b|:\d{4,5}\b)")
 
 
-def draw_bench(results: dict[str, Any], raw: dict[str, list[list[float]]], out: Path) -> list[str]:
+def no_address(title: str) -> str:
+    """Drop a server's URL, host or port from a title: a throwaway port says nothing about the figure."""
+    return _ADDRESS.sub("", title).strip(" ,")
+
+
+def _from_zero(ax: Any, x: bool = False) -> None:
+    """Start the y axis (and the x axis, when linear and asked) at 0; call once everything is drawn."""
+    ax.set_ylim(bottom=0)
+    if x:
+        ax.set_xlim(left=0)
+
+
+def _row_kind(row: list[Any]) -> str:
+    """Say who made the answer of one raw row [t, latency ms, status, valid, lag ms, path?]."""
+    if not row[2]:
+        return "none"
+    return answer_kind(row[5]) if len(row) > 5 else "unknown"
+
+
+def _mark_fallbacks(ax: Any, points: list[dict[str, Any]], key: str) -> bool:
+    """Ring each point whose answers include TOP1 fallbacks, with their share; say whether any was ringed."""
+    ringed = False
+    for p in points:
+        share = fallback_share(p.get("paths") or {})
+        if share > 0 and p.get(key) is not None:
+            ax.scatter([p["clients"]], [p[key]], s=140, facecolors="none", edgecolors=FALLBACK_COLOR,
+                       linewidths=1.5, zorder=3)
+            ax.annotate(f"{share * 100:.2g} % TOP1", (p["clients"], p[key]), textcoords="offset points",
+                        xytext=(6, -12), fontsize=7, color=FALLBACK_COLOR)
+            ringed = True
+    return ringed
+
+
+def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str,
+                   keys: tuple[str, ...] = ("p99_ms",)) -> bool:
+    """Draw latency percentiles by clients: all answers (solid/dashed), the model's answers alone (dotted, where
+    fallbacks were mixed in and the summary has them), rings on points with fallbacks. Say whether any had some."""
+    xs = [p["clients"] for p in points]
+    mixed = any(fallback_share(p.get("paths") or {}) > 0 for p in points)
+    ringed = False
+    for key, style in zip(keys, ("-", "--"), strict=False):
+        label = key.removesuffix("_ms")
+        ax.plot(xs, [p.get(key) or math.nan for p in points], style, marker="o", color=color,
+                label=f"{name} {label}, all answers")
+        if mixed and any(p.get(f"model_{key}") is not None for p in points):
+            # A point without fallbacks: its model answers are all its answers.
+            model = [p.get(f"model_{key}") if fallback_share(p.get("paths") or {}) > 0 else p.get(key)
+                     for p in points]
+            ax.plot(xs, [y if y is not None else math.nan for y in model], ":", marker=".", color=color,
+                    label=f"{name} {label}, model answers only")
+        ringed = _mark_fallbacks(ax, points, key) or ringed
+    return ringed
+
+
+def _fallback_legend_entry(ax: Any, ringed: bool) -> None:
+    """Say in the legend what the rings mean, or that no point had a TOP1 fallback among its answers."""
+    if ringed:
+        ax.scatter([], [], s=140, facecolors="none", edgecolors=FALLBACK_COLOR, linewidths=1.5,
+                   label="includes TOP1 fallbacks (share)")
+    else:
+        ax.plot([], [], " ", label="(no TOP1 fallback at any point)")
+
+
+def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Path) -> list[str]:
     """Draw the PNG plots; return their file names."""
     import matplotlib
 
@@ -32,73 +115,90 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[float]]], out: 
         ax.set(xscale="log", xlabel="batch size", ylabel="items/s", title="a. Offline corrector throughput")
         ax.set_xticks([r["batch_size"] for r in rows], [str(r["batch_size"]) for r in rows])
         ax.grid(alpha=0.3)
+        _from_zero(ax)
         save(fig, "a_offline_throughput_by_batch_size.png")
 
     over_time = [(key, series) for key, series in raw.items() if key.startswith(("b/", "c/"))]
     if over_time:
         groups = list(dict.fromkeys(key.split("/")[0] + "/" + key.split("/")[1] for key, _ in over_time))
-        fig, axes = plt.subplots(len(groups), 1, figsize=(9, 3.2 * len(groups)), squeeze=False)
+        fig, axes = plt.subplots(len(groups), 1, figsize=(9, 3.6 * len(groups)), squeeze=False)
         for ax, group in zip(axes[:, 0], groups, strict=True):
-            for key, series in over_time:
-                if key.startswith(group + "/") and series:
-                    ax.scatter([s[0] for s in series], [s[1] for s in series], s=3, alpha=0.5,
-                               label=key.split("/", 2)[2])
+            members = [(key, series) for key, series in over_time if key.startswith(group + "/") and series]
+            # Model answers first, fallbacks on top: a few instant TOP1 answers must not hide under the dots.
+            for kind, marker, size, colors in (("model", "o", 3, MODEL_COLORS), ("unknown", "o", 3, MODEL_COLORS),
+                                               ("none", "+", 14, ("black",)),
+                                               ("fallback", "x", 10, FALLBACK_COLORS)):
+                for i, (key, series) in enumerate(members):
+                    rows = [r for r in series if _row_kind(r) == kind]
+                    if rows:
+                        ax.scatter([r[0] for r in rows], [r[1] for r in rows], s=size, alpha=0.6, marker=marker,
+                                   color=colors[i % len(colors)],
+                                   label=f"{key.split('/', 2)[2]}: {KIND_LABELS[kind]} ({len(rows)})")
             ax.axhline(JUDGE_TIMEOUT_S * 1000, color="red", linewidth=0.8, linestyle="--", label="judge timeout")
-            ax.set(xlabel="seconds into the point", ylabel="response time (ms)", yscale="log",
-                   title=f"Response time over time: {group.replace('/', ', ')}")
-            ax.legend(markerscale=4, fontsize=8)
+            ax.set(xlabel="seconds into the point", ylabel="response time (ms)",
+                   title=no_address(f"Response time over time: {group.replace('/', ', ')}"))
+            ax.legend(markerscale=3, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             ax.grid(alpha=0.3)
+            _from_zero(ax, x=True)
         save(fig, "response_time_over_time.png")
 
     if "b" in results:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        for mode in ("on", "off"):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+        ringed = False
+        for mode, color in (("on", "C0"), ("off", "C1")):
             points = results["b"].get(mode, [])
             xs = [p["clients"] for p in points]
-            left.plot(xs, [p["throughput_rps"] for p in points], marker="o", label=f"batching {mode}")
-            right.plot(xs, [p["p99_ms"] or float("nan") for p in points], marker="o", label=f"batching {mode}")
+            left.plot(xs, [p["throughput_rps"] for p in points], marker="o", color=color,
+                      label=f"batching {mode}: all answers/s")
+            if any("model_rps" in p for p in points):
+                left.plot(xs, [p.get("model_rps", math.nan) for p in points], ":", marker=".", color=color,
+                          label=f"batching {mode}: model answers/s")
+            ringed = _latency_lines(right, points, f"batching {mode}", color) or ringed
+        _fallback_legend_entry(right, ringed)
         if "a" in results:
             left.axhline(results["a"]["ceiling_items_per_s"], color="grey", linestyle=":", label="offline ceiling")
         right.axhline(JUDGE_TIMEOUT_S * 1000, color="red", linestyle="--", linewidth=0.8, label="judge timeout")
         left.set(xscale="log", xlabel="clients", ylabel="answers/s", title="b. Throughput by clients")
-        right.set(xscale="log", yscale="log", xlabel="clients", ylabel="p99 latency (ms)", title="b. p99 by clients")
+        right.set(xscale="log", xlabel="clients", ylabel="p99 latency (ms)", title="b. p99 by clients")
         ticks = sorted({p["clients"] for mode in ("on", "off") for p in results["b"].get(mode, [])})
         for ax in (left, right):
             ax.set_xticks(ticks, [str(x) for x in ticks])
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
+            _from_zero(ax)
         save(fig, "b_throughput_and_p99_by_clients.png")
 
     if "d" in results:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+        ringed = False
         for policy, color in (("fixed", "C0"), ("adaptive", "C1")):
             points = results["d"].get(policy, [])
-            xs = [p["clients"] for p in points]
-            for key, style in (("p50_ms", "-"), ("p99_ms", "--")):
-                left.plot(xs, [p[key] or float("nan") for p in points], style, marker="o", color=color,
-                          label=f"{policy} {key[:3]}")
+            ringed = _latency_lines(left, points, policy, color, keys=("p50_ms", "p99_ms")) or ringed
             rounds = (results["d"].get("throughput_rounds") or {}).get("rounds", {}).get(policy)
             if rounds:
                 right.bar(policy, statistics.median(rounds), color=color)
                 right.plot([policy] * len(rounds), rounds, "k.", label=None)
             else:
                 right.bar(policy, points[-1]["throughput_rps"] if points else 0, color=color)
-        left.set(xscale="log", yscale="log", xlabel="clients", ylabel="latency (ms)",
+        _fallback_legend_entry(left, ringed)
+        left.set(xscale="log", xlabel="clients", ylabel="latency (ms)",
                  title="d. Latency by clients, fixed vs adaptive")
         ticks = sorted({p["clients"] for policy in POLICIES for p in results["d"].get(policy, [])})
         left.set_xticks(ticks, [str(x) for x in ticks])
-        left.legend(fontsize=8)
+        left.legend(fontsize=7)
         left.grid(alpha=0.3)
+        _from_zero(left)
         top = max(results["d"]["fixed"][-1]["clients"] if results["d"].get("fixed") else 0,
                   results["d"]["adaptive"][-1]["clients"] if results["d"].get("adaptive") else 0)
         right.set(ylabel="answers/s", title=f"d. Throughput at {top} clients (median, dots: rounds)")
+        _from_zero(right)
         save(fig, "d_policy_latency_by_clients.png")
     return written
 
 
 def draw_soak(path: Path, shots: list[Shot], rss: list[tuple[float, int, int]], table: list[dict[str, Any]],
-         budget_s: float | None, title: str) -> None:
-    """Draw latency, throughput and server RSS over time into a PNG."""
+              budget_s: float | None, title: str) -> None:
+    """Draw latency (model answers and TOP1 fallbacks apart), throughput and server RSS over time into a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,20 +207,28 @@ def draw_soak(path: Path, shots: list[Shot], rss: list[tuple[float, int, int]], 
     fig, (ax_lat, ax_rate, ax_rss) = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
     mids = [(b["start_s"] + b["end_s"]) / 2 / 60 for b in table]
     answered = [s for s in shots if s.status]
-    ax_lat.scatter([s.due / 60 for s in answered], [s.latency_s * 1000 for s in answered], s=2, alpha=0.25,
-                   color="tab:gray", label="each request")
-    for name, color in (("p50", "tab:blue"), ("p95", "tab:orange"), ("p99", "tab:red")):
-        ax_lat.plot(mids, [b["latency_ms"][name] for b in table], color=color, label=name)
+    for kind, color, marker, size, alpha in (("model", "tab:gray", "o", 2, 0.25),
+                                             ("unknown", "tab:gray", "o", 2, 0.25),
+                                             ("fallback", FALLBACK_COLOR, "x", 12, 0.8)):
+        mine = [s for s in answered if answer_kind(s.path) == kind]
+        if mine:
+            ax_lat.scatter([s.due / 60 for s in mine], [s.latency_s * 1000 for s in mine], s=size, alpha=alpha,
+                           color=color, marker=marker, label=f"{KIND_LABELS[kind]} ({len(mine)})")
+    for name, color in (("p50", "tab:blue"), ("p95", "tab:orange"), ("p99", "tab:purple")):
+        ax_lat.plot(mids, [b["latency_ms"][name] for b in table], color=color, label=f"{name}, all answers")
     ax_lat.axhline(JUDGE_TIMEOUT_S * 1000, color="black", linestyle="--", label="judge timeout")
     if budget_s:
         ax_lat.axhline(budget_s * 1000, color="tab:green", linestyle=":", label="answer budget")
     ax_lat.set_ylabel("latency (ms)")
-    ax_lat.legend(loc="upper right", fontsize="small")
+    ax_lat.legend(loc="upper right", fontsize="small", markerscale=3)
     widths = [(b["end_s"] - b["start_s"]) or 1 for b in table]
     ax_rate.plot(mids, [b["sent"] / w for b, w in zip(table, widths, strict=True)], label="sent/s")
     ax_rate.plot(mids, [b["answered"] / w for b, w in zip(table, widths, strict=True)], label="valid answers/s")
+    if any(b.get("fallback") is not None for b in table):
+        ax_rate.plot(mids, [(b.get("fallback") or 0) / w for b, w in zip(table, widths, strict=True)],
+                     color=FALLBACK_COLOR, linestyle="--", label="TOP1 fallback answers/s")
     ax_rate.plot(mids, [(b["failed"] + b["late"]) / w for b, w in zip(table, widths, strict=True)],
-                 color="tab:red", label="failed or late/s")
+                 color="black", label="failed or late/s")
     ax_rate.set_ylabel("requests/s")
     ax_rate.legend(loc="upper right", fontsize="small")
     if rss:
@@ -131,7 +239,38 @@ def draw_soak(path: Path, shots: list[Shot], rss: list[tuple[float, int, int]], 
         ax_rss.text(0.5, 0.5, "server processes unknown: no RSS", ha="center", transform=ax_rss.transAxes)
     ax_rss.set_ylabel("server RSS (MiB)")
     ax_rss.set_xlabel("minutes into the run")
-    fig.suptitle(title)
+    for ax in (ax_lat, ax_rate, ax_rss):
+        _from_zero(ax, x=True)
+    fig.suptitle(no_address(title))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def redraw(directory: Path) -> list[str]:
+    """Redraw a benchmark's plots from its saved bench.json (and bench_raw.json, if kept); return the files drawn.
+
+    Without bench_raw.json (not committed: docs/bench/**/*_raw.json is git-ignored) the response-time-over-time
+    plot cannot be drawn and is left as it is.
+    """
+    results = json.loads((directory / "bench.json").read_text(encoding="utf-8"))
+    raw_path = directory / "bench_raw.json"
+    raw = json.loads(raw_path.read_text(encoding="utf-8")) if raw_path.exists() else {}
+    return draw_bench(results, raw, directory)
+
+
+def main(argv: list[str] | None = None) -> int:
+    directories = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
+    if not directories:
+        print("usage: python -m testing.plots DIR [DIR ...] (each holding a bench.json)", file=sys.stderr)
+        return 2
+    for directory in directories:
+        if not (directory / "bench.json").is_file():
+            print(f"plots: {directory / 'bench.json'} not found", file=sys.stderr)
+            return 2
+        print(f"plots: {directory}: redrew {', '.join(redraw(directory)) or 'nothing'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,6 +8,7 @@ The benchmark's point summaries and tables (`summarise`, `markdown`) and the soa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import statistics
@@ -20,6 +21,33 @@ from testing.loadgen import JUDGE_TIMEOUT_S, Shot
 
 POLICIES = ("fixed", "adaptive")
 MIB = 1024 * 1024
+# The request log's paths answered with TOP1 instead of the model's answer (api.metrics.FALLBACK_REASONS): instant
+# answers that must not pass for the model's latency in a summary or a plot.
+FALLBACK_PATHS = ("retry_top1", "too_long", "model_loading", "late_accept", "deadline", "overload", "error")
+
+
+def answer_kind(path: str | None) -> str:
+    """Say who made an answer: "model" (the corrector, or its cached answer), "fallback" (TOP1) or "unknown"."""
+    if path is None or path == "?":
+        return "unknown"
+    return "fallback" if path in FALLBACK_PATHS else "model"
+
+
+def fallback_share(paths: dict[str, int]) -> float:
+    """Return the share of a point's answers that were TOP1 fallbacks, from its answers by path (0 when none)."""
+    total = sum(paths.values())
+    return sum(n for path, n in paths.items() if answer_kind(path) == "fallback") / total if total else 0.0
+
+
+def tag_paths(shots: list[Shot], paths_by_uuid: dict[str, str]) -> list[Shot]:
+    """Return the shots, each with the path the server logged for its esun_uuid (unchanged when not logged)."""
+    return [dataclasses.replace(s, path=paths_by_uuid[s.esun_uuid]) if s.esun_uuid in paths_by_uuid else s
+            for s in shots]
+
+
+def paths_by_uuid(log: list[dict[str, Any]]) -> dict[str, str]:
+    """Map each esun_uuid of the server's request-log lines to the path it was answered by."""
+    return {str(line["esun_uuid"]): str(line.get("path", "?")) for line in log if line.get("esun_uuid")}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -76,6 +104,7 @@ def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str
         # Answers the model made (not a TOP1 fallback or guard), from the server's log: the capacity that counts.
         "model_rps": round(paths.get("model", 0) / duration_s, 2),
         **latency_stats([s.latency_s for s in answered]),
+        **kind_latency(answered),
         "non_200": sum(1 for s in shots if s.status != 200),
         "no_answer": sum(1 for s in shots if s.status == 0),
         "invalid": sum(1 for s in shots if s.status == 200 and not s.valid),
@@ -89,6 +118,18 @@ def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str
             "mean_batch_size": round(items / batches, 2) if batches else None,
             "padded_waste_per_item": round(stats_delta.get("padded_waste", 0) / items, 2) if items else None,
         }
+    return out
+
+
+def kind_latency(answered: list[Shot]) -> dict[str, Any]:
+    """Return p50/p99 of the model's answers and of the TOP1 fallbacks apart ({} when no shot's path is known)."""
+    if all(s.path is None for s in answered):
+        return {}
+    out: dict[str, Any] = {}
+    for kind in ("model", "fallback"):
+        latencies = [s.latency_s for s in answered if answer_kind(s.path) == kind]
+        stats = latency_stats(latencies)
+        out |= {f"{kind}_answers": len(latencies), f"{kind}_p50_ms": stats["p50_ms"], f"{kind}_p99_ms": stats["p99_ms"]}
     return out
 
 
@@ -207,6 +248,20 @@ def request_log_paths(log_path: Path | None, since: float, until: float) -> Coun
     return paths
 
 
+def request_log_by_uuid(log_path: Path | None, since: float, until: float) -> dict[str, str] | None:
+    """Map each esun_uuid answered in a window of wall-clock time to its path, from the server's JSON request log."""
+    if log_path is None or not log_path.exists():
+        return None
+    lines = []
+    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                record = json.loads(line)
+                if record.get("logger") == "api.requests" and since <= record.get("ts", 0) <= until:
+                    lines.append(record)
+    return paths_by_uuid(lines)
+
+
 def latency_ms(shots: list[Shot]) -> dict[str, float | None]:
     """Summarise the latencies of the answered shots in milliseconds."""
     values = [s.latency_s * 1000 for s in shots if s.status]
@@ -233,6 +288,9 @@ def buckets(shots: list[Shot], rss: list[tuple[float, int, int]], seconds: float
             "late": sum(1 for s in inside if late(s)),
             "latency_ms": latency_ms(inside),
             "lag_ms_max": round(max((s.lag_s for s in inside), default=0.0) * 1000, 1),
+            # TOP1 fallbacks among the answers, when the server's log told each request's path (else None).
+            "fallback": (None if all(s.path is None for s in inside) else
+                         sum(1 for s in inside if s.status and answer_kind(s.path) == "fallback")),
             "rss_mib": round(max(memory) / MIB, 1) if memory else None,
         })
     return out

@@ -19,8 +19,9 @@ Not a test (not collected by pytest, not in CI). Steps:
    esun_uuid, every answer checked as the judge would (testing.samples.check_answer); every second the resident
    memory (RSS) of the server's processes (psutil).
 4. Report per --bucket-s window: sent, answered, failed, late (past the judge's timeout), latency p50/p95/p99/max,
-   lag, server RSS; totals, and memory growth as a least-squares slope (MiB/min) after the first 10 % of the run.
-   Writes soak.json and soak.png (latency, throughput and RSS over time) into --out (default docs/bench/).
+   lag, TOP1 fallbacks (when the server's log is known), server RSS; totals, and memory growth as a least-squares
+   slope (MiB/min) after the first 10 % of the run. Writes soak.json and soak.png (latency, model answers and TOP1
+   fallbacks apart, throughput and RSS over time) into --out (default docs/bench/).
 
 Exits 1 when a request failed or came late, 2 when the server could not be started or reached.
 
@@ -54,7 +55,17 @@ with cli.dev_requirements("testing.soak"):
 
     from testing.loadgen import CLIENT_TIMEOUT_S, Client, fixed_rate, judge_client
     from testing.plots import draw_soak
-    from testing.report import MIB, buckets, late, latency_ms, print_summary, request_log_paths, rss_summary
+    from testing.report import (
+        MIB,
+        buckets,
+        late,
+        latency_ms,
+        print_summary,
+        request_log_by_uuid,
+        request_log_paths,
+        rss_summary,
+        tag_paths,
+    )
     from testing.samples import request_bodies, with_fresh_uuid
     from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
@@ -253,6 +264,8 @@ def run(args: argparse.Namespace, server: Server, seconds: float, bucket_s: floa
                                           f"{sampler.samples[-1][1] / MIB if sampler.samples else 0:.0f} MiB"))
     sampler.stop()
     wall_end = time.time()
+    # Each request's path (model or a TOP1 fallback) from the server's log, when known: the plot tells them apart.
+    shots = tag_paths(shots, request_log_by_uuid(server.log_path, wall_start, wall_end + CLIENT_TIMEOUT_S) or {})
 
     table = buckets(shots, sampler.samples, seconds, bucket_s)
     failed = [s for s in shots if s.problem is not None]
@@ -277,7 +290,7 @@ def run(args: argparse.Namespace, server: Server, seconds: float, bucket_s: floa
     json_path, png_path = args.out / "soak.json", args.out / "soak.png"
     json_path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     draw_soak(png_path, shots, sampler.samples, table, server.config.get("budget_s"),
-         f"soak: {rate:.1f} req/s for {args.minutes:g} min, {server.url}")
+              f"soak: {rate:.1f} req/s for {args.minutes:g} min ({report['started_at']})")
     print_summary(report)
     print(f"wrote {json_path} and {png_path}")
     return 1 if failed or late_shots else 0
