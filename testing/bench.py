@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,24 +186,40 @@ def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
     return {k: int(after[k]) - int(before[k]) for k in _COUNTERS if k in after and k in before}
 
 
+@contextlib.contextmanager
+def generator_cpu() -> Iterator[dict[str, float]]:
+    """Measure the load generator's own CPU time (this process, all its threads) over a point, as a share of one
+    core: on this 2-core machine the generator and the server share the CPUs, and readers must see how much it
+    took. Fills {"generator_cpu_pct": ...} when the block ends."""
+    out: dict[str, float] = {}
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    try:
+        yield out
+    finally:
+        wall = time.perf_counter() - wall0
+        out["generator_cpu_pct"] = round(100 * (time.process_time() - cpu0) / wall, 1) if wall > 0 else 0.0
+
+
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
     """Run one closed-loop point against a server and summarise it, with its raw shots."""
     warmup_s = min(1.0, duration_s / 5)
     before = batcher_stats(server)
-    shots, start, end = closed_loop(server.url, clients, duration_s, warmup_s, templates)
+    with generator_cpu() as cpu:
+        shots, start, end = closed_loop(server.url, clients, duration_s, warmup_s, templates)
     after = batcher_stats(server)
     log = server.request_log()
     shots = tag_paths(shots, paths_by_uuid(log))
     return {"clients": clients, "duration_s": duration_s,
             **summarise(shots, (start, end), count_paths(log, start, end), stats_delta(before, after)),
-            **server_latency(log, start, end), "_shots": shots, "_start": start}
+            **server_latency(log, start, end), **cpu, "_shots": shots, "_start": start}
 
 
 def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:
     """Run one open-loop point against a server and summarise it, with its raw shots."""
     warmup_s = min(1.0, duration_s / 5)
     before = batcher_stats(server)
-    shots, start, end, generator = open_loop(server.url, rate_rps, duration_s, warmup_s, templates)
+    with generator_cpu() as cpu:
+        shots, start, end, generator = open_loop(server.url, rate_rps, duration_s, warmup_s, templates)
     after = batcher_stats(server)
     # Answers may come up to the client timeout after the window: count their paths too.
     log = server.request_log()
@@ -215,7 +232,7 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
     return {"target_rps": round(rate_rps, 2), **generator, "duration_s": duration_s,
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
             **summarise(shots, (start, end), paths, stats_delta(before, after)),
-            **server_latency(log, start, end + OPEN_LOOP_TIMEOUT_S), "_shots": shots, "_start": start}
+            **server_latency(log, start, end + OPEN_LOOP_TIMEOUT_S), **cpu, "_shots": shots, "_start": start}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -171,8 +171,8 @@ def markdown(results: dict[str, Any]) -> str:
     if "b" in results:
         lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
                   "| batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | late > 1 s | mean batch | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "non-200 | late > 1 s | mean batch | generator CPU % | answers by path |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for mode in ("on", "off"):
             for p in results["b"].get(mode, []):
                 lines.append(_row(mode, p["clients"], p))
@@ -182,23 +182,27 @@ def markdown(results: dict[str, Any]) -> str:
         c = results["c"]
         lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
                   "| load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | no answer (> 2 s) | late > 1 s | client lag p99 ms | not sent | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "non-200 | no answer (> 2 s) | late > 1 s | client lag p99 ms | not sent | generator CPU % | "
+                  "answers by path |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for p in c["points"]:
             lines.append(f"| {p['factor']:g}x | {p['target_rps']} | {p['sent_rps']} | {p['throughput_rps']} | "
                          f"{_fmt(p['p50_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | "
                          f"{_fmt(p['server_p99_ms'])} | {p['non_200']} | {p['no_answer']} | "
                          f"{p['late_over_1s']} of {p['requests']} | "
-                         f"{_fmt(p['client_lag_p99_ms'])} | {p['not_sent']} | {_paths_text(p['paths'])} |")
+                         f"{_fmt(p['client_lag_p99_ms'])} | {p['not_sent']} | {_fmt(p.get('generator_cpu_pct'))} | "
+                         f"{_paths_text(p['paths'])} |")
         lines += ["", "Latency is from sending to answer, as the client saw it; server p99 is what the server logged "
                   "(view entered to answer made), without the wait for a free gunicorn thread; client lag is how "
                   "late the load generator sent a request after its scheduled time (it shares the machine with the "
-                  "server); not sent: requests still queued in the generator when the point ended.", ""]
+                  "server); not sent: requests still queued in the generator when the point ended; generator CPU %: "
+                  "the load generator's own CPU time over the point, as a share of one core (of the machine's two).",
+                  ""]
     if "d" in results:
         lines += ["## d. Batch policy: fixed vs adaptive", "",
                   "| policy | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | late > 1 s | mean batch | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "non-200 | late > 1 s | mean batch | generator CPU % | answers by path |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for policy in POLICIES:
             for p in results["d"].get(policy, []):
                 lines.append(_row(policy, p["clients"], p))
@@ -226,7 +230,8 @@ def _row(name: str, clients: int, p: dict[str, Any]) -> str:
     return (f"| {name} | {clients} | {p['throughput_rps']} | {p['model_rps']} | {_fmt(p['p50_ms'])} | "
             f"{_fmt(p['p95_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | {_fmt(p.get('server_p99_ms'))} | "
             f"{p['non_200']} | "
-            f"{p['late_over_1s']} of {p['requests']} | {_fmt(batch)} | {_paths_text(p['paths'])} |")
+            f"{p['late_over_1s']} of {p['requests']} | {_fmt(batch)} | {_fmt(p.get('generator_cpu_pct'))} | "
+            f"{_paths_text(p['paths'])} |")
 
 
 # ---------------------------------------------------------------------------------------------------------------
