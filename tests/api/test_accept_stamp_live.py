@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from config import REPO_ROOT
+from tests.deploy.procs import free_port, stop, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -35,12 +36,6 @@ TOP1 = "喂你好密碼我要進去"
 class Server:
     port: int
     log: Path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -57,32 +52,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
         )
     try:
-        wait_until_ready(port, process)
+        wait_for(lambda: _readyz_status(port) == 200, "gunicorn /readyz", process, timeout_s=30.0)
         yield Server(port, log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        stop(process)
 
 
-def wait_until_ready(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "gunicorn exited early"
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            connection.request("GET", "/readyz")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            connection.close()
-        time.sleep(0.05)
-    raise AssertionError("gunicorn never became ready")
+def _readyz_status(port: int) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", "/readyz")
+        return connection.getresponse().status
+    finally:
+        connection.close()
 
 
 def question(name: str) -> bytes:
