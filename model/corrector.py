@@ -87,6 +87,7 @@ class Corrector:
         self.ready = False
         self.meta: dict = {}
         self.lm: LanguageModel | None = None
+        self.reranker: Reranker | None = None
 
     def setup(self) -> None:
         """Load vocabulary, configuration and weights, then run a warm-up batch."""
@@ -177,6 +178,8 @@ class Corrector:
             "device": str(getattr(self, "device", self.device_name)),
             "parameters": sum(p.numel() for p in self.net.parameters()) if self.ready else None,
             "threshold": self.meta.get("threshold"),
+            "stage": self.stage if self.reranker is not None else "net",
+            "language_model": str(self.lm.path) if self.lm is not None else None,
             "trained": self.meta.get("trained"),
             "evaluation": self.meta.get("evaluation"),
         }
