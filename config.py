@@ -55,11 +55,19 @@ class Config:
     # answers TOP1 at once: about one batch of 64 on 2 cores (124 ms), which is what the model needs when it
     # is busy, and a view that starts this late means it is.
     min_model_budget_s: float = 0.1
+    # Overload control (api/overload.py): while even the least-queued request of each `overload_interval_s` waited
+    # longer than `overload_target_s` between accept and view, the model's share is halved (new arrivals answer
+    # TOP1, path `shed`) and it grows back when the queue is gone. 0 turns the control off.
+    overload_target_s: float = 0.05
+    overload_interval_s: float = 0.1
     # Guards and request limits.
     max_top1_chars: int = 45
     max_hypotheses: int = 10
     max_chars_per_hypothesis: int = 200
     max_body_bytes: int = 64 * 1024
+    # gunicorn's event loop reads each request whole before a thread serves it (api/worker.py); a connection
+    # whose request is not whole this long after its accept (or its first byte, kept alive) is closed unanswered.
+    request_read_timeout_s: float = 5.0
     # Answers kept for retries, keyed by esun_uuid.
     cache_size: int = 100_000
     cache_ttl_s: float = 3600.0
@@ -150,10 +158,11 @@ def _validate(c: Config) -> None:
     for name in ("max_batch_size", "max_in_flight", "max_top1_chars", "max_hypotheses",
                  "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "http_threads", "batcher_workers"):
         _at_least(c, name, 1)
-    for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s"):
+    for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s", "overload_target_s"):
         _at_least(c, name, 0)
     _at_least(c, "torch_threads", 0)
-    for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s", "batch_stuck_after_s"):
+    for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s", "batch_stuck_after_s",
+                 "overload_interval_s", "request_read_timeout_s"):
         _positive(c, name)
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
@@ -180,6 +189,9 @@ def _validate(c: Config) -> None:
     if c.min_model_budget_s >= c.budget_s:
         # Every request would answer TOP1 without asking the model.
         raise ConfigError(f"min_model_budget_s must be < budget_s ({c.budget_s:g}), got {c.min_model_budget_s:g}")
+    if c.overload_target_s >= c.budget_s:
+        # A queue that long already spends the whole budget: the control could never act in time.
+        raise ConfigError(f"overload_target_s must be < budget_s ({c.budget_s:g}), got {c.overload_target_s:g}")
     if c.max_top1_chars > c.max_chars_per_hypothesis:
         raise ConfigError(
             f"max_top1_chars must be <= max_chars_per_hypothesis ({c.max_chars_per_hypothesis}),"

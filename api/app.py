@@ -13,6 +13,7 @@ from api.interfaces import Corrector, Engine, Prediction, batch_fn, size_of
 from api.loading import LoadingCorrector
 from api.logs import configure_logging
 from api.metrics import METRICS_KEY, Metrics, instrument
+from api.overload import OverloadControl
 from api.routes import register_routes
 from api.state import EXTENSION_KEY, AppState
 from batching import Batcher
@@ -29,6 +30,7 @@ def create_app(
     config: Config | None = None,
     corrector: Corrector | None = None,
     batcher: Engine | None = None,
+    overload: OverloadControl | None = None,
 ) -> Flask:
     """Build the Flask app with its corrector, batcher, answer cache and metrics.
 
@@ -38,7 +40,8 @@ def create_app(
     must be set up already, or be a started `LoadingCorrector`. An injected batcher replaces the one built around
     the corrector. With `batcher_workers` > 1 and no injected corrector, the corrector is built in that many
     worker processes instead (`batching.process`), before this returns; the app then holds no corrector of its
-    own (`AppState.corrector` is None) and the engine describes the model.
+    own (`AppState.corrector` is None) and the engine describes the model. The overload control
+    (`api.overload`) is built from the config unless one is injected (tests inject one on a fake clock).
     """
     config = config or Config.from_env()
     configure_logging(config.log_level)
@@ -56,8 +59,11 @@ def create_app(
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False  # answers in UTF-8: shorter, and readable in logs
+    if overload is None:
+        overload = OverloadControl(config.max_in_flight, config.overload_target_s, config.overload_interval_s)
+    metrics.watch_overload(overload)
     app.extensions[EXTENSION_KEY] = AppState(
-        config=config, corrector=corrector, batcher=batcher, cache=cache
+        config=config, corrector=corrector, batcher=batcher, cache=cache, overload=overload
     )
     app.extensions[METRICS_KEY] = metrics
     register_error_handlers(app)

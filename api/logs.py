@@ -14,7 +14,7 @@ from typing import Any
 
 REQUEST_LOG = logging.getLogger("api.requests")
 # Paths on which the answer is TOP1 because something went wrong, not by design.
-_DEGRADED_PATHS = frozenset({"model_loading", "late_accept", "deadline", "overload", "error"})
+_DEGRADED_PATHS = frozenset({"model_loading", "late_accept", "shed", "deadline", "overload", "error"})
 
 
 class JsonFormatter(logging.Formatter):

@@ -8,25 +8,33 @@ deploy/README.md.
 Per-batch figures (size, run time, each question's queue wait from submit to the start of its batch) come
 through the engine's one hook, `on_batch(BatchReport)` (`observe_batch`): measured by the engine, which keeps
 each job's submit time, in the threaded engine as in the process engine.
+
+The overload control's state (`api.overload`) is read at each scrape (`watch_overload`): its level, the limit it
+puts on model requests in flight, the signal it watches (the least queued time of its last interval) and how many
+requests it answered TOP1 (`shed`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from flask import Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
+from api.overload import OverloadControl
 from batching import BatchReport
 
 METRICS_KEY = "asr_correction_metrics"
 NAMESPACE = "esun"
 
 # How a request was answered: the `path` of the request log, plus "rejected" for a non-200 answer.
-REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "model_loading", "deadline", "overload",
-                 "error", "rejected")
+REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "model_loading", "late_accept", "shed",
+                 "deadline", "overload", "error", "rejected")
 # Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
-FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "deadline", "overload", "error")
+FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "deadline", "overload", "error")
 CACHE_LEVELS = ("local", "redis")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")
 # Around the judge's 1 s timeout and the 0.75 s default budget.
@@ -93,9 +101,34 @@ class Metrics:
         """Record the Redis circuit breaker's state (cache.CacheObserver)."""
         self.redis_circuit_open.set(1 if is_open else 0)
 
+    def watch_overload(self, control: OverloadControl) -> None:
+        """Expose the overload control's state, read at each scrape."""
+        self.registry.register(_OverloadCollector(control))
+
     def render(self) -> bytes:
         """Return every series in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class _OverloadCollector(Collector):
+    """The overload control's series, from one snapshot of its state per scrape."""
+
+    def __init__(self, control: OverloadControl) -> None:
+        self._control = control
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        state = self._control.state()
+        yield GaugeMetricFamily(f"{NAMESPACE}_overload_level", "Overload control: 0 normal, 1 model share reduced, "
+                                "2 every new arrival answered TOP1 (shed).", value=state.level)
+        yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_limit", "Overload control: most /inference requests "
+                                "allowed to wait on the model at once (max_in_flight when normal).", value=state.limit)
+        yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_in_flight", "/inference requests admitted to the "
+                                "model and not yet answered.", value=state.in_flight)
+        yield GaugeMetricFamily(f"{NAMESPACE}_overload_queued_min_seconds", "The signal of the overload control: the "
+                                "least time from accept to view of any request in its last interval.",
+                                value=state.queued_min_s)
+        yield CounterMetricFamily(f"{NAMESPACE}_overload_shed", "Requests answered TOP1 by the overload control "
+                                  "(path shed).", value=state.shed_total)
 
 
 def instrument(app: Flask, endpoint: str = "inference") -> None:

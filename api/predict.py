@@ -1,8 +1,8 @@
 """The model's answer to a request, within the request's budget, else TOP1.
 
 `answer_with_model` submits one question to the engine and waits for it until its deadline. Whatever goes wrong
-on the way (queue full, deadline passed, the corrector failing or answering nothing) the request still gets TOP1
-with a 200, and the `Outcome` says why. An answer that comes
+on the way (model work shed by the overload control, queue full, deadline passed, the corrector failing or
+answering nothing) the request still gets TOP1 with a 200, and the `Outcome` says why. An answer that comes
 back after its request gave up is still stored, so that the judge's retry gets it.
 """
 
@@ -14,6 +14,7 @@ from functools import partial
 
 from api.guards import Outcome, cache_key, top1
 from api.interfaces import Engine, Prediction
+from api.overload import OverloadControl
 from api.schemas import InferenceRequest
 from batching import DeadlineExceeded, Overloaded
 from cache import ResultCache
@@ -25,9 +26,22 @@ MAX_ANSWER_CHARS = 1000
 
 
 def answer_with_model(
-    req: InferenceRequest, batcher: Engine, cache: ResultCache, deadline: float
+    req: InferenceRequest, batcher: Engine, cache: ResultCache, deadline: float, overload: OverloadControl
 ) -> Outcome:
-    """Ask the model through the batcher, waiting until `deadline` (time.monotonic); else answer TOP1."""
+    """Ask the model through the batcher, waiting until `deadline` (time.monotonic); else answer TOP1.
+
+    The overload control admits the request first: while requests queue before their view, it answers TOP1 at
+    once (path `shed`) so that the model's CPU goes to draining that queue (api.overload).
+    """
+    if not overload.admit():
+        return top1(req, "shed", reason="overload control: model work shed while requests queue")
+    try:
+        return _ask_model(req, batcher, cache, deadline)
+    finally:
+        overload.release()
+
+
+def _ask_model(req: InferenceRequest, batcher: Engine, cache: ResultCache, deadline: float) -> Outcome:
     try:
         future = batcher.submit(req.to_nbest(), deadline)
     except Overloaded:

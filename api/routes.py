@@ -1,9 +1,11 @@
 """The HTTP routes. `/inference` reads as the chain of one request:
 
 `schemas.parse_request` → `guards.answer_retry` / `answer_too_long` / `answer_cached` →
-`loading.answer_model_unready` → `guards.answer_late` → `predict.answer_with_model` (`batcher.submit(nbest,
-deadline)` ⇒ worker: `corrector.predict_batch`) → `schemas.build_response`, then one log line and the request's
-metrics (`api.metrics`). The deadline counts from the request's accept (`api.accept`), not from the view's start.
+`loading.answer_model_unready` → `guards.answer_late` → `predict.answer_with_model` (admitted by the overload
+control, `api.overload`; `batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) →
+`schemas.build_response`, then one log line and the request's metrics (`api.metrics`). The deadline counts from
+the request's accept (`api.accept`), not from the view's start; the time between the two is what the overload
+control watches.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def inference() -> dict[str, Any]:
     arrival = budget_start(request.environ, view_start)
     state = app_state()
     deadline = arrival + state.config.budget_s
+    state.overload.observe(view_start - arrival)
     req = schemas.parse_request(read_body(state.config.max_body_bytes), state.config)
     g.esun_uuid = req.esun_uuid
     try:
@@ -48,7 +51,7 @@ def inference() -> dict[str, Any]:
             or guards.answer_cached(req, state.cache)
             or answer_model_unready(req, state.corrector)
             or guards.answer_late(req, deadline, state.config.min_model_budget_s, now=time.monotonic())
-            or answer_with_model(req, state.batcher, state.cache, deadline=deadline)
+            or answer_with_model(req, state.batcher, state.cache, deadline=deadline, overload=state.overload)
         )
     except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
         logger.exception("answering %s failed; answering TOP1", req.esun_uuid)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from flask import current_app
 
 from api.interfaces import Corrector, Engine
+from api.overload import OverloadControl
 from cache import ResultCache
 from config import Config
 
@@ -15,7 +16,7 @@ EXTENSION_KEY = "asr_correction"
 
 @dataclass
 class AppState:
-    """What the views of one app share: its config, corrector, batcher (the engine) and answer cache.
+    """What the views of one app share: its config, corrector, batcher (the engine), answer cache and overload control.
 
     corrector is None when the model runs in the engine's worker processes (`batching.process`), which set it up
     before the engine was built; the engine then describes it (`Engine.describe`).
@@ -25,6 +26,7 @@ class AppState:
     corrector: Corrector | None
     batcher: Engine
     cache: ResultCache
+    overload: OverloadControl
 
 
 def app_state() -> AppState:

@@ -100,7 +100,8 @@ def test_inference_answers_all_within_timeout_at_five_times_capacity_with_bounde
     by_model = [a for a, path in zip(answers, paths, strict=True) if path == "model"]
     assert all(a.answer == FaultCorrector.MARK + top1_of(a.body) for a in by_model)
     assert all(a.answer == top1_of(a.body) for a, path in zip(answers, paths, strict=True) if path != "model")
-    assert set(paths) <= {"model", "overload", "deadline"}
+    # shed: the overload control (api/overload.py) answered TOP1 while requests queued before their view.
+    assert set(paths) <= {"model", "shed", "overload", "deadline"}
     fallback_share = 1 - len(by_model) / sent
     record_property("fallback_share", round(fallback_share, 3))
     record_property("paths", {path: paths.count(path) for path in sorted(set(paths))})

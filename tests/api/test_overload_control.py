@@ -1,0 +1,214 @@
+"""The overload control (api/overload.py): sheds model work while requests queue before their view, recovers by
+itself, never sheds on a server that is not overloaded; its state in /metrics and its changes in the log."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from api.app import create_app
+from api.overload import NORMAL, RECOVERY_STEPS, REDUCED, SHEDDING, OverloadControl
+from api.state import EXTENSION_KEY
+from config import Config, ConfigError
+from testing.fakes import FaultCorrector
+
+TARGET_S = 0.05
+INTERVAL_S = 0.1
+MAX_IN_FLIGHT = 96
+
+
+class FakeClock:
+    """time.monotonic() under the test's control."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def control(clock: FakeClock) -> OverloadControl:
+    return OverloadControl(MAX_IN_FLIGHT, TARGET_S, INTERVAL_S, clock=clock)
+
+
+def run_interval(control: OverloadControl, clock: FakeClock, queued_s: list[float]) -> None:
+    """Requests with these queued times arrive within one interval, which then ends."""
+    for queued in queued_s:
+        control.observe(queued)
+        clock.advance(INTERVAL_S / (len(queued_s) + 1))
+    clock.advance(INTERVAL_S / (len(queued_s) + 1) + 1e-9)
+
+
+def admitted(control: OverloadControl, tries: int) -> int:
+    """Count admissions out of `tries` requests that all keep their slot (none answered yet)."""
+    return sum(control.admit() for _ in range(tries))
+
+
+def overload(control: OverloadControl, clock: FakeClock, intervals: int) -> None:
+    for _ in range(intervals):
+        run_interval(control, clock, [0.2, 0.3, 0.25])
+
+
+def test_a_server_without_a_standing_queue_admits_every_request_up_to_max_in_flight(control, clock):
+    # Bursts: most requests wait long, but one in each interval got its thread at once: no standing queue.
+    for _ in range(50):
+        run_interval(control, clock, [0.4, 0.002, 0.6, 0.3])
+    assert control.state().level == NORMAL
+    assert admitted(control, MAX_IN_FLIGHT) == MAX_IN_FLIGHT
+    assert control.state().shed_total == 0
+
+
+def test_queued_time_at_the_target_is_not_overload(control, clock):
+    for _ in range(20):
+        run_interval(control, clock, [TARGET_S, TARGET_S])
+    assert control.state().limit == MAX_IN_FLIGHT
+
+
+def test_a_standing_queue_halves_the_model_share_each_interval_down_to_shedding_everything(control, clock):
+    limits = []
+    for _ in range(8):
+        overload(control, clock, 1)
+        limits.append(control.state().limit)
+    assert limits == [48, 24, 12, 6, 3, 1, 0, 0]
+    assert control.state().level == SHEDDING
+    assert not control.admit()
+    assert control.state().shed_total == 1
+
+
+def test_reduced_share_admits_up_to_the_limit_and_frees_slots_on_release(control, clock):
+    overload(control, clock, 3)  # limit 12
+    state = control.state()
+    assert (state.level, state.limit) == (REDUCED, 12)
+    assert admitted(control, 20) == 12
+    assert control.state().shed_total == 8
+    control.release()
+    assert control.admit()
+    assert not control.admit()
+
+
+def test_the_share_grows_back_step_by_step_once_the_queue_is_gone(control, clock):
+    overload(control, clock, 10)
+    assert control.state().limit == 0
+    limits = []
+    for _ in range(RECOVERY_STEPS):
+        run_interval(control, clock, [0.001, 0.01])
+        limits.append(control.state().limit)
+    assert limits == sorted(limits) and limits[0] == MAX_IN_FLIGHT // RECOVERY_STEPS
+    assert limits[-1] == MAX_IN_FLIGHT
+    assert control.state().level == NORMAL
+
+
+def test_an_idle_spell_counts_as_calm_intervals_so_the_first_request_after_a_lull_is_admitted(control, clock):
+    overload(control, clock, 10)
+    clock.advance(60.0)  # nobody came for a minute
+    assert control.admit()
+    assert control.state().level == NORMAL
+
+
+def test_a_short_lull_recovers_only_as_many_steps_as_intervals_passed(control, clock):
+    overload(control, clock, 10)
+    clock.advance(2.5 * INTERVAL_S)  # the last overloaded interval's end was passed already: two empty ones close
+    assert control.state().limit == 2 * (MAX_IN_FLIGHT // RECOVERY_STEPS)
+
+
+def test_a_target_of_zero_turns_the_control_off(clock):
+    control = OverloadControl(4, 0.0, INTERVAL_S, clock=clock)
+    overload(control, clock, 10)
+    assert admitted(control, 50) == 50
+    state = control.state()
+    assert (state.enabled, state.level, state.shed_total) == (False, NORMAL, 0)
+
+
+def test_each_change_of_level_is_logged_once_as_a_json_line(control, clock, caplog):
+    with caplog.at_level(logging.INFO, logger="api.overload"):
+        overload(control, clock, 10)  # normal -> reduced -> shedding
+        for _ in range(RECOVERY_STEPS + 2):  # shedding -> reduced -> normal
+            run_interval(control, clock, [0.0])
+        control.state()
+    changes = [(r.fields["overload_level_before"], r.fields["overload_level"]) for r in caplog.records
+               if r.name == "api.overload"]
+    assert changes == [("normal", "reduced"), ("reduced", "shedding"), ("shedding", "reduced"),
+                       ("reduced", "normal")]
+    shedding = next(r for r in caplog.records if r.fields["overload_level"] == "shedding")
+    assert shedding.levelno == logging.WARNING
+    assert shedding.fields["model_limit"] == 0 and shedding.fields["queued_min_ms"] == 200.0
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="interval_s"):
+        OverloadControl(4, TARGET_S, 0.0)
+    with pytest.raises(ValueError, match="target_s"):
+        OverloadControl(4, -1.0, INTERVAL_S)
+    with pytest.raises(ConfigError, match="overload_target_s must be < budget_s"):
+        Config(overload_target_s=0.75)
+    with pytest.raises(ConfigError, match="overload_interval_s must be > 0"):
+        Config(overload_interval_s=0)
+
+
+# --- Through the app: the view's path, /metrics, the request log
+
+
+@pytest.fixture
+def app(clock: FakeClock) -> Flask:
+    control = OverloadControl(8, TARGET_S, INTERVAL_S, clock=clock)
+    app = create_app(dataclasses.replace(Config(), max_in_flight=8), corrector=FaultCorrector(), overload=control)
+    yield app
+    app.extensions[EXTENSION_KEY].batcher.close()
+
+
+def ask(app: Flask, n: int) -> dict[str, Any]:
+    body = {"esun_uuid": f"{n:064x}", "sentence_list": ["今天 天氣 很好", "今天 天器 很好"], "retry": 2}
+    response = app.test_client().post("/inference", json=body)
+    assert response.status_code == 200
+    return response.get_json()
+
+
+def logged_paths(stderr: str) -> list[str]:
+    return [line["path"] for line in map(json.loads, stderr.splitlines()) if line.get("logger") == "api.requests"]
+
+
+def test_shedding_answers_new_arrivals_top1_at_once_with_path_shed(app, clock, capsys):
+    assert ask(app, 1)["answer"] == FaultCorrector.MARK + "今天天氣很好"
+    overload(app.extensions[EXTENSION_KEY].overload, clock, 10)
+    capsys.readouterr()
+    assert ask(app, 2)["answer"] == "今天天氣很好"
+    assert logged_paths(capsys.readouterr().err) == ["shed"]
+
+
+def test_a_server_answering_normally_never_sheds(app, clock, capsys):
+    for n in range(30):
+        ask(app, n)
+        clock.advance(INTERVAL_S / 3)
+    assert set(logged_paths(capsys.readouterr().err)) == {"model"}
+
+
+def test_metrics_expose_level_limit_signal_and_shed_count(app, clock):
+    overload(app.extensions[EXTENSION_KEY].overload, clock, 10)
+    ask(app, 3)
+    text = app.test_client().get("/metrics").get_data(as_text=True)
+    series = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("esun_overload"))
+    assert float(series["esun_overload_level"]) == SHEDDING
+    assert float(series["esun_overload_model_limit"]) == 0
+    assert float(series["esun_overload_shed_total"]) == 1
+    assert float(series["esun_overload_queued_min_seconds"]) == pytest.approx(0.2)
+    assert 'esun_fallbacks_total{reason="shed"} 1.0' in text
+
+
+def test_at_the_full_limit_the_batchers_own_bound_decides_not_the_control(control, clock):
+    run_interval(control, clock, [0.001])
+    assert admitted(control, 2 * MAX_IN_FLIGHT) == 2 * MAX_IN_FLIGHT
+    assert control.state().shed_total == 0
