@@ -1,13 +1,21 @@
-"""When a request's budget starts: when gunicorn's worker accepted it, passed to the view in the WSGI environ.
+"""When a request's budget starts: when gunicorn's worker started reading it, passed to the view in the WSGI environ.
 
 The judge's timeout runs from when it sent the request, but a request can wait in the server before its view
-starts: for a free thread of the pool, or for the GIL while batches run. Counting the budget from the view's start
-would hide that wait and answer late. `api.worker.StampingThreadWorker` stamps each request with
-`time.monotonic()` when its worker's event loop hands it to the thread pool: at accept for a new connection, when
-the next request's first bytes arrive on a kept-alive one. (The wait in the kernel's accept queue before that is
-not seen by any user-space server, and is not counted.) The stamp travels in the environ under `ACCEPTED_AT_KEY`,
-a key no client can set (request headers arrive as `HTTP_*`). Without it (Flask's development server, the test
-client) the view's own start is the budget's start.
+starts: while its bytes trickle in, for a free thread of the pool, for the GIL while batches run. Counting the
+budget from the view's start would hide that wait and answer late. `api.worker.StampingThreadWorker` stamps each
+request with `time.monotonic()` when its worker's event loop starts reading it, which is the earliest moment the
+server knows of it:
+
+- a new connection's first request: at accept (the client connected in order to send it; a client that then
+  takes its time sending it has spent its own budget, and is answered TOP1 if little is left);
+- a later request on a kept-alive connection: when its first bytes arrive (idling between requests costs the
+  judge's reused connections nothing), or when the previous answer was sent if they had arrived before it.
+
+The event loop reads the request whole before any thread sees it, so the time to read it counts, and so does the
+wait for a thread after it. (The wait in the kernel's accept queue before that is not seen by any user-space
+server, and is not counted.) The stamp travels in the environ under `ACCEPTED_AT_KEY`, a key no client can set
+(request headers arrive as `HTTP_*`). Without it (Flask's development server, the test client) the view's own
+start is the budget's start.
 """
 
 from __future__ import annotations

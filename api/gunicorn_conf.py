@@ -33,9 +33,16 @@ except ConfigError as exc:
 
 bind = f"{_config.host}:{_config.port}"
 workers = 1
-# gthread, plus each request's accept time in its WSGI environ: the start of its budget (api.accept).
+# gthread that reads each request whole in its event loop before a thread serves it, with the time that reading
+# started in its WSGI environ: the start of its budget (api.worker, api.accept).
 worker_class = "api.worker.StampingThreadWorker"
 threads = _config.http_threads
+# Connections the worker holds at once (gthread's default is 1,000), threads' and event loop's together. A
+# connection waiting for its request costs no thread here (api.worker reads requests in the event loop), so the
+# cap is only memory and file descriptors: 1,000 slow clients held open (at most REQUEST_READ_TIMEOUT_S each)
+# leave room for the judge. At the cap the worker stops accepting and new connections wait in the kernel's
+# queue. The worker raises its open-file limit to fit (api.worker).
+worker_connections = 4096
 # The app is built in the worker, after the fork: its threads (batcher, model loader) do not survive one.
 preload_app = False
 # gunicorn takes whole seconds; rounding down would turn 0.5 into 0, which means "no timeout" for `timeout`.

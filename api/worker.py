@@ -1,34 +1,250 @@
-"""gunicorn's gthread worker, stamping each request with when it was accepted (see api.accept).
+"""gunicorn's gthread worker, reading each request whole in its event loop before a thread serves it.
 
-api/gunicorn_conf.py names it as `worker_class`; everything else is gthread's own behaviour.
+api/gunicorn_conf.py names `StampingThreadWorker` as `worker_class`. Two additions to gthread:
+
+- **Slow clients never hold a thread.** gthread hands a connection to its thread pool as soon as it is accepted
+  (or as soon as a kept-alive one turns readable), and the thread then blocks reading the request: a client that
+  sends a few bytes of headers and then nothing holds that thread until it gives up, so 128 such connections
+  stopped the service (issue 14). Here the event loop (gthread's one poller thread) reads every request itself,
+  without blocking, until it is whole (`RequestFrame`: the head, then the body by Content-Length or chunked
+  framing), and only then hands it to the pool; the thread's parser reads the buffered bytes and never waits on
+  the socket. A connection that does not complete its request within `REQUEST_READ_TIMEOUT_S` is closed by the
+  event loop, unanswered, without a thread ever touching it. A request the service would refuse anyway (a body
+  over `MAX_BODY_BYTES`, a head over `MAX_HEAD_BYTES`, framing gunicorn's parser rejects) is answered by the event
+  loop with the app's JSON error body and `Connection: close`, without waiting for the rest of it.
+- **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when the
+  event loop started reading it (see api.accept for what that means per connection).
+
+gthread's methods overridden, and why (everything else is gthread's own behaviour):
+
+- `enqueue_req`: gthread's one door into the thread pool (from `accept`, a kept-alive connection turning
+  readable, and bytes of a next request already read behind the last one). Here it stamps the connection and
+  starts reading; `super().enqueue_req` is called only once the request is whole.
+- `murder_pending`: called by gthread's run loop about once a second (also while it drains on stop); here it
+  also closes the connections whose read timeout passed. gthread's own pending connections (deferred by a thread
+  that saw no data) stay as they are; with whole requests a thread no longer defers any.
+- `handle_request`: puts the stamp where the app wrapper finds it, and tells gunicorn not to send
+  `100 Continue` a second time when the event loop already sent it.
+- `init_process`, `load_wsgi`: read the two settings, raise the open-file limit to what `worker_connections`
+  needs, and wrap the app so that the stamp reaches the environ (gthread offers no hook between building the
+  environ and calling the app).
+
+Not read here, handed on as gthread does today: TLS (`certfile`), HTTP/2 cleartext and the PROXY protocol, none
+of which `make run` enables. The event loop's timer runs about once a second, so a slow connection is closed
+between `REQUEST_READ_TIMEOUT_S` and that plus one second after its request started.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
+import json
+import re
+import resource
+import selectors
+import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from gunicorn import http
+from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import ThreadWorker
 
 from api.accept import ACCEPTED_AT_KEY
+from config import Config
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+# A request's head (request line and headers) may be this long; nginx's default buffers hold as much
+# (large_client_header_buffers 4 8k). The judge's heads are a few hundred bytes.
+MAX_HEAD_BYTES = 32 * 1024
+# Bytes a chunked body may carry beyond its data (size lines, extensions, trailers) before it is refused.
+MAX_CHUNK_FRAMING_BYTES = 16 * 1024
+# One recv() from the event loop: a whole request of the service's size limit in one or two calls.
+RECV_BYTES = 64 * 1024
+# File descriptors the worker needs besides its client connections: listeners, pipes, logs, the model's files.
+RESERVED_FILES = 256
+CONTINUE_100 = b"HTTP/1.1 100 Continue\r\n\r\n"
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+
+
+class Verdict(enum.Enum):
+    """What the bytes read so far say about the request at their start."""
+
+    MORE = "more"  # not whole yet: read on
+    WHOLE = "whole"  # head and body are all there: a thread can parse it without waiting
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request answered by the event loop, without the app: the same JSON body as the app's errors."""
+
+    status: int
+    code: str
+    detail: str
+
+    def response(self) -> bytes:
+        body = json.dumps({"error": self.code, "detail": self.detail}).encode()
+        reason = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
+        head = (f"HTTP/1.1 {self.status} {reason.get(self.status, 'Error')}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+        return head.encode("latin-1") + body
+
+
+@dataclass
+class RequestFrame:
+    """Where the request at the start of a buffer ends, framed as gunicorn's parser will frame it.
+
+    `check(buffer)` is called with everything read so far (the same growing buffer each time): the head ends at
+    the first empty line (CRLF CRLF, gunicorn rejects bare LF), the body is chunked when Transfer-Encoding says so,
+    else Content-Length long, else empty. Framing gunicorn would reject (two lengths, a length and chunked, an
+    unknown coding, a malformed chunk) is refused here, so that a thread never waits for a body it cannot frame.
+    Anything else odd about the request (its method, its header names) is gunicorn's to answer, from the bytes.
+    """
+
+    max_body_bytes: int
+    max_head_bytes: int = MAX_HEAD_BYTES
+    head_end: int | None = None
+    content_length: int = 0
+    chunked: bool = False
+    expects_continue: bool = False
+
+    def check(self, buffer: bytes | bytearray) -> Verdict | Refusal:
+        if self.head_end is None:
+            refused = self._read_head(buffer)
+            if refused is not None or self.head_end is None:
+                return refused or Verdict.MORE
+        if self.chunked:
+            return self._chunked_end(buffer)
+        if len(buffer) - self.head_end >= self.content_length:
+            return Verdict.WHOLE
+        return Verdict.MORE
+
+    @property
+    def waits_for_body(self) -> bool:
+        return self.head_end is not None and (self.chunked or self.content_length > 0)
+
+    def _read_head(self, buffer: bytes | bytearray) -> Refusal | None:
+        end = buffer.find(b"\r\n\r\n", 0, self.max_head_bytes + 4)
+        if end < 0:
+            if len(buffer) > self.max_head_bytes:
+                return Refusal(431, "header_fields_too_large", f"request head must be under {self.max_head_bytes} "
+                                                              "bytes")
+            if buffer.count(b"\n") != buffer.count(b"\r\n"):
+                return Refusal(400, "bad_request", "bare LF as line terminator")
+            return None
+        head = bytes(buffer[:end])
+        if head.count(b"\n") != head.count(b"\r\n"):
+            return Refusal(400, "bad_request", "bare LF as line terminator")
+        request_line, _, fields = head.partition(b"\r\n")
+        http_10 = request_line.rstrip().endswith(b"HTTP/1.0")
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        for line in fields.split(b"\r\n"):
+            name, colon, value = line.partition(b":")
+            if not colon:
+                continue  # not a field: gunicorn answers it
+            name = name.lower()
+            value = value.strip(b" \t")
+            if name == b"content-length":
+                lengths.append(value)
+            elif name == b"transfer-encoding":
+                codings.extend(v.strip(b" \t").lower() for v in value.split(b","))
+            elif name == b"expect" and value.lower() == b"100-continue" and not http_10:
+                self.expects_continue = True
+        refused = self._read_framing(lengths, codings, http_10)
+        if refused is None:
+            self.head_end = end + 4
+        return refused
+
+    def _read_framing(self, lengths: list[bytes], codings: list[bytes], http_10: bool) -> Refusal | None:
+        if codings:
+            if codings[-1] != b"chunked" or codings.count(b"chunked") > 1 or lengths or http_10:
+                return Refusal(400, "bad_request", "unsupported Transfer-Encoding framing")
+            if any(c not in (b"chunked", b"identity", b"gzip", b"deflate", b"compress") for c in codings):
+                return Refusal(400, "bad_request", "unsupported Transfer-Encoding")
+            self.chunked = True
+            return None
+        if not lengths:
+            return None
+        if len(lengths) > 1 or not lengths[0].isdigit():
+            return Refusal(400, "bad_request", "invalid Content-Length")
+        self.content_length = int(lengths[0])
+        if self.content_length > self.max_body_bytes:
+            return self._too_large()
+        return None
+
+    def _too_large(self) -> Refusal:
+        return Refusal(413, "payload_too_large", f"body must be under {self.max_body_bytes} bytes")
+
+    def _chunked_end(self, buffer: bytes | bytearray) -> Verdict | Refusal:
+        """Walk the chunks from the body's start: each size line, its data, its CRLF; then trailers to an empty line."""
+        assert self.head_end is not None
+        position, data_bytes = self.head_end, 0
+        while True:
+            line_end = buffer.find(b"\r\n", position)
+            if line_end < 0:
+                return self._more_chunks(buffer, data_bytes)
+            size_text = bytes(buffer[position:line_end]).partition(b";")[0].strip(b" \t")
+            if not _HEX.fullmatch(size_text):
+                return Refusal(400, "bad_request", "invalid chunk size")
+            size = int(size_text, 16)
+            position = line_end + 2
+            if size == 0:
+                break
+            data_bytes += size
+            if data_bytes > self.max_body_bytes:
+                return self._too_large()
+            if len(buffer) < position + size + 2:
+                return self._more_chunks(buffer, data_bytes)
+            if buffer[position + size:position + size + 2] != b"\r\n":
+                return Refusal(400, "bad_request", "chunk data not followed by CRLF")
+            position += size + 2
+        while True:  # trailer fields, up to the empty line
+            line_end = buffer.find(b"\r\n", position)
+            if line_end < 0:
+                return self._more_chunks(buffer, data_bytes)
+            if line_end == position:
+                return Verdict.WHOLE
+            position = line_end + 2
+
+    def _more_chunks(self, buffer: bytes | bytearray, data_bytes: int) -> Verdict | Refusal:
+        assert self.head_end is not None
+        if len(buffer) - self.head_end - data_bytes > MAX_CHUNK_FRAMING_BYTES:
+            return Refusal(400, "bad_request", f"chunk framing over {MAX_CHUNK_FRAMING_BYTES} bytes")
+        return Verdict.MORE
+
+
+@dataclass(eq=False)
+class _Reading:
+    """A connection whose request the event loop is reading: its bytes so far and when it must be whole."""
+
+    frame: RequestFrame
+    deadline: float
+    buffer: bytearray = field(default_factory=bytearray)
+    registered: bool = False
+    refused: bool = False  # answered by the event loop; now only waiting for the client to close
+    sent_continue: bool = False
+
 
 class StampingThreadWorker(ThreadWorker):
-    """gthread, plus `environ[ACCEPTED_AT_KEY]`: the time.monotonic() its request was handed to the thread pool.
+    """gthread that hands a request to its thread pool only once read whole, stamped when its reading started.
 
-    gthread's event loop (one thread) accepts connections and watches kept-alive ones; every request it hands to
-    the pool goes through `enqueue_req`, which stamps the connection: a new connection at accept, a kept-alive one
-    when its next request's bytes arrive, one that sent nothing for gthread's data timeout when it finally does.
-    The request's thread copies the stamp into a thread-local before gthread builds the environ, and a wrapper
-    around the app puts it into the environ (gthread offers no hook between the two).
+    The module docstring says which of gthread's methods are overridden and why.
     """
 
     def init_process(self) -> None:
+        config = Config.from_env()  # gunicorn_conf already validated the same environment in the master
+        self.read_timeout_s = config.request_read_timeout_s
+        self.max_body_bytes = config.max_body_bytes
+        self._reading: OrderedDict[Any, _Reading] = OrderedDict()  # in deadline order: deadlines only grow
         self._handling = threading.local()
+        self._fit_open_file_limit()
         super().init_process()  # loads the app (load_wsgi), then runs the event loop until the worker stops
 
     def load_wsgi(self) -> None:
@@ -40,11 +256,169 @@ class StampingThreadWorker(ThreadWorker):
         else:
             self.wsgi = self._with_stamp(self.wsgi)
 
+    def _fit_open_file_limit(self) -> None:
+        """Raise the soft open-file limit to the hard one if `worker_connections` needs more; else fit to it.
+
+        Each connection is a file descriptor: past the limit accept() fails (EMFILE), which gthread treats as a
+        fatal error. Many shells start with a soft limit of 1,024.
+        """
+        needed = self.worker_connections + self.cfg.threads + RESERVED_FILES
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                soft = hard
+            except (ValueError, OSError) as exc:
+                self.log.warning("cannot raise the open-file limit from %s to %s: %s", soft, hard, exc)
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            fitted = max(soft - self.cfg.threads - RESERVED_FILES, self.cfg.threads + 1)
+            self.log.warning("open-file limit %s: worker_connections lowered from %s to %s",
+                             soft, self.worker_connections, fitted)
+            self.worker_connections = fitted
+            self.max_keepalived = fitted - self.cfg.threads
+
+    # --- reading requests in the event loop ------------------------------------------------------------------
+
     def enqueue_req(self, conn: Any) -> None:
-        conn.accepted_at = time.monotonic()
+        now = time.monotonic()
+        conn.accepted_at = now
+        if not self._reads_requests(conn):
+            super().enqueue_req(conn)
+            return
+        if conn.parser is None:
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        conn.sock.setblocking(False)  # a thread leaves it blocking when bytes of a next request were read ahead
+        reading = _Reading(RequestFrame(self.max_body_bytes), now + self.read_timeout_s,
+                           bytearray(conn.parser.unreader.take_buffered()))
+        self._reading[conn] = reading
+        if not (reading.buffer and self._advance(conn, reading)):
+            self._receive(conn, reading)
+
+    def _reads_requests(self, conn: Any) -> bool:
+        """Whether the event loop reads this connection's requests (plain HTTP/1.x, as `make run` serves)."""
+        cfg = self.cfg
+        return not (cfg.is_ssl or conn.is_http2 or getattr(cfg, "protocol", "http") != "http"
+                    or cfg.proxy_protocol != "off" or negotiation.prior_knowledge_allowed(cfg, conn.client)
+                    or negotiation.upgrade_allowed(cfg, conn.client))
+
+    def _on_readable(self, conn: Any, _fileobj: Any) -> None:
+        reading = self._reading.get(conn)
+        if reading is not None:
+            self._receive(conn, reading)
+
+    def _receive(self, conn: Any, reading: _Reading) -> None:
+        """Read what the socket holds now, without blocking, and act on what the request then looks like."""
+        try:
+            data = conn.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            self._register(conn, reading)
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)  # the client went away (before or after a refusal): nothing to answer
+            return
+        if reading.refused:
+            return  # discarding what a refused client still sends until it closes
+        reading.buffer += data
+        if not self._advance(conn, reading):
+            self._register(conn, reading)
+
+    def _advance(self, conn: Any, reading: _Reading) -> bool:
+        """Hand the request on, refuse it, or say it needs more bytes (False)."""
+        try:
+            verdict = reading.frame.check(reading.buffer)
+        except Exception as exc:  # a bug here must not stop the event loop, nor print a traceback
+            self.log.error("cannot frame a request from %s: %r", conn.client, exc)
+            self._close(conn)
+            return True
+        if verdict is Verdict.WHOLE:
+            self._hand_on(conn, reading)
+            return True
+        if isinstance(verdict, Refusal):
+            self._refuse(conn, reading, verdict)
+            return True
+        if reading.frame.expects_continue and reading.frame.waits_for_body and not reading.sent_continue:
+            reading.sent_continue = True
+            self._send(conn, CONTINUE_100)
+        return False
+
+    def _register(self, conn: Any, reading: _Reading) -> None:
+        if not reading.registered:
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
+            reading.registered = True
+
+    def _unregister(self, conn: Any, reading: _Reading) -> None:
+        if reading.registered:
+            reading.registered = False
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.poller.unregister(conn.sock)
+
+    def _hand_on(self, conn: Any, reading: _Reading) -> None:
+        """Give the whole request (and any bytes read behind it) to the thread pool, gthread's way."""
+        self._unregister(conn, reading)
+        del self._reading[conn]
+        conn.parser.unreader.unread(bytes(reading.buffer))
+        conn.data_ready = True  # gthread's thread would otherwise wait for the socket to turn readable
+        conn.sent_continue = reading.sent_continue
         super().enqueue_req(conn)
 
+    def _refuse(self, conn: Any, reading: _Reading, refusal: Refusal) -> None:
+        """Answer from the event loop and half-close; close when the client does or at the deadline.
+
+        Closing at once, with the client's unread bytes in the socket, would make the kernel reset the
+        connection and the client could lose the answer (RFC 9112 section 9.6).
+        """
+        self.log.info("refused a request before the app: %s %s (%s)", refusal.status, refusal.detail, conn.client)
+        reading.refused = True
+        reading.buffer.clear()
+        reading.deadline = time.monotonic() + self.read_timeout_s  # the latest deadline: the order holds
+        self._reading.move_to_end(conn)
+        if not self._send(conn, refusal.response()):
+            return
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(conn)
+            return
+        self._register(conn, reading)
+
+    def _send(self, conn: Any, data: bytes) -> bool:
+        """Send a short answer without blocking (a fresh socket's buffer takes it whole); False if it closed."""
+        try:
+            conn.sock.send(data)
+            return True
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            self._close(conn)
+            return False
+
+    def _close(self, conn: Any) -> None:
+        reading = self._reading.pop(conn, None)
+        if reading is not None:
+            self._unregister(conn, reading)
+        self.nr_conns -= 1
+        conn.close()
+
+    def murder_pending(self) -> None:
+        super().murder_pending()
+        now = time.monotonic()
+        while self._reading:
+            conn, reading = next(iter(self._reading.items()))
+            if reading.deadline > now:
+                break
+            if not reading.refused:
+                self.log.debug("closed %s: its request was not whole within %s s", conn.client, self.read_timeout_s)
+            self._close(conn)
+
+    # --- the accept stamp ------------------------------------------------------------------------------------
+
     def handle_request(self, req: Any, conn: Any) -> bool:
+        if getattr(conn, "sent_continue", False):
+            req._expected_100_continue = False  # the event loop sent it; gunicorn would send a second one
+            conn.sent_continue = False
         self._handling.accepted_at = getattr(conn, "accepted_at", None)
         try:
             return super().handle_request(req, conn)
@@ -62,3 +436,4 @@ class StampingThreadWorker(ThreadWorker):
             return app(environ, start_response)
 
         return app_with_stamp
+
