@@ -55,11 +55,13 @@ class Config:
     # answers TOP1 at once: about one batch of 64 on 2 cores (124 ms), which is what the model needs when it
     # is busy, and a view that starts this late means it is.
     min_model_budget_s: float = 0.1
-    # Overload control (api/overload.py): while even the least-queued request of each `overload_interval_s` waited
-    # longer than `overload_target_s` between accept and view, the model's share is halved (new arrivals answer
-    # TOP1, path `shed`) and it grows back when the queue is gone. 0 turns the control off.
+    # Overload control (api/overload.py): while even the least-queued request of two `overload_interval_s` in a row
+    # waited longer than `overload_target_s` between accept and view, or the quickest model answer longer than
+    # `overload_model_share` of the budget, the model's share is halved (new arrivals answer TOP1, path `shed`); it
+    # grows back when the queues are gone. OVERLOAD_TARGET_S=0 turns the control off.
     overload_target_s: float = 0.05
     overload_interval_s: float = 0.1
+    overload_model_share: float = 0.5
     # Guards and request limits.
     max_top1_chars: int = 45
     max_hypotheses: int = 10
@@ -162,7 +164,7 @@ def _validate(c: Config) -> None:
         _at_least(c, name, 0)
     _at_least(c, "torch_threads", 0)
     for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s", "batch_stuck_after_s",
-                 "overload_interval_s", "request_read_timeout_s"):
+                 "overload_interval_s", "overload_model_share", "request_read_timeout_s"):
         _positive(c, name)
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
@@ -192,6 +194,9 @@ def _validate(c: Config) -> None:
     if c.overload_target_s >= c.budget_s:
         # A queue that long already spends the whole budget: the control could never act in time.
         raise ConfigError(f"overload_target_s must be < budget_s ({c.budget_s:g}), got {c.overload_target_s:g}")
+    if c.overload_model_share >= 1:
+        # Model answers that take the whole budget are TOP1 at the deadline already: the signal would come too late.
+        raise ConfigError(f"overload_model_share must be < 1, got {c.overload_model_share:g}")
     if c.max_top1_chars > c.max_chars_per_hypothesis:
         raise ConfigError(
             f"max_top1_chars must be <= max_chars_per_hypothesis ({c.max_chars_per_hypothesis}),"

@@ -60,7 +60,8 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False  # answers in UTF-8: shorter, and readable in logs
     if overload is None:
-        overload = OverloadControl(config.max_in_flight, config.overload_target_s, config.overload_interval_s)
+        overload = OverloadControl(config.max_in_flight, config.overload_target_s, config.overload_interval_s,
+                                   config.overload_model_share * config.budget_s)
     metrics.watch_overload(overload)
     app.extensions[EXTENSION_KEY] = AppState(
         config=config, corrector=corrector, batcher=batcher, cache=cache, overload=overload

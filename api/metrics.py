@@ -10,8 +10,8 @@ through the engine's one hook, `on_batch(BatchReport)` (`observe_batch`): measur
 each job's submit time, in the threaded engine as in the process engine.
 
 The overload control's state (`api.overload`) is read at each scrape (`watch_overload`): its level, the limit it
-puts on model requests in flight, the signal it watches (the least queued time of its last interval) and how many
-requests it answered TOP1 (`shed`).
+puts on model requests in flight, the signals it watches (the least queued time and model wait of its last
+interval) and how many requests it answered TOP1 (`shed`).
 """
 
 from __future__ import annotations
@@ -124,9 +124,12 @@ class _OverloadCollector(Collector):
                                 "allowed to wait on the model at once (max_in_flight when normal).", value=state.limit)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_in_flight", "/inference requests admitted to the "
                                 "model and not yet answered.", value=state.in_flight)
-        yield GaugeMetricFamily(f"{NAMESPACE}_overload_queued_min_seconds", "The signal of the overload control: the "
+        yield GaugeMetricFamily(f"{NAMESPACE}_overload_queued_min_seconds", "A signal of the overload control: the "
                                 "least time from accept to view of any request in its last interval.",
                                 value=state.queued_min_s)
+        yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_wait_min_seconds", "A signal of the overload control: "
+                                "the least wait on the model (admission to answer or deadline) of any request "
+                                "answered in its last interval.", value=state.model_wait_min_s)
         yield CounterMetricFamily(f"{NAMESPACE}_overload_shed", "Requests answered TOP1 by the overload control "
                                   "(path shed).", value=state.shed_total)
 

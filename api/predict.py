@@ -30,15 +30,17 @@ def answer_with_model(
 ) -> Outcome:
     """Ask the model through the batcher, waiting until `deadline` (time.monotonic); else answer TOP1.
 
-    The overload control admits the request first: while requests queue before their view, it answers TOP1 at
-    once (path `shed`) so that the model's CPU goes to draining that queue (api.overload).
+    The overload control admits the request first: while requests queue before their view or on the model, it
+    answers TOP1 at once (path `shed`) so that the CPU goes to draining those queues, and hears how long each
+    admitted request waited on the model (api.overload).
     """
     if not overload.admit():
         return top1(req, "shed", reason="overload control: model work shed while requests queue")
+    admitted_at = time.monotonic()
     try:
         return _ask_model(req, batcher, cache, deadline)
     finally:
-        overload.release()
+        overload.release(time.monotonic() - admitted_at)
 
 
 def _ask_model(req: InferenceRequest, batcher: Engine, cache: ResultCache, deadline: float) -> Outcome:

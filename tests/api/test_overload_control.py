@@ -1,5 +1,5 @@
-"""The overload control (api/overload.py): sheds model work while requests queue before their view, recovers by
-itself, never sheds on a server that is not overloaded; its state in /metrics and its changes in the log."""
+"""The overload control (api/overload.py): sheds model work while requests queue before their view or on the model,
+recovers by itself, never sheds on a server that is not overloaded; its state in /metrics, its changes in the log."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from testing.fakes import FaultCorrector
 
 TARGET_S = 0.05
 INTERVAL_S = 0.1
+MODEL_TARGET_S = 0.4
 MAX_IN_FLIGHT = 96
 
 
@@ -42,7 +43,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def control(clock: FakeClock) -> OverloadControl:
-    return OverloadControl(MAX_IN_FLIGHT, TARGET_S, INTERVAL_S, clock=clock)
+    return OverloadControl(MAX_IN_FLIGHT, TARGET_S, INTERVAL_S, MODEL_TARGET_S, clock=clock)
 
 
 def run_interval(control: OverloadControl, clock: FakeClock, queued_s: list[float]) -> None:
@@ -72,6 +73,15 @@ def test_a_server_without_a_standing_queue_admits_every_request_up_to_max_in_fli
     assert control.state().shed_total == 0
 
 
+def test_single_stalls_between_calm_intervals_never_shed(control, clock):
+    # Every other interval, every request waited 300 ms (the process stalled), as 64 closed-loop clients see.
+    for _ in range(30):
+        run_interval(control, clock, [0.3, 0.35])
+        run_interval(control, clock, [0.001, 0.3])
+    assert control.state().limit == MAX_IN_FLIGHT
+    assert admitted(control, MAX_IN_FLIGHT) == MAX_IN_FLIGHT
+
+
 def test_queued_time_at_the_target_is_not_overload(control, clock):
     for _ in range(20):
         run_interval(control, clock, [TARGET_S, TARGET_S])
@@ -80,22 +90,23 @@ def test_queued_time_at_the_target_is_not_overload(control, clock):
 
 def test_a_standing_queue_halves_the_model_share_each_interval_down_to_shedding_everything(control, clock):
     limits = []
-    for _ in range(8):
+    for _ in range(9):
         overload(control, clock, 1)
         limits.append(control.state().limit)
-    assert limits == [48, 24, 12, 6, 3, 1, 0, 0]
+    # The first interval over target may be a stall, not a queue: the share is halved from the second one on.
+    assert limits == [96, 48, 24, 12, 6, 3, 1, 0, 0]
     assert control.state().level == SHEDDING
     assert not control.admit()
     assert control.state().shed_total == 1
 
 
 def test_reduced_share_admits_up_to_the_limit_and_frees_slots_on_release(control, clock):
-    overload(control, clock, 3)  # limit 12
+    overload(control, clock, 4)  # limit 12
     state = control.state()
     assert (state.level, state.limit) == (REDUCED, 12)
     assert admitted(control, 20) == 12
     assert control.state().shed_total == 8
-    control.release()
+    control.release(0.2)
     assert control.admit()
     assert not control.admit()
 
@@ -126,7 +137,7 @@ def test_a_short_lull_recovers_only_as_many_steps_as_intervals_passed(control, c
 
 
 def test_a_target_of_zero_turns_the_control_off(clock):
-    control = OverloadControl(4, 0.0, INTERVAL_S, clock=clock)
+    control = OverloadControl(4, 0.0, INTERVAL_S, MODEL_TARGET_S, clock=clock)
     overload(control, clock, 10)
     assert admitted(control, 50) == 50
     state = control.state()
@@ -150,13 +161,19 @@ def test_each_change_of_level_is_logged_once_as_a_json_line(control, clock, capl
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="interval_s"):
-        OverloadControl(4, TARGET_S, 0.0)
+        OverloadControl(4, TARGET_S, 0.0, MODEL_TARGET_S)
     with pytest.raises(ValueError, match="target_s"):
-        OverloadControl(4, -1.0, INTERVAL_S)
+        OverloadControl(4, -1.0, INTERVAL_S, MODEL_TARGET_S)
+    with pytest.raises(ValueError, match="model_target_s"):
+        OverloadControl(4, TARGET_S, INTERVAL_S, 0.0)
     with pytest.raises(ConfigError, match="overload_target_s must be < budget_s"):
         Config(overload_target_s=0.75)
     with pytest.raises(ConfigError, match="overload_interval_s must be > 0"):
         Config(overload_interval_s=0)
+    with pytest.raises(ConfigError, match="overload_model_share must be < 1"):
+        Config(overload_model_share=1.0)
+    with pytest.raises(ConfigError, match="overload_model_share must be > 0"):
+        Config(overload_model_share=0)
 
 
 # --- Through the app: the view's path, /metrics, the request log
@@ -164,7 +181,7 @@ def test_bad_settings_are_refused():
 
 @pytest.fixture
 def app(clock: FakeClock) -> Flask:
-    control = OverloadControl(8, TARGET_S, INTERVAL_S, clock=clock)
+    control = OverloadControl(8, TARGET_S, INTERVAL_S, MODEL_TARGET_S, clock=clock)
     app = create_app(dataclasses.replace(Config(), max_in_flight=8), corrector=FaultCorrector(), overload=control)
     yield app
     app.extensions[EXTENSION_KEY].batcher.close()
@@ -205,7 +222,35 @@ def test_metrics_expose_level_limit_signal_and_shed_count(app, clock):
     assert float(series["esun_overload_model_limit"]) == 0
     assert float(series["esun_overload_shed_total"]) == 1
     assert float(series["esun_overload_queued_min_seconds"]) == pytest.approx(0.2)
+    assert float(series["esun_overload_model_wait_min_seconds"]) == 0.0  # no model answer in the last interval
     assert 'esun_fallbacks_total{reason="shed"} 1.0' in text
+
+
+def model_interval(control: OverloadControl, clock: FakeClock, waits_s: list[float]) -> None:
+    """Requests admitted earlier are answered within one interval after waiting this long on the model."""
+    for wait in waits_s:
+        assert control.admit()
+        control.release(wait)
+    clock.advance(INTERVAL_S + 1e-9)
+
+
+def test_model_answers_slower_than_the_target_for_two_intervals_shrink_the_share_and_fast_ones_restore_it(
+        control, clock):
+    limits = []
+    for _ in range(3):
+        model_interval(control, clock, [0.5, 0.7, 0.75])  # even the quickest answer took 500 ms
+        limits.append(control.state().limit)
+    assert limits == [96, 48, 24]
+    for _ in range(RECOVERY_STEPS):
+        model_interval(control, clock, [0.15, 0.6])
+    assert control.state().limit == MAX_IN_FLIGHT
+    assert control.state().model_wait_min_s == pytest.approx(0.15)
+
+
+def test_a_model_that_answers_within_its_target_keeps_the_full_share_whatever_the_slowest_answers(control, clock):
+    for _ in range(50):
+        model_interval(control, clock, [0.2, 0.74, 0.75, 0.75])  # batches of 64: the first within target
+    assert control.state().limit == MAX_IN_FLIGHT
 
 
 def test_at_the_full_limit_the_batchers_own_bound_decides_not_the_control(control, clock):
