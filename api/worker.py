@@ -287,7 +287,8 @@ class StampingThreadWorker(ThreadWorker):
             return
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
-        conn.sock.setblocking(False)  # a thread leaves it blocking when bytes of a next request were read ahead
+        if conn.sock.gettimeout() != 0.0:  # a thread left it blocking (bytes of a next request were read ahead)
+            conn.sock.setblocking(False)  # (a syscall, and each one in the event loop may wait for the GIL)
         reading = _Reading(RequestFrame(self.max_body_bytes), now + self.read_timeout_s,
                            bytearray(conn.parser.unreader.take_buffered()))
         self._reading[conn] = reading

@@ -1,0 +1,334 @@
+"""Slow clients beside the judge: many connections that stall mid-head, and a few clients posting real questions.
+
+    .venv/bin/python -m testing.slow_clients --slow 1000 --clients 10 --seconds 20      # starts `make run`'s server
+    .venv/bin/python -m testing.slow_clients --url http://127.0.0.1:8080 --slow 1000 --clients 10 --seconds 20
+
+Not a test (not collected by pytest). Issue 14: a connection that sends a few bytes of its head, then nothing,
+used to hold one of gunicorn's threads while its request was read, and 140 of them stopped the service. This tool
+shows whether they still do:
+
+1. Server. Without --url it starts gunicorn as `make run` does (testing/server.py: the shipped model, on a free
+   loopback port, settings from --server-setting), and stops it at the end.
+2. Slow connections. --slow connections each send `SLOW_HEAD` (the start of a POST's head) and then nothing. One
+   the server closes (its read timeout, api/worker.py) is opened again at once, so that --slow stay held for the
+   whole run, as an attacker would keep them; the tool counts how often the server closed one and after how long.
+3. Clients. Once the slow connections are open, --clients closed-loop clients (each on a kept-alive connection,
+   reopened if the server closes it) post testing.samples' bodies under fresh esun_uuids for --seconds; each
+   answer is checked as the judge would (testing.samples.check_answer), its latency counted from before the
+   connect when one was needed.
+4. Report: slow connections held (the least and the mean over the run, sampled every 0.25 s), closed by the
+   server; questions sent, valid 200s, failed, the share answered validly within the judge's 1 s, p50/p99/max;
+   the tool's own CPU time over the run (user + system, and its share of one core), and the server's when it was
+   started here, with its answers by path (model or TOP1 fallbacks) from its log. --out writes it as JSON.
+
+One asyncio loop in one thread does all of it, so the tool costs little of a 2-core machine; its CPU share is
+printed beside the figures. Exits 1 when a question was not answered validly within 1 s, 2 on a setup problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import resource
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from testing import cli
+
+with cli.dev_requirements("testing.slow_clients"):
+    import psutil
+
+    from testing.report import percentile
+    from testing.samples import check_answer, request_bodies, with_fresh_uuid
+    from testing.server import ServerProcess, start_server
+
+JUDGE_TIMEOUT_S = 1.0
+# The start of a POST's head; the server waits for the rest, which never comes.
+SLOW_HEAD = b"POST /inference HTTP/1.1\r\nHost: slow\r\nContent-"
+SAMPLE_EVERY_S = 0.25
+
+
+@dataclass
+class SlowStats:
+    """What happened to the slow connections."""
+
+    open_now: int = 0
+    opened: int = 0
+    failed_to_open: int = 0
+    closed_by_server: int = 0
+    answered_by_server: int = 0  # closed with some bytes first (an error answer) rather than silently
+    held_s: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One question: when it was sent (monotonic), its latency (None: no answer within the client's timeout) and
+    what went wrong."""
+
+    sent_at: float
+    latency_s: float | None
+    problem: str | None
+
+
+async def hold_slow(host: str, port: int, end: float, stats: SlowStats) -> None:
+    """Keep one slow connection open until `end`, opening another whenever the server closes it."""
+    while (left := end - time.monotonic()) > 0:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=left)
+        except (TimeoutError, OSError):
+            stats.failed_to_open += 1
+            await asyncio.sleep(0.1)
+            continue
+        stats.opened += 1
+        stats.open_now += 1
+        opened_at = time.monotonic()
+        try:
+            writer.write(SLOW_HEAD)
+            data = await asyncio.wait_for(reader.read(65536), timeout=end - time.monotonic())
+            stats.closed_by_server += 1
+            stats.answered_by_server += bool(data)
+            stats.held_s.append(time.monotonic() - opened_at)
+        except TimeoutError:
+            pass  # the run ended with the connection still held
+        except OSError:
+            stats.closed_by_server += 1  # reset
+            stats.held_s.append(time.monotonic() - opened_at)
+        finally:
+            stats.open_now -= 1
+            writer.close()
+
+
+class Client:
+    """One closed-loop client on a kept-alive connection."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.host, self.port, self.timeout_s = host, port, timeout_s
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def ask(self, body: dict[str, Any]) -> Shot:
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        request = (f"POST /inference HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+        started = time.monotonic()
+        try:
+            status, closing, data = await asyncio.wait_for(self._exchange(request), timeout=self.timeout_s)
+        except TimeoutError:
+            self.close()
+            return Shot(started, None, f"no answer within {self.timeout_s:g} s")
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            self.close()
+            return Shot(started, None, f"connection failed: {type(exc).__name__}")
+        latency_s = time.monotonic() - started
+        if closing:
+            self.close()
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            return Shot(started, latency_s, f"HTTP {status}, body not JSON")
+        return Shot(started, latency_s, check_answer(status, answer, body["esun_uuid"]))
+
+    async def _exchange(self, request: bytes) -> tuple[int, bool, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+        data = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        return int(status_line.split()[1]), headers.get("connection", "").lower() == "close", data
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def closed_loop(client: Client, bodies: itertools.cycle[dict[str, Any]], end: float,
+                      shots: list[Shot]) -> None:
+    while time.monotonic() < end:
+        shots.append(await client.ask(with_fresh_uuid(next(bodies))))
+    client.close()
+
+
+async def sample_open(stats: SlowStats, end: float) -> None:
+    while time.monotonic() < end:
+        stats.samples.append(stats.open_now)
+        await asyncio.sleep(SAMPLE_EVERY_S)
+
+
+async def run(host: str, port: int, slow: int, clients: int, seconds: float, ramp_s: float,
+              timeout_s: float, server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
+    """Hold the slow connections, then run the clients for `seconds`; CPU times are taken over those seconds."""
+    stats = SlowStats()
+    ramp_end = time.monotonic() + ramp_s
+    slow_end = ramp_end + seconds + timeout_s + 1.0  # held until the last question is answered
+    holders = [asyncio.create_task(hold_slow(host, port, slow_end, stats)) for _ in range(slow)]
+    while stats.open_now < slow and time.monotonic() < ramp_end:
+        await asyncio.sleep(0.05)
+    opened_in_ramp = stats.open_now
+    bodies = itertools.cycle(request_bodies(200))
+    shots: list[Shot] = []
+    server_cpu_start = server_cpu() if server_cpu else 0.0
+    cpu_start, wall_start = _cpu_s(), time.monotonic()
+    end = wall_start + seconds
+    sampler = asyncio.create_task(sample_open(stats, end))
+    await asyncio.gather(*(closed_loop(Client(host, port, timeout_s), bodies, end, shots) for _ in range(clients)))
+    cpu_s, wall_s = _cpu_s() - cpu_start, time.monotonic() - wall_start
+    server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
+    await sampler
+    for holder in holders:
+        holder.cancel()
+    await asyncio.gather(*holders, return_exceptions=True)
+    result = {"slow": _slow_summary(stats, slow, opened_in_ramp), "questions": _question_summary(shots, wall_start),
+              "tool_cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 2), "tool_cpu_share": round(cpu_s / wall_s, 3)}
+    if server_cpu_s is not None:
+        result["server_cpu_s"] = round(server_cpu_s, 2)
+        result["server_cpu_share"] = round(server_cpu_s / wall_s, 2)
+    return result
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _slow_summary(stats: SlowStats, asked: int, opened_in_ramp: int) -> dict[str, Any]:
+    samples = stats.samples or [0]
+    return {"asked": asked, "open_at_start": opened_in_ramp, "held_min": min(samples),
+            "held_mean": round(sum(samples) / len(samples), 1), "opened": stats.opened,
+            "failed_to_open": stats.failed_to_open, "closed_by_server": stats.closed_by_server,
+            "answered_by_server": stats.answered_by_server,
+            "held_before_close_p50_s": _round(percentile(stats.held_s, 50), 2),
+            "held_samples": stats.samples}
+
+
+def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
+    valid = [s.latency_s for s in shots if s.problem is None and s.latency_s is not None]
+    in_time = [latency for latency in valid if latency <= JUDGE_TIMEOUT_S]
+    problems = Counter(s.problem for s in shots if s.problem is not None)
+    return {"sent": len(shots), "valid": len(valid), "failed": len(shots) - len(valid),
+            "within_1s": len(in_time), "within_1s_share": round(len(in_time) / len(shots), 4) if shots else None,
+            "p50_ms": _ms(percentile(valid, 50)), "p99_ms": _ms(percentile(valid, 99)),
+            "max_ms": _ms(max(valid, default=None)), "problems": dict(problems.most_common(5)),
+            # when each question not answered validly within 1 s was sent, in seconds from the clients' start
+            "late_sent_at_s": [round(s.sent_at - start, 2) for s in shots
+                               if s.problem is not None or s.latency_s is None or s.latency_s > JUDGE_TIMEOUT_S]}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _raise_open_file_limit(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            raise cli.ToolError(f"{needed} connections need {needed} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def _server_cpu_s(server: ServerProcess) -> float:
+    total = 0.0
+    with contextlib.suppress(psutil.NoSuchProcess):
+        master = psutil.Process(server.process.pid)
+        for process in [master, *master.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = process.cpu_times()
+                total += times.user + times.system
+    return total
+
+
+def print_report(result: dict[str, Any]) -> None:
+    s, q = result["slow"], result["questions"]
+    print(f"slow connections: {s['asked']} asked, {s['open_at_start']} open when the clients started, held "
+          f"{s['held_min']} at least / {s['held_mean']} on average; {s['opened']} opened in all, "
+          f"{s['closed_by_server']} closed by the server (after {s['held_before_close_p50_s']} s at the median, "
+          f"{s['answered_by_server']} with an answer), {s['failed_to_open']} failed to open")
+    share = "-" if q["within_1s_share"] is None else f"{q['within_1s_share'] * 100:.2f} %"
+    print(f"questions: {q['sent']} sent, {q['valid']} valid 200s, {q['failed']} failed, {q['within_1s']} "
+          f"answered validly within 1 s ({share}); p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
+    for problem, count in q["problems"].items():
+        print(f"  {count} x {problem}")
+    print(f"tool CPU: {result['tool_cpu_s']} s over {result['wall_s']} s ({result['tool_cpu_share'] * 100:.1f} % "
+          "of one core)")
+    if "server_cpu_s" in result:
+        print(f"server CPU: {result['server_cpu_s']} s ({result['server_cpu_share'] * 100:.0f} % of one core); "
+              f"answers by path: {result.get('server_paths')}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m testing.slow_clients", description=__doc__.split("\n")[0])
+    parser.add_argument("--url", help="a running server; default: start gunicorn as `make run` does")
+    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the server started here (repeatable)")
+    parser.add_argument("--slow", type=int, default=1000, help="slow connections to hold open (default 1000)")
+    parser.add_argument("--clients", type=int, default=10, help="closed-loop clients (default 10)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long the clients ask (default 20)")
+    parser.add_argument("--ramp-s", type=float, default=10.0,
+                        help="longest wait for the slow connections to open before the clients start (default 10)")
+    parser.add_argument("--timeout-s", type=float, default=5.0,
+                        help="a client's timeout; answers later than 1 s count as late anyway (default 5)")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    if any("=" not in s for s in args.server_setting):
+        parser.error("--server-setting takes NAME=VALUE")
+    if args.url and args.server_setting:
+        parser.error("--server-setting applies to a server started here, not to --url")
+    if args.slow < 0 or args.clients < 1 or args.seconds <= 0 or args.timeout_s <= 0:
+        parser.error("--slow must be >= 0, --clients >= 1, --seconds and --timeout-s > 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _raise_open_file_limit(args.slow + args.clients + 64)
+    server = None
+    if args.url is None:
+        settings = dict(s.split("=", 1) for s in args.server_setting)
+        try:
+            server = start_server(settings)
+        except (RuntimeError, TimeoutError) as exc:
+            raise cli.ToolError(str(exc).splitlines()[0]) from None
+        url = server.url
+    else:
+        url = args.url
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}")
+    try:
+        log_start = len(server.request_log()) if server else 0
+        probe = (lambda: _server_cpu_s(server)) if server else None
+        result = asyncio.run(run(parts.hostname, parts.port or 80, args.slow, args.clients, args.seconds,
+                                 args.ramp_s, args.timeout_s, probe))
+        if server is not None:
+            result["server_paths"] = dict(server.paths(since=log_start))
+    finally:
+        if server is not None:
+            server.stop()
+    result["command"] = " ".join(["python -m testing.slow_clients", *(argv if argv is not None else sys.argv[1:])])
+    print_report(result)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    questions = result["questions"]
+    return 0 if questions["sent"] and questions["within_1s"] == questions["sent"] else 1
+
+
+if __name__ == "__main__":
+    cli.run(main, "testing.slow_clients")
+
