@@ -24,7 +24,7 @@ from model.contract import (
     LM_DELTA_SCALE,
     LOG_FREQ_SCALE,
     POSITION_FEATURES,
-    CandidateFeatures,
+    FeatureContractError,
     PositionFeatures,
 )
 from preprocess.align import align_nbest, align_to
@@ -42,6 +42,17 @@ N_CAND_FEATS = len(CANDIDATE_FEATURES)
 BOS, EOS = "^", "$"
 MIN_BIGRAM_COUNT = 2
 BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
+# Segments (one or two characters, or none) whose ids and log frequency are memoised at once.
+MAX_MEMO_SEGMENTS = 100_000
+# Character bigrams whose LM term is memoised at once (the vocabulary's characters make far more pairs).
+MAX_MEMO_BIGRAMS = 200_000
+# The columns in the order Featurizer._candidate_rows writes them (plain tuples, for speed): the contract's.
+_CANDIDATE_ROW = ("keep", "vote_share", "best_rank_inverse", "deletion", "insertion", "same_tone", "other_tone",
+                  "near_syllable", "not_offered", "log_freq", "offered_by_second", "lm_delta", "left_edge_count",
+                  "right_edge_count")
+if _CANDIDATE_ROW != CANDIDATE_FEATURES:
+    raise FeatureContractError(f"model/features.py writes candidate columns {_CANDIDATE_ROW}, the contract names "
+                               f"{CANDIDATE_FEATURES}: update Featurizer._candidate_rows with the contract")
 
 
 @dataclass
@@ -142,6 +153,8 @@ class Featurizer:
         self._log_den = {c: math.log(n + 5.0) for c, n in vocab.counts.items()}
         self._log_den_unk = math.log(5.0)
         self._similar_cache: dict[str, dict[str, int]] = {}
+        self._segment_memo: dict[str, tuple[list[int], float]] = {}
+        self._bigram_memo: dict[str, tuple[float, float]] = {}
 
     def _char_ids(self, seg: str) -> list[int]:
         if not seg:
@@ -157,25 +170,45 @@ class Featurizer:
     def _lm(self, left: str, seg: str, right: str) -> tuple[float, float, float]:
         """Score a segment between its TOP1 neighbours: log P(left seg right), and its two edge bigrams.
 
-        Vocab.bigram_logp inlined with its per-character terms precomputed: this runs for every candidate
-        of every position of every request.
+        Vocab.bigram_logp, summed left to right, with each bigram's term memoised (`_bigram`): this runs for
+        every candidate of every position of every request.
         """
         text = left + seg + right
-        bigrams, prior, log_den = self.vocab.bigrams, self._prior, self._log_den
+        memo = self._bigram_memo
         score = 0.0
-        first = last = 0
+        first = last = 0.0
         for k in range(len(text) - 1):
-            a, b = text[k], text[k + 1]
-            n = bigrams.get(a + b, 0)
+            pair = text[k : k + 2]
+            term = memo.get(pair)
+            if term is None:
+                term = self._bigram(pair)
             if k == 0:
-                first = n
-            last = n
-            score += math.log(n + prior.get(b, self._prior_unk)) - log_den.get(a, self._log_den_unk)
-        return score, math.log1p(first), math.log1p(last)
+                first = term[1]
+            last = term[1]
+            score += term[0]
+        return score, first, last
+
+    def _bigram(self, pair: str) -> tuple[float, float]:
+        """Return a bigram's term of `_lm` (log(count + prior of its second character) - log of the first's
+        denominator) and log1p(count), memoised; the memo is emptied when it reaches MAX_MEMO_BIGRAMS."""
+        a, b = pair[0], pair[1]
+        n = self.vocab.bigrams.get(pair, 0)
+        term = (math.log(n + self._prior.get(b, self._prior_unk)) - self._log_den.get(a, self._log_den_unk),
+                math.log1p(n))
+        if len(self._bigram_memo) >= MAX_MEMO_BIGRAMS:
+            self._bigram_memo.clear()
+        self._bigram_memo[pair] = term
+        return term
 
     def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
-            list[str], list[list[int]], list[CandidateFeatures]]:
-        """Return one position's candidates, their character ids and their feature rows."""
+            list[str], list[list[int]], list[tuple[float, ...]]]:
+        """Return one position's candidates, their character ids and their feature rows (`CandidateFeatures`'
+        columns, in order, as plain tuples).
+
+        This runs for every candidate of every position of every request, under the GIL beside the request
+        threads: the per-segment constants (ids, log frequency) are memoised, keep's LM score is the first
+        candidate's, and the rows are built as tuples rather than through the NamedTuple's keywords.
+        """
         char = top1[i]
         variant = VARIANTS.get(char)
         offered = [seg for seg in votes if seg != char and seg != variant and len(seg) <= MAX_SEGMENT]
@@ -188,30 +221,45 @@ class Featurizer:
                 cands.append(c)
         left = top1[i - 1] if i > 0 else BOS
         right = top1[i + 1] if i + 1 < len(top1) else EOS
-        keep_lm = self._lm(left, char, right)[0]
+        lm = self._lm
+        segment = self._segment
+        keep_lm = 0.0
         ids, feats = [], []
         for k, seg in enumerate(cands):
-            lm, edge_l, edge_r = self._lm(left, seg, right)
+            score, edge_l, edge_r = lm(left, seg, right)
+            if k == 0:
+                keep_lm = score
             ranks = votes.get(seg)
             rel = relation.get(seg, -1)
-            ids.append(self._char_ids(seg))
-            feats.append(CandidateFeatures(
-                keep=k == 0,
-                vote_share=len(ranks) / n_hyps if ranks else 0.0,
-                best_rank_inverse=1.0 / (1 + ranks[0]) if ranks else 0.0,
-                deletion=seg == "",
-                insertion=len(seg) > 1,
-                same_tone=rel == SAME_TONE,
-                other_tone=rel == OTHER_TONE,
-                near_syllable=rel == NEAR,
-                not_offered=ranks is None,
-                log_freq=self._log_freq(seg),
-                offered_by_second=ranks is not None and ranks[0] == 1,
-                lm_delta=max(-3.0, min(3.0, (lm - keep_lm) / LM_DELTA_SCALE)),
-                left_edge_count=edge_l / EDGE_COUNT_SCALE,
-                right_edge_count=edge_r / EDGE_COUNT_SCALE,
+            seg_ids, log_freq = segment(seg)
+            ids.append(seg_ids)
+            feats.append((
+                k == 0,  # keep
+                len(ranks) / n_hyps if ranks else 0.0,  # vote_share
+                1.0 / (1 + ranks[0]) if ranks else 0.0,  # best_rank_inverse
+                seg == "",  # deletion
+                len(seg) > 1,  # insertion
+                rel == SAME_TONE,  # same_tone
+                rel == OTHER_TONE,  # other_tone
+                rel == NEAR,  # near_syllable
+                ranks is None,  # not_offered
+                log_freq,  # log_freq
+                ranks is not None and ranks[0] == 1,  # offered_by_second
+                max(-3.0, min(3.0, (score - keep_lm) / LM_DELTA_SCALE)),  # lm_delta
+                edge_l / EDGE_COUNT_SCALE,  # left_edge_count
+                edge_r / EDGE_COUNT_SCALE,  # right_edge_count
             ))
         return cands, ids, feats
+
+    def _segment(self, seg: str) -> tuple[list[int], float]:
+        """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
+        alone; the memo is emptied when it reaches MAX_MEMO_SEGMENTS, so it stays bounded whatever comes in)."""
+        value = self._segment_memo.get(seg)
+        if value is None:
+            if len(self._segment_memo) >= MAX_MEMO_SEGMENTS:
+                self._segment_memo.clear()
+            value = self._segment_memo[seg] = (self._char_ids(seg), self._log_freq(seg))
+        return value
 
     def _similar(self, char: str) -> dict[str, int]:
         value = self._similar_cache.get(char)
