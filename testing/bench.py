@@ -1,29 +1,35 @@
 """The benchmark: the corrector's offline ceiling, then the served service under closed- and open-loop load.
 
-    .venv/bin/python -m testing.bench [--sections a,b,c,d] [--duration S] [--quick] [--out docs/bench] [--profile]
+    .venv/bin/python -m testing.bench [--sections a,b,c,d,e] [--duration S] [--quick] [--out docs/bench]
+                                      [--profile] [--generator lean|threads]
 
-Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep the whole run under
-about 12 minutes on 2 cores):
+Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep a+b+c+d under about
+10 minutes on 2 cores):
 
 a. offline: the corrector alone (no HTTP), items/s by batch size 1..64 on the same inputs: the ceiling;
-b. closed loop: 1, 10 and 64 clients (one thread and one requests.Session each, next request when the previous
-   is answered), batching on (the defaults) and off (MAX_BATCH_SIZE=1: one corrector call per request);
-c. open-loop overload: Poisson arrivals at 2x and 3x the capacity measured in b (batching on), each request
-   on a thread of a large pool, latency counted from the scheduled send time;
+b. closed loop: 1, 10 and 64 clients (each sends its next request when the previous is answered), batching on
+   (the defaults) and off (MAX_BATCH_SIZE=1: one corrector call per request);
+c. open-loop overload: Poisson arrivals at 2x, 3x and 5x the capacity measured in b (batching on), latency counted
+   from each request's due time, a request unanswered 10 s after it was due counted as no answer;
 d. batch policy: BATCH_POLICY=fixed vs adaptive, both servers up at once, latency at 1, 2, 4, 10, 64 clients
-   (the policies alternate at each point) and throughput at 64 in 8 ABBA rounds, compared by median.
+   (the policies alternate at each point) and throughput at 64 in 8 ABBA rounds, compared by median;
+e. (only when named) replicas on one host: 1, 2, 3 replicas behind nginx, 64 closed-loop clients through nginx,
+   throughput, p50/p99 and each replica's memory (testing/replicas.py).
 
 Every server is gunicorn started as `make run` starts it (testing/server.py), serving testing/bench_app.py:
 the service's own app plus a read-only route with the batcher's counters (batches, padded waste). Answers are
 counted by path from the server's own request log (stderr, one JSON line per request). The load generator runs
-on the same machine as the server: on a small machine it takes CPU from the server, so the figures are a lower
-bound of what the server alone could do.
+on the same machine as the server, so it is the leanest measured here (testing/loadgen_cost.py): wrk with
+testing/wrk.lua for closed loops (testing/wrkload.py), testing/aioload.py's one event loop for open loops; its
+own CPU share of one core is reported beside every point. `--generator threads` runs the generator before
+(testing/loadgen.py: a thread and a requests.Session per client or in-flight request), to compare.
 
 Writes bench.json (summaries, machine, exact command), bench_raw.json (every request), bench.md (the tables
 printed) and PNG plots into --out.
 
 This module holds the inputs, the servers, the sections and the command line; the load itself is
-testing/loadgen.py's, the summaries and tables testing/report.py's, the plots testing/plots.py's.
+testing/wrkload.py's, testing/aioload.py's (or testing/loadgen.py's), the summaries and tables testing/report.py's,
+the plots testing/plots.py's.
 """
 
 from __future__ import annotations
@@ -54,17 +60,11 @@ with cli.dev_requirements("testing.bench"):
 
     from config import Config
     from preprocess.text import NBest, han_only, strip_spaces
+    from testing import aioload, loadgen, wrkload
     from testing.bench_app import STATS_ROUTE
-    from testing.loadgen import (
-        CLIENT_TIMEOUT_S,
-        JUDGE_TIMEOUT_S,
-        OPEN_LOOP_TIMEOUT_S,
-        Shot,
-        closed_loop,
-        open_loop,
-        payload_templates,
-    )
+    from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, OPEN_LOOP_TIMEOUT_S, Shot, payload_templates
     from testing.plots import draw_bench
+    from testing.replicas import replica_section
     from testing.report import (
         POLICIES,
         count_paths,
@@ -80,9 +80,17 @@ with cli.dev_requirements("testing.bench"):
     from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SECTIONS = ("a", "b", "c", "d")
+SECTIONS = ("a", "b", "c", "d", "e")
+DEFAULT_SECTIONS = "a,b,c,d"
+# The load generators: "lean" (wrk and testing/wrk.lua for closed loops, testing/aioload.py for open loops: the
+# least CPU per request measured here, docs/bench/loadgen_cost.md), or "threads" (testing/loadgen.py's threads
+# and requests.Session, the generator before, to compare with earlier runs).
+GENERATORS = ("lean", "threads")
+# Open loop with the lean generator: a request unanswered this long after it was due counts as no answer (at 5x
+# the question is whether every request is answered within 10 s).
+OPEN_LOOP_ANSWER_S = 10.0
 # Per-point durations (s) of a default run; --duration replaces them all.
-DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 15.0}
+DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 15.0, "e": 15.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
@@ -200,39 +208,75 @@ def generator_cpu() -> Iterator[dict[str, float]]:
         out["generator_cpu_pct"] = round(100 * (time.process_time() - cpu0) / wall, 1) if wall > 0 else 0.0
 
 
-def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
+def run_closed(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
+               generator: str) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    """Run one closed-loop point with the chosen generator; return its shots, window and the generator's figures
+    (name, CPU share of one core, connection errors it counted)."""
+    if generator == "threads":
+        with generator_cpu() as cpu:
+            shots, start, end = loadgen.closed_loop(url, clients, duration_s, warmup_s, templates)
+        return shots, start, end, {"generator": "threads", **cpu}
+    if wrkload.wrk_path() is not None:
+        shots, start, end, info = wrkload.closed_loop(url, clients, duration_s, warmup_s, templates)
+        errors = info["wrk_errors"]
+        return shots, start, end, {"generator": "wrk", "generator_cpu_pct": info["generator_cpu_pct"],
+                                   "wrk_errors": errors}
+    print("bench: wrk is not installed (bash testing/install_tools.sh): closed loops run on testing/aioload.py",
+          flush=True)
+    with generator_cpu() as cpu:
+        shots, start, end, info = aioload.closed_loop(url, clients, duration_s, warmup_s, templates)
+    return shots, start, end, {"generator": f"aioload ({info['event_loop']})", **cpu}
+
+
+def run_open(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
+             generator: str) -> tuple[list[Shot], float, float, dict[str, Any], float]:
+    """Run one open-loop point with the chosen generator; return its shots, window, the generator's figures and
+    the time after which an unanswered request counts as no answer."""
+    if generator == "threads":
+        with generator_cpu() as cpu:
+            shots, start, end, info = loadgen.open_loop(url, rate_rps, duration_s, warmup_s, templates)
+        return shots, start, end, {"generator": "threads", **info, **cpu}, OPEN_LOOP_TIMEOUT_S
+    with generator_cpu() as cpu:
+        shots, start, end, info = aioload.open_loop(url, rate_rps, duration_s, warmup_s, templates,
+                                                    timeout_s=OPEN_LOOP_ANSWER_S)
+    return (shots, start, end, {"generator": f"aioload ({info.pop('event_loop')})", **info, **cpu},
+            OPEN_LOOP_ANSWER_S)
+
+
+def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str],
+                   generator: str = "lean") -> dict[str, Any]:
     """Run one closed-loop point against a server and summarise it, with its raw shots."""
     warmup_s = min(1.0, duration_s / 5)
     before = batcher_stats(server)
-    with generator_cpu() as cpu:
-        shots, start, end = closed_loop(server.url, clients, duration_s, warmup_s, templates)
+    shots, start, end, info = run_closed(server.url, clients, duration_s, warmup_s, templates, generator)
     after = batcher_stats(server)
     log = server.request_log()
     shots = tag_paths(shots, paths_by_uuid(log))
     return {"clients": clients, "duration_s": duration_s,
             **summarise(shots, (start, end), count_paths(log, start, end), stats_delta(before, after)),
-            **server_latency(log, start, end), **cpu, "_shots": shots, "_start": start}
+            **server_latency(log, start, end), **info, "_shots": shots, "_start": start}
 
 
-def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:
+def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str],
+                 generator: str = "lean") -> dict[str, Any]:
     """Run one open-loop point against a server and summarise it, with its raw shots."""
     warmup_s = min(1.0, duration_s / 5)
     before = batcher_stats(server)
-    with generator_cpu() as cpu:
-        shots, start, end, generator = open_loop(server.url, rate_rps, duration_s, warmup_s, templates)
+    shots, start, end, info, answer_s = run_open(server.url, rate_rps, duration_s, warmup_s, templates, generator)
     after = batcher_stats(server)
-    # Answers may come up to the client timeout after the window: count their paths too.
+    # Answers may come up to the generator's timeout after the window: count their paths too.
     log = server.request_log()
     shots = tag_paths(shots, paths_by_uuid(log))
-    paths = count_paths(log, start, end + OPEN_LOOP_TIMEOUT_S)
+    paths = count_paths(log, start, end + answer_s)
     lags = latency_stats([s.lag_s for s in shots])
-    if generator["sent_rps"] < 0.9 * rate_rps:
-        print(f"bench c: the load generator put {generator['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
+    if info["sent_rps"] < 0.9 * rate_rps:
+        print(f"bench c: the load generator put {info['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
               f"asked: it, not only the server, is saturated (it shares the machine)", flush=True)
-    return {"target_rps": round(rate_rps, 2), **generator, "duration_s": duration_s,
+    return {"target_rps": round(rate_rps, 2), **info, "duration_s": duration_s, "no_answer_after_s": answer_s,
+            "latency_from": "due" if shots and shots[0].from_due else "sent",
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
             **summarise(shots, (start, end), paths, stats_delta(before, after)),
-            **server_latency(log, start, end + OPEN_LOOP_TIMEOUT_S), **cpu, "_shots": shots, "_start": start}
+            **server_latency(log, start, end + answer_s), "_shots": shots, "_start": start}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -247,11 +291,14 @@ class Plan:
     durations: dict[str, float]
     batch_sizes: tuple[int, ...] = BATCH_SIZES
     b_clients: tuple[int, ...] = (1, 10, 64)
-    c_factors: tuple[float, ...] = (2.0, 3.0)
+    c_factors: tuple[float, ...] = (2.0, 3.0, 5.0)
     d_clients: tuple[int, ...] = (1, 2, 4, 10, 64)
     d_rounds: int = 8
+    e_replicas: tuple[int, ...] = (1, 2, 3)
+    e_clients: int = 64
     fake: bool = False
     profile: bool = False
+    generator: str = "lean"
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -321,7 +368,7 @@ def section_b(plan: Plan, servers: Servers, templates: list[str], out: Path) -> 
         for clients in plan.b_clients:
             profiling = _start_profile(server, out, f"b-{mode}-{clients}", plan.durations["b"]) \
                 if plan.profile and mode == "on" and clients == max(plan.b_clients) else None
-            point = measure_closed(server, clients, plan.durations["b"], templates)
+            point = measure_closed(server, clients, plan.durations["b"], templates, plan.generator)
             _finish_profile(profiling)
             points.append(point)
             print_point(f"b batching {mode}", f"{clients} clients", point)
@@ -335,15 +382,16 @@ def section_b(plan: Plan, servers: Servers, templates: list[str], out: Path) -> 
 
 
 def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: float | None) -> dict[str, Any]:
-    """Open-loop overload at 2x and 3x the capacity (batching on); capacity probed at 64 clients if b did not run."""
+    """Open-loop overload at 2x, 3x and 5x the capacity (batching on); capacity probed at 64 clients if b did not
+    run."""
     server = servers.get("batching-on", SETTINGS_ON)
     if capacity_rps is None:
-        probe = measure_closed(server, 64, max(3.0, plan.durations["c"] / 2), templates)
+        probe = measure_closed(server, 64, max(3.0, plan.durations["c"] / 2), templates, plan.generator)
         capacity_rps = probe["model_rps"]
         print(f"bench c: capacity probe (64 clients): {capacity_rps} req/s", flush=True)
     points = []
     for factor in plan.c_factors:
-        point = measure_open(server, factor * capacity_rps, plan.durations["c"], templates)
+        point = measure_open(server, factor * capacity_rps, plan.durations["c"], templates, plan.generator)
         point["factor"] = factor
         points.append(point)
         print_point("c overload", f"{factor:g}x = {point['target_rps']} req/s", point)
@@ -365,14 +413,14 @@ def section_d(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, A
     result: dict[str, Any] = {policy: [] for policy in POLICIES}
     for clients in plan.d_clients:
         for policy in POLICIES:
-            point = measure_closed(running[policy], clients, plan.durations["d"], templates)
+            point = measure_closed(running[policy], clients, plan.durations["d"], templates, plan.generator)
             result[policy].append(point)
             print_point(f"d {policy}", f"{clients} clients", point)
     most = max(plan.d_clients)
     rounds: dict[str, list[float]] = {policy: [] for policy in POLICIES}
     for i in range(plan.d_rounds):
         policy = POLICIES[ABBA[i % len(ABBA)]]
-        point = measure_closed(running[policy], most, plan.durations["d"], templates)
+        point = measure_closed(running[policy], most, plan.durations["d"], templates, plan.generator)
         rounds[policy].append(point["throughput_rps"])
         print_point(f"d round {i + 1} {policy}", f"{most} clients", point)
     medians = {policy: statistics.median(r) if r else None for policy, r in rounds.items()}
@@ -454,9 +502,14 @@ def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testing.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default="a,b,c,d", help="which sections to run, e.g. b,c (default a,b,c,d)")
+    parser.add_argument("--sections", default=DEFAULT_SECTIONS,
+                        help=f"which sections to run, e.g. b,c (default {DEFAULT_SECTIONS}; e, replicas behind "
+                             "nginx, runs only when named)")
     parser.add_argument("--duration", type=float, default=None,
-                        help="seconds measured per point, for every section (default a 2, b 10, c 10, d 15)")
+                        help="seconds measured per point, for every section (default a 2, b 10, c 10, d 15, e 15)")
+    parser.add_argument("--generator", choices=GENERATORS, default="lean",
+                        help="load generator: lean (wrk for closed loops, testing/aioload.py for open loops; "
+                             "default) or threads (testing/loadgen.py's, the generator before)")
     parser.add_argument("--quick", action="store_true",
                         help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run of the whole benchmark")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
@@ -480,8 +533,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
         return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,),
-                    d_clients=(1, 10, 64), d_rounds=2, fake=args.fake, profile=args.profile)
-    return Plan(sections, durations, fake=args.fake, profile=args.profile)
+                    d_clients=(1, 10, 64), d_rounds=2, e_replicas=(1, 2), fake=args.fake, profile=args.profile,
+                    generator=args.generator)
+    return Plan(sections, durations, fake=args.fake, profile=args.profile, generator=args.generator)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -504,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
         "durations_s": {s: plan.durations[s] for s in plan.sections},
         "judge_timeout_s": JUDGE_TIMEOUT_S,
         "client_timeout_s": CLIENT_TIMEOUT_S,
-        "open_loop_timeout_s": OPEN_LOOP_TIMEOUT_S,
+        "open_loop_timeout_s": OPEN_LOOP_TIMEOUT_S if plan.generator == "threads" else OPEN_LOOP_ANSWER_S,
+        "generator": plan.generator,
     }
     if plan.fake:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
@@ -541,6 +596,13 @@ def main(argv: list[str] | None = None) -> int:
             for policy in POLICIES:
                 for p in results["d"][policy]:
                     raw[f"d/{policy}/{p['clients']} clients"] = _raw_series(p)
+        if "e" in plan.sections:
+            servers.close()  # the replicas get the machine to themselves
+            results["e"] = replica_section(plan.e_replicas, plan.e_clients, plan.durations["e"], templates,
+                                           log_dir, plan.fake)
+            for p in results["e"]["points"]:
+                p.pop("_shots", None)
+                p.pop("_start", None)
         results["servers"] = servers.info
     finally:
         servers.close()

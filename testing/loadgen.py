@@ -40,8 +40,9 @@ class Shot:
     `esun_uuid` it went out under and, once read from the server's request log (`testing.report.tag_paths`), the
     `path` the server answered it by (`model`, `deadline`, `overload`, ...; None while unknown).
 
-    The benchmark stamps `due` with the wall clock and times from sending; the soak run stamps it in seconds into
-    the run and times from `due`, so that a generator falling behind shows as latency there.
+    The benchmark stamps `due` with the wall clock; its threads time from sending, testing/aioload.py's open loop
+    times from `due` (`from_due`, the lag included), as the soak run does (which stamps `due` in seconds into the
+    run), so that a queue, or a generator falling behind, shows as latency.
     """
 
     due: float
@@ -51,6 +52,7 @@ class Shot:
     lag_s: float = 0.0
     esun_uuid: str = ""
     path: str | None = None
+    from_due: bool = False
 
     @property
     def valid(self) -> bool:
@@ -58,7 +60,7 @@ class Shot:
 
     @property
     def done(self) -> float:
-        return self.due + self.lag_s + self.latency_s
+        return self.due + self.latency_s if self.from_due else self.due + self.lag_s + self.latency_s
 
 
 def four_keys_problem(status: int, data: object, sent_uuid: str) -> str | None:

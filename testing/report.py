@@ -23,7 +23,7 @@ POLICIES = ("fixed", "adaptive")
 MIB = 1024 * 1024
 # The request log's paths answered with TOP1 instead of the model's answer (api.metrics.FALLBACK_REASONS): instant
 # answers that must not pass for the model's latency in a summary or a plot.
-FALLBACK_PATHS = ("retry_top1", "too_long", "model_loading", "late_accept", "deadline", "overload", "error")
+FALLBACK_PATHS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "deadline", "overload", "error")
 
 
 def answer_kind(path: str | None) -> str:
@@ -48,6 +48,14 @@ def tag_paths(shots: list[Shot], paths_by_uuid: dict[str, str]) -> list[Shot]:
 def paths_by_uuid(log: list[dict[str, Any]]) -> dict[str, str]:
     """Map each esun_uuid of the server's request-log lines to the path it was answered by."""
     return {str(line["esun_uuid"]): str(line.get("path", "?")) for line in log if line.get("esun_uuid")}
+
+
+def connection_error(shot: Shot) -> bool:
+    """Say whether a request got no answer because its connection failed (refused, reset, cut mid-answer, closed
+    before answering), as opposed to no answer within the generator's timeout."""
+    if shot.status or shot.problem is None:
+        return False
+    return shot.problem.startswith("connection: ") or shot.problem.startswith(("ConnectionError", "ChunkedEncoding"))
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -92,8 +100,9 @@ def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str
               stats_delta: dict[str, int] | None) -> dict[str, Any]:
     """Summarise one point: throughput, latency percentiles, failures, lateness, paths and batching.
 
-    Latencies are of the requests due within the window, from sending to answer (what the server is answerable
-    for); throughput counts the 200 answers that arrived within the window.
+    Latencies are of the requests due within the window, from sending to answer (closed loop) or from when each
+    was due (testing/aioload.py's open loop, `Shot.from_due`); throughput counts the 200 answers that arrived
+    within the window; the model's share is of the answers the server logged, by path.
     """
     start, end = window
     duration_s = end - start
@@ -107,9 +116,11 @@ def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str
         **kind_latency(answered),
         "non_200": sum(1 for s in shots if s.status != 200),
         "no_answer": sum(1 for s in shots if s.status == 0),
+        "connection_errors": sum(1 for s in shots if connection_error(s)),
         "invalid": sum(1 for s in shots if s.status == 200 and not s.valid),
         "late_over_1s": sum(1 for s in shots if not s.status or s.latency_s > JUDGE_TIMEOUT_S),
         "paths": dict(sorted(paths.items())),
+        "model_share": round(1 - fallback_share(dict(paths)), 4) if paths else None,
     }
     if stats_delta:
         batches, items = stats_delta.get("batches", 0), stats_delta.get("items", 0)
@@ -135,7 +146,9 @@ def kind_latency(answered: list[Shot]) -> dict[str, Any]:
 
 def print_point(section: str, label: str, p: dict[str, Any]) -> None:
     print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
-          f"max {p['max_ms']} ms, non-200 {p['non_200']}, late {p['late_over_1s']}, paths {p['paths']}", flush=True)
+          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p.get('connection_errors', 0)}, "
+          f"late {p['late_over_1s']}, paths {p['paths']}, generator {p.get('generator', '?')} "
+          f"{p.get('generator_cpu_pct', '?')} % of a core", flush=True)
 
 
 def _fmt(value: Any) -> str:
@@ -170,9 +183,8 @@ def markdown(results: dict[str, Any]) -> str:
                   f"{a['torch_threads']}).", ""]
     if "b" in results:
         lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
-                  "| batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | late > 1 s | mean batch | generator CPU % | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  _generator_line(results["b"].get("on", []) + results["b"].get("off", [])), "",
+                  _CLOSED_HEAD.replace("| name |", "| batching |"), _CLOSED_RULE]
         for mode in ("on", "off"):
             for p in results["b"].get(mode, []):
                 lines.append(_row(mode, p["clients"], p))
@@ -180,29 +192,35 @@ def markdown(results: dict[str, Any]) -> str:
                   f"{_fmt(results['b'].get('capacity_rps'))} req/s.", ""]
     if "c" in results:
         c = results["c"]
+        points = c["points"]
+        answer_s = points[0].get("no_answer_after_s", 2.0) if points else 2.0
+        origin = "due" if points and points[0].get("latency_from") == "due" else "sent"
         lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
+                  _generator_line(points), "",
                   "| load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | no answer (> 2 s) | late > 1 s | client lag p99 ms | not sent | generator CPU % | "
-                  "answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for p in c["points"]:
+                  f"non-200 | connection errors | no answer (> {answer_s:g} s) | late > 1 s | model share | "
+                  "client lag p99 ms | generator CPU % | answers by path |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for p in points:
+            share = p.get("model_share")
             lines.append(f"| {p['factor']:g}x | {p['target_rps']} | {p['sent_rps']} | {p['throughput_rps']} | "
                          f"{_fmt(p['p50_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | "
-                         f"{_fmt(p['server_p99_ms'])} | {p['non_200']} | {p['no_answer']} | "
-                         f"{p['late_over_1s']} of {p['requests']} | "
-                         f"{_fmt(p['client_lag_p99_ms'])} | {p['not_sent']} | {_fmt(p.get('generator_cpu_pct'))} | "
+                         f"{_fmt(p['server_p99_ms'])} | {p['non_200']} | {p.get('connection_errors', '-')} | "
+                         f"{p['no_answer']} | {p['late_over_1s']} of {p['requests']} | "
+                         f"{'-' if share is None else f'{share * 100:.1f} %'} | "
+                         f"{_fmt(p['client_lag_p99_ms'])} | {_fmt(p.get('generator_cpu_pct'))} | "
                          f"{_paths_text(p['paths'])} |")
-        lines += ["", "Latency is from sending to answer, as the client saw it; server p99 is what the server logged "
-                  "(view entered to answer made), without the wait for a free gunicorn thread; client lag is how "
-                  "late the load generator sent a request after its scheduled time (it shares the machine with the "
-                  "server); not sent: requests still queued in the generator when the point ended; generator CPU %: "
-                  "the load generator's own CPU time over the point, as a share of one core (of the machine's two).",
-                  ""]
+        lines += ["", f"Latency is from when each request was {origin} to its answer, as the client saw it; server "
+                  "p99 is what the server logged (from gunicorn's accept to the answer); non-200 counts every "
+                  f"request without a 200, the connection errors (refused, reset, cut mid-answer) and those with no "
+                  f"answer within {answer_s:g} s among them; model share: answers the model made, of those the "
+                  "server logged; client lag: how late the load generator sent a request after its scheduled time "
+                  "(it shares the machine with the server); generator CPU %: the load generator's own CPU time "
+                  "over the point, as a share of one core (of the machine's two).", ""]
     if "d" in results:
         lines += ["## d. Batch policy: fixed vs adaptive", "",
-                  "| policy | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
-                  "non-200 | late > 1 s | mean batch | generator CPU % | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  _generator_line(results["d"].get("fixed", []) + results["d"].get("adaptive", [])), "",
+                  _CLOSED_HEAD.replace("| name |", "| policy |"), _CLOSED_RULE]
         for policy in POLICIES:
             for p in results["d"].get(policy, []):
                 lines.append(_row(policy, p["clients"], p))
@@ -222,16 +240,49 @@ def markdown(results: dict[str, Any]) -> str:
                              f"{_fmt(tr['median_rps'][policy])} |")
             lines += ["", f"Adaptive over fixed (medians): {_fmt(tr['adaptive_over_fixed'])}."]
         lines.append("")
+    if "e" in results:
+        lines += replica_markdown(results["e"])
     return "\n".join(lines)
+
+
+_CLOSED_HEAD = ("| name | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
+                "non-200 | connection errors | late > 1 s | mean batch | generator CPU % | answers by path |")
+_CLOSED_RULE = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+
+
+def _generator_line(points: list[dict[str, Any]]) -> str:
+    """Name the load generator(s) of a section's points."""
+    names = sorted({str(p.get("generator", "threads")) for p in points})
+    return f"Load generator: {', '.join(names) or '-'} (its own CPU share of one core is in each row)."
 
 
 def _row(name: str, clients: int, p: dict[str, Any]) -> str:
     batch = (p.get("batcher") or {}).get("mean_batch_size")
     return (f"| {name} | {clients} | {p['throughput_rps']} | {p['model_rps']} | {_fmt(p['p50_ms'])} | "
             f"{_fmt(p['p95_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | {_fmt(p.get('server_p99_ms'))} | "
-            f"{p['non_200']} | "
+            f"{p['non_200']} | {p.get('connection_errors', '-')} | "
             f"{p['late_over_1s']} of {p['requests']} | {_fmt(batch)} | {_fmt(p.get('generator_cpu_pct'))} | "
             f"{_paths_text(p['paths'])} |")
+
+
+def replica_markdown(e: dict[str, Any]) -> list[str]:
+    """Render section e (replicas behind nginx) as a table, memory per replica beside the throughput."""
+    lines = [f"## e. Replicas on one host behind nginx ({e['clients']} closed-loop clients through nginx)", "",
+             _generator_line(e["points"]), "",
+             "| replicas | req/s | model req/s | p50 ms | p99 ms | non-200 | connection errors | late > 1 s | "
+             "RSS per replica MiB | RSS total MiB | PSS total MiB | nginx CPU % | generator CPU % | answers by path |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+    for p in e["points"]:
+        lines.append(f"| {p['replicas']} | {p['throughput_rps']} | {p['model_rps']} | {_fmt(p['p50_ms'])} | "
+                     f"{_fmt(p['p99_ms'])} | {p['non_200']} | {p.get('connection_errors', '-')} | "
+                     f"{p['late_over_1s']} of {p['requests']} | "
+                     f"{', '.join(_fmt(m) for m in p['rss_mib_per_replica'])} | {_fmt(p['rss_mib_total'])} | "
+                     f"{_fmt(p['pss_mib_total'])} | {_fmt(p.get('nginx_cpu_pct'))} | "
+                     f"{_fmt(p.get('generator_cpu_pct'))} | {_paths_text(p['paths'])} |")
+    lines += ["", "Each replica is gunicorn as `make run` starts it (master + worker; RSS and PSS of both, after "
+              "the point). RSS counts the pages a worker shares with its master (torch, imported before the fork) "
+              "in both; PSS splits them, so the PSS total is what the replicas really take together.", ""]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------------

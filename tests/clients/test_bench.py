@@ -1,4 +1,5 @@
-"""testing/bench.py end to end on the fake corrector: the policy section runs, writes its tables and JSON."""
+"""testing/bench.py end to end on the fake corrector: the policy section and the overload section (the lean
+generators: wrk, testing/aioload.py) run and write their tables and JSON; section e puts replicas behind nginx."""
 
 from __future__ import annotations
 
@@ -33,3 +34,42 @@ def test_bench_policy_section_compares_both_policies_in_abba_rounds(tmp_path: Pa
     assert d["throughput_rounds"]["adaptive_over_fixed"] > 0
     assert "ABBA rounds" in (tmp_path / "bench.md").read_text()
     assert (tmp_path / "d_policy_latency_by_clients.png").stat().st_size > 0
+
+
+def test_bench_overload_section_runs_the_lean_generators_and_counts_every_request(tmp_path: Path):
+    run = subprocess.run(
+        [sys.executable, "-m", "testing.bench", "--quick", "--fake", "--sections", "c", "--duration", "1",
+         "--out", str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    results = json.loads((tmp_path / "bench.json").read_text())
+    assert results["generator"] == "lean" and results["open_loop_timeout_s"] == 10.0
+    (point,) = results["c"]["points"]  # --quick: 2x only
+    assert point["factor"] == 2.0 and point["generator"].startswith("aioload")
+    assert point["latency_from"] == "due" and point["requests"] > 0
+    assert point["non_200"] == 0 and point["connection_errors"] == 0 and point["no_answer"] == 0
+    # one raw row per request due in the window, each a 200 whose path the server's log named
+    rows = json.loads((tmp_path / "bench_raw.json").read_text())["c/overload/2x"]
+    assert len(rows) == point["requests"] and {row[2] for row in rows} == {200}
+    assert all(row[5] is not None for row in rows)
+    assert sum(point["paths"].values()) >= point["requests"]  # the server logged an answer for each
+    assert 0 <= point["model_share"] <= 1 and 0 < point["generator_cpu_pct"] <= 100 * (os.cpu_count() or 1)
+    assert "connection errors" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_replica_section_measures_each_replica_count_behind_nginx(tmp_path: Path):
+    run = subprocess.run(
+        [sys.executable, "-m", "testing.bench", "--quick", "--fake", "--sections", "e", "--duration", "1",
+         "--out", str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    points = json.loads((tmp_path / "bench.json").read_text())["e"]["points"]
+    assert [p["replicas"] for p in points] == [1, 2]  # --quick: 1 and 2 replicas
+    for p in points:
+        assert p["requests"] > 0 and p["non_200"] == 0 and p["connection_errors"] == 0
+        assert len(p["rss_mib_per_replica"]) == p["replicas"] and all(m > 0 for m in p["rss_mib_per_replica"])
+        assert p["rss_mib_total"] == pytest.approx(sum(p["rss_mib_per_replica"]), abs=0.5)
+    assert all(n > 0 for n in points[1]["answers_per_replica"])  # nginx spreads the load over both
+    assert "## e. Replicas" in (tmp_path / "bench.md").read_text()

@@ -1,0 +1,451 @@
+"""A lean load generator on one asyncio event loop: open and closed loop, keep-alive HTTP/1.1.
+
+Why not testing/loadgen.py's threads: on this 2-core machine the server and the load generator share the CPUs,
+and a thread plus a `requests.Session` per in-flight request took 68-93 % of one core in the open-loop overload
+points (docs/benchmarks.md), so the figures said as much about the generator as about the server. Here there are
+no threads, no tasks and no streams per request: the schedule calls `send`, which writes a pre-serialised body on
+an idle connection's transport; the connection's protocol parses the answer as its bytes arrive (Content-Length,
+chunked, or until close) and records the request. Only opening a connection is a coroutine. One watchdog, not a
+timer per request, ends the requests past their timeout. On uvloop when it is installed (requirements-dev.txt).
+`python -m testing.loadgen_cost` measures what each generator costs (docs/bench/loadgen_cost.md).
+
+- `open_loop`: Poisson arrivals whatever the answers do. Latency counts from when each request was *due* (its
+  scheduled time), so a server that makes a queue, or a generator that falls behind, shows as latency; how late
+  the generator sent each request is kept apart as its lag. A request takes an idle keep-alive connection or opens
+  a new one (no cap: an open loop never waits for a connection) and gives it back once its answer is read whole,
+  unless the server said `Connection: close`. Connections idle longer than `IDLE_CLOSE_S` are closed rather than
+  reused, below gunicorn's keep-alive of 5 s, so that a connection the server is closing is never picked.
+- `closed_loop`: `clients` connections, each sending its next request as soon as the previous is answered.
+
+Every request is one `testing.loadgen.Shot`: status 0 when no answer came, with a problem that says why:
+`connection: ...` (refused, reset, cut mid-answer, closed before answering) or `timeout: ...`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from testing.loadgen import CLIENT_TIMEOUT_S, Shot, four_keys_problem, fresh_payload
+
+T = TypeVar("T")
+# Below gunicorn's keepalive (api/gunicorn_conf.py: 5 s), as nginx's upstream keepalive_timeout is.
+IDLE_CLOSE_S = 4.0
+# How often the watchdog looks for requests past their timeout.
+WATCHDOG_S = 0.05
+# The schedule sleeps at least this long between sends (what is due meanwhile leaves together, its lag recorded):
+# a shorter sleep is a spin on uvloop, whose timers count whole milliseconds.
+MIN_SLEEP_S = 0.001
+# An answer to /inference is a few hundred bytes; a header block over this is not one.
+MAX_HEADER_BYTES = 64 * 1024
+CONNECTION_PROBLEM = "connection: "
+TIMEOUT_PROBLEM = "timeout: "
+
+
+def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+# Event loops to run on: asyncio's own, and uvloop (libuv, in C) when installed, the default then.
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop] | None] = {"asyncio": None}
+if (_uvloop := _uvloop_factory()) is not None:
+    LOOP_FACTORIES["uvloop"] = _uvloop
+LOOPS = tuple(LOOP_FACTORIES)
+_loop_name = "uvloop" if "uvloop" in LOOP_FACTORIES else "asyncio"
+
+
+def loop_name() -> str:
+    """Name the event loop the generators run on now."""
+    return _loop_name
+
+
+@contextlib.contextmanager
+def using_loop(name: str) -> Iterator[None]:
+    """Run the generators on this event loop (one of LOOPS) within the block."""
+    global _loop_name
+    if name not in LOOP_FACTORIES:
+        raise ValueError(f"unknown event loop {name!r}: choose from {', '.join(LOOPS)}")
+    previous, _loop_name = _loop_name, name
+    try:
+        yield
+    finally:
+        _loop_name = previous
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    with asyncio.Runner(loop_factory=LOOP_FACTORIES[_loop_name]) as runner:
+        return runner.run(coro)
+
+
+@dataclass
+class Target:
+    """Where requests go: host, port and the request line's target, from a base URL."""
+
+    host: str
+    port: int
+    path: str = "/inference"
+
+    @classmethod
+    def from_url(cls, url: str, path: str = "/inference") -> Target:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"only http:// URLs are supported, got {url!r}")
+        return cls(parts.hostname, parts.port or 80, path)
+
+    def request(self, payload: bytes) -> bytes:
+        """Return the whole request for a JSON body."""
+        return (f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n").encode("ascii") + payload
+
+
+@dataclass(slots=True)
+class Request:
+    """One request in flight: when it was due (wall clock, and the loop's clock), when it left, its esun_uuid."""
+
+    due_wall: float
+    due: float
+    sent: float
+    esun_uuid: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One parsed HTTP answer: status, body, and whether the server keeps the connection open."""
+
+    status: int
+    body: bytes
+    keep_alive: bool
+
+
+def parse_answer(buffer: bytearray, closed: bool = False) -> tuple[Answer, int] | None:
+    """Parse one HTTP/1.1 answer at the start of buffer; return it and its length in bytes, None while incomplete.
+
+    `closed`: the connection has ended, so a body without a length ends here. ValueError if it is not HTTP.
+    """
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        if len(buffer) > MAX_HEADER_BYTES:
+            raise ValueError("header block too long")
+        return None
+    lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP status line: {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip().lower()
+    keep_alive = headers.get("connection") != "close" and parts[0] == "HTTP/1.1"
+    start = end + 4
+    if "content-length" in headers:
+        length = int(headers["content-length"])
+        if len(buffer) < start + length:
+            return None
+        return Answer(int(parts[1]), bytes(buffer[start:start + length]), keep_alive), start + length
+    if headers.get("transfer-encoding") == "chunked":
+        body, used = _chunked(buffer, start)
+        return None if body is None else (Answer(int(parts[1]), body, keep_alive), used)
+    if not closed:
+        return None
+    return Answer(int(parts[1]), bytes(buffer[start:]), False), len(buffer)
+
+
+def _chunked(buffer: bytearray, at: int) -> tuple[bytes | None, int]:
+    chunks = []
+    while True:
+        eol = buffer.find(b"\r\n", at)
+        if eol < 0:
+            return None, 0
+        size = int(bytes(buffer[at:eol]).split(b";")[0], 16)
+        if size == 0:
+            if buffer.find(b"\r\n", eol + 2) < 0:
+                return None, 0
+            return b"".join(chunks), buffer.find(b"\r\n", eol + 2) + 2
+        if len(buffer) < eol + 2 + size + 2:
+            return None, 0
+        chunks.append(bytes(buffer[eol + 2:eol + 2 + size]))
+        at = eol + 2 + size + 2
+
+
+def answer_problem(answer: Answer, sent_uuid: str) -> str | None:
+    """Say whether an answer is a four-key answer to this question (the benchmark's check, as the threads')."""
+    try:
+        data: object = json.loads(answer.body)
+    except ValueError:
+        data = answer.body[:200].decode("utf-8", "replace")
+    return four_keys_problem(answer.status, data, sent_uuid)
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection: carries one request at a time and parses its answer as the bytes come."""
+
+    def __init__(self, generator: Generator) -> None:
+        self.generator = generator
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.request: Request | None = None
+        self.idle_since = 0.0
+        self.closed = False
+        self.client = -1  # the closed loop's client this connection serves (-1: the open loop's pool)
+
+    @classmethod
+    def unopened(cls, generator: Generator, client: int) -> Connection:
+        """A connection that never opened (or failed to): the closed loop's client opens a new one."""
+        conn = cls(generator)
+        conn.closed, conn.client = True, client
+        return conn
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, request: Request, data: bytes) -> None:
+        self.request = request
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.request is None:  # bytes nobody asked for: this connection cannot be trusted any more
+            self.close()
+            return
+        try:
+            parsed = parse_answer(self.buffer)
+        except ValueError as exc:
+            self._fail(f"{CONNECTION_PROBLEM}{exc}")
+            return
+        if parsed is not None:
+            answer, used = parsed
+            del self.buffer[:used]
+            request, self.request = self.request, None
+            if not answer.keep_alive:
+                self.close()
+            self.generator.answered(self, request, answer)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost says what that did to a request in flight
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.request is not None:
+            try:
+                parsed = parse_answer(self.buffer, closed=True)
+            except ValueError:
+                parsed = None
+            if parsed is not None:
+                request, self.request = self.request, None
+                self.generator.answered(self, request, parsed[0])
+                return
+            why = type(exc).__name__ if exc is not None else (
+                "cut mid-answer" if self.buffer else "closed before answering")
+            self._fail(f"{CONNECTION_PROBLEM}{why}")
+
+    def timed_out(self) -> None:
+        """The request in flight is past its timeout: record it and drop the connection (its answer is pending)."""
+        self._fail(f"{TIMEOUT_PROBLEM}no answer in time")
+
+    def usable(self, now: float) -> bool:
+        return not self.closed and now - self.idle_since < IDLE_CLOSE_S
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, problem: str) -> None:
+        request, self.request = self.request, None
+        self.close()
+        if request is not None:
+            self.generator.failed(self, request, problem)
+
+
+class Generator:
+    """The shots, the idle connections, the requests in flight, and the target's bytes."""
+
+    def __init__(self, target: Target, templates: list[str], timeout_s: float) -> None:
+        self.target = target
+        self.templates = templates
+        self.timeout_s = timeout_s
+        self.loop = asyncio.get_running_loop()
+        self.t0 = self.loop.time()
+        self.t0_wall = time.time()
+        self.shots: list[Shot] = []
+        self.idle: list[Connection] = []
+        self.busy: set[Connection] = set()
+        self.opening = 0
+        self.opened = 0
+        self.reused = 0
+        self.on_done: Callable[[Connection, int], None] | None = None  # the closed loop's next request
+
+    def wall(self, loop_time: float) -> float:
+        return self.t0_wall + (loop_time - self.t0)
+
+    def send(self, due: float, index: int, conn: Connection | None = None) -> None:
+        """Send the request due at `due` (loop clock) on `conn`, an idle connection, or a new one."""
+        esun_uuid, payload = fresh_payload(self.templates[index % len(self.templates)])
+        now = self.loop.time()
+        request = Request(self.wall(due), due, now, esun_uuid, due + self.timeout_s)
+        if conn is None:
+            while self.idle:
+                candidate = self.idle.pop()  # the most recently used: the least likely to be closing
+                if candidate.usable(now):
+                    conn = candidate
+                    self.reused += 1
+                    break
+                candidate.close()
+        if conn is None:
+            self.opening += 1
+            self.loop.create_task(self._open_and_send(request, self.target.request(payload)))
+            return
+        self.busy.add(conn)
+        conn.send(request, self.target.request(payload))
+
+    async def _open_and_send(self, request: Request, data: bytes, client: int = -1) -> None:
+        try:
+            _, conn = await self.loop.create_connection(lambda: Connection(self), self.target.host, self.target.port)
+        except OSError as exc:
+            self.opening -= 1
+            self._record(request, 0, f"{CONNECTION_PROBLEM}{type(exc).__name__}")
+            if self.on_done is not None:  # the closed loop's client tries again a little later, not in a spin
+                self.loop.call_later(0.01, self.on_done, Connection.unopened(self, client), client)
+            return
+        self.opening -= 1
+        self.opened += 1
+        conn.client = client
+        self.busy.add(conn)
+        request.sent = self.loop.time()
+        conn.send(request, data)
+
+    def answered(self, conn: Connection, request: Request, answer: Answer) -> None:
+        self._record(request, answer.status, answer_problem(answer, request.esun_uuid))
+        self.busy.discard(conn)
+        if self.on_done is not None:
+            self.on_done(conn, conn.client)
+        elif not conn.closed:
+            conn.idle_since = self.loop.time()
+            self.idle.append(conn)
+
+    def failed(self, conn: Connection, request: Request, problem: str) -> None:
+        self._record(request, 0, problem)
+        self.busy.discard(conn)
+        if self.on_done is not None:
+            self.on_done(conn, conn.client)
+
+    def _record(self, request: Request, status: int, problem: str | None) -> None:
+        now = self.loop.time()
+        self.shots.append(Shot(request.due_wall, now - request.due, status, problem,
+                               lag_s=max(0.0, request.sent - request.due), esun_uuid=request.esun_uuid,
+                               from_due=True))
+
+    async def watchdog(self) -> None:
+        """End the requests past their timeout, every WATCHDOG_S."""
+        while True:
+            await asyncio.sleep(WATCHDOG_S)
+            now = self.loop.time()
+            for conn in [c for c in self.busy if c.request is not None and c.request.deadline <= now]:
+                conn.timed_out()
+
+    async def drain(self) -> None:
+        """Wait until no request is in flight or being opened (each ends by its answer or its timeout)."""
+        while self.busy or self.opening:
+            await asyncio.sleep(WATCHDOG_S)
+
+    def close(self) -> None:
+        for conn in [*self.idle, *self.busy]:
+            conn.close()
+
+
+def poisson_offsets(rate_rps: float, total_s: float, seed: int) -> list[float]:
+    """Return the send times (seconds from the start) of Poisson arrivals at rate_rps within total_s."""
+    rng = random.Random(seed)
+    offsets, t = [], rng.expovariate(rate_rps)
+    while t < total_s:
+        offsets.append(t)
+        t += rng.expovariate(rate_rps)
+    return offsets
+
+
+async def _open_loop(target: Target, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
+                     timeout_s: float, seed: int) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    gen = Generator(target, templates, timeout_s)
+    watchdog = asyncio.create_task(gen.watchdog())
+    offsets = poisson_offsets(rate_rps, warmup_s + duration_s, seed)
+    i = 0
+    while i < len(offsets):
+        now = gen.loop.time()
+        while i < len(offsets) and gen.t0 + offsets[i] <= now:  # everything due by now, late ones included
+            gen.send(gen.t0 + offsets[i], i)
+            i += 1
+        if i < len(offsets):
+            await asyncio.sleep(max(MIN_SLEEP_S, gen.t0 + offsets[i] - gen.loop.time()))
+    dispatch_s = gen.loop.time() - gen.t0
+    await gen.drain()
+    watchdog.cancel()
+    gen.close()
+    start, end = gen.t0_wall + warmup_s, gen.t0_wall + warmup_s + duration_s
+    measured = [s for s in gen.shots if start <= s.due < end]
+    generator = {"scheduled_rps": round(len(offsets) / max(dispatch_s, 1e-9), 2),
+                 "sent_rps": round(sum(1 for s in gen.shots if start <= s.due + s.lag_s < end) / duration_s, 2),
+                 "connections_opened": gen.opened, "connections_reused": gen.reused, "not_sent": 0,
+                 "event_loop": _loop_name}
+    return measured, start, end, generator
+
+
+async def _closed_loop(target: Target, clients: int, duration_s: float, warmup_s: float, templates: list[str],
+                       timeout_s: float) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    gen = Generator(target, templates, timeout_s)
+    stop_at = gen.t0 + warmup_s + duration_s
+    sent = [index * 7919 for index in range(clients)]  # each client walks the bodies from its own place
+
+    def next_request(conn: Connection, client: int) -> None:
+        now = gen.loop.time()
+        if now >= stop_at:
+            return
+        sent[client] += 1
+        if conn.closed:
+            gen.opening += 1
+            esun_uuid, payload = fresh_payload(templates[sent[client] % len(templates)])
+            request = Request(gen.wall(now), now, now, esun_uuid, now + timeout_s)
+            gen.loop.create_task(gen._open_and_send(request, target.request(payload), client))
+        else:
+            gen.send(now, sent[client], conn)
+
+    gen.on_done = next_request
+    watchdog = asyncio.create_task(gen.watchdog())
+    for client in range(clients):
+        next_request(Connection.unopened(gen, client), client)
+    await asyncio.sleep(max(0.0, stop_at - gen.loop.time()))
+    await gen.drain()
+    watchdog.cancel()
+    gen.close()
+    start, end = gen.t0_wall + warmup_s, gen.t0_wall + warmup_s + duration_s
+    return ([s for s in gen.shots if start <= s.due < end], start, end,
+            {"connections_opened": gen.opened, "connections_reused": gen.reused, "event_loop": _loop_name})
+
+
+def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
+              timeout_s: float = CLIENT_TIMEOUT_S, seed: int = 0) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    """Send Poisson arrivals at rate_rps for warmup_s + duration_s on keep-alive connections, whatever the answers
+    do; wait for every answer or its timeout (counted from its due time). Return the shots due in the measured
+    window (latency from due), its wall-clock start and end, and the generator's figures (rates scheduled and
+    sent, connections opened and reused)."""
+    return _run(_open_loop(Target.from_url(url), rate_rps, duration_s, warmup_s, templates, timeout_s, seed))
+
+
+def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
+                timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    """Run `clients` connections, each sending its next request when the previous is answered, for warmup_s +
+    duration_s; return the shots due in the measured window, its start and end, and connection counts."""
+    return _run(_closed_loop(Target.from_url(url), clients, duration_s, warmup_s, templates, timeout_s))

@@ -1,0 +1,124 @@
+"""The benchmark's closed loop through Debian's `wrk` (C, epoll, one thread) and testing/wrk.lua.
+
+Why wrk: on this 2-core machine the load generator takes CPU from the server it measures; wrk sends and reads on
+one event-loop thread in C, and its Lua script (LuaJIT) only builds each body and notes each answer. Measured with
+`python -m testing.loadgen_cost` against the same server, it costs the least CPU per request of the generators
+tried (docs/bench/loadgen_cost.md). wrk has no open loop (that is testing/aioload.py's).
+
+What the script records per request (esun_uuid, sent, answered, status) becomes the same `Shot`s the other
+generators make, so the summaries, the paths from the server's log and the plots are the same. wrk's own
+connection errors (connect, read, write) and the requests it never got an answer to are reported beside them.
+wrk's CPU time is its own (os.wait4's resource usage of the child), reported as a share of one core.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from testing.loadgen import CLIENT_TIMEOUT_S, Shot
+
+SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
+# Extra seconds wrk runs after the measured window, so that the requests due in the window get their answer
+# (wrk stops at its duration without waiting for the requests in flight).
+TAIL_S = 2.0
+
+
+class WrkMissing(RuntimeError):
+    """wrk is not installed (testing/install_tools.sh installs Debian's)."""
+
+
+def wrk_path() -> str | None:
+    """Return wrk's path, None when it is not installed."""
+    return shutil.which("wrk")
+
+
+def _run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, float, str]:
+    """Run a command to its end; return its exit status, its own CPU seconds (user + system) and its output."""
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                process.kill()
+                pid, status, usage = os.wait4(process.pid, 0)
+                break
+            time.sleep(0.05)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        output.seek(0)
+        return process.returncode, usage.ru_utime + usage.ru_stime, output.read().decode("utf-8", "replace")
+
+
+def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
+                timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    """Run wrk with `clients` connections (one thread: the server needs the cores) for warmup_s + duration_s (+ a
+    tail); return the shots due in the measured window (status 0 for a request never answered), its wall-clock
+    start and end, and wrk's figures: its CPU share of one core over its run, its error counts."""
+    wrk = wrk_path()
+    if wrk is None:
+        raise WrkMissing("wrk is not installed: run `bash testing/install_tools.sh`")
+    with tempfile.TemporaryDirectory(prefix="esun-wrk-") as tmp:
+        bodies = Path(tmp) / "bodies.jsonl"
+        bodies.write_text("".join(t.replace("\n", " ") + "\n" for t in templates), encoding="utf-8")
+        out = Path(tmp) / "answers"
+        run_s = math.ceil(warmup_s + duration_s + TAIL_S)
+        env = {**os.environ, "ESUN_WRK_BODIES": str(bodies), "ESUN_WRK_OUT": str(out),
+               "ESUN_WRK_UUID_PREFIX": secrets.token_hex(16)}
+        command = [wrk, "-t", "1", "-c", str(clients), "-d", f"{run_s}s", "--timeout", f"{math.ceil(timeout_s)}s",
+                   "-s", str(SCRIPT), url.rstrip("/") + "/inference"]
+        launched = time.time()
+        code, cpu_s, output = _run(command, env, run_s + 30)
+        wall_s = time.time() - launched
+        if code != 0:
+            raise RuntimeError(f"wrk exited with {code}: {output[-2000:]}")
+        answers, left, errors = _read(out)
+    start = launched + warmup_s
+    end = start + duration_s
+    shots = [Shot(sent, done - sent, status, _problem(status, valid), esun_uuid=esun_uuid)
+             for esun_uuid, sent, done, status, valid in answers if esun_uuid != "-"]
+    shots += [Shot(sent, 0.0, 0, "connection: no answer before wrk stopped", esun_uuid=esun_uuid)
+              for esun_uuid, sent in left]
+    # Error answers carry no esun_uuid: their send time is unknown; they count at their answer's time.
+    shots += [Shot(done, 0.0, status, _problem(status, False)) for esun_uuid, _, done, status, _ in answers
+              if esun_uuid == "-"]
+    generator = {"generator": "wrk", "generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
+                 "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2),
+                 "generator_cpu_us_per_request": round(1e6 * cpu_s / len(answers), 1) if answers else None,
+                 "wrk_errors": errors}
+    return [s for s in shots if start <= s.due < end], start, end, generator
+
+
+def _problem(status: int, valid: bool) -> str | None:
+    """Say what is wrong with an answer, from its status and testing/wrk.lua's check of its body."""
+    if status != 200:
+        return f"HTTP {status}"
+    return None if valid else "not a four-key answer to this question"
+
+
+def _read(out: Path) -> tuple[list[tuple[str, float, float, int, bool]], list[tuple[str, float]], dict[str, int]]:
+    """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts."""
+    answers = []
+    for path in sorted(out.parent.glob(out.name + "-*.tsv")):
+        if path.name.endswith(("-left.tsv", "-errors.tsv")):
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            esun_uuid, sent, done, status, valid = line.split("\t")
+            answers.append((esun_uuid, float(sent), float(done), int(status), valid == "1"))
+    left_path = out.parent / f"{out.name}-left.tsv"
+    left = [(u, float(t)) for u, t in (line.split("\t") for line in left_path.read_text().splitlines())] \
+        if left_path.exists() else []
+    errors_path = out.parent / f"{out.name}-errors.tsv"
+    errors = {k: int(v) for k, v in (line.split("\t") for line in errors_path.read_text().splitlines())} \
+        if errors_path.exists() else {}
+    return answers, left, errors

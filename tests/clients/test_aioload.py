@@ -1,0 +1,94 @@
+"""testing/aioload.py: the lean open- and closed-loop generator counts every request once, with its status, and
+tells connection errors from timeouts. Against tiny servers in the test's own threads (tests/clients/fake_http.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testing import aioload
+from testing.loadgen import payload_templates
+from testing.report import connection_error, summarise
+from tests.clients.fake_http import closed_port, serving
+
+TEMPLATES = payload_templates([{"esun_uuid": "", "sentence_list": ["喂 你好"], "retry": 2},
+                               {"esun_uuid": "", "sentence_list": ["密碼 我 要 進去", "密碼 哇 進去"], "retry": 2}])
+
+
+def test_parse_answer_waits_for_the_whole_body_then_reads_keep_alive():
+    raw = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: application/json\r\n\r\n{"answer":1}'
+    assert aioload.parse_answer(bytearray(raw[:40])) is None
+    answer, used = aioload.parse_answer(bytearray(raw))
+    assert (answer.status, answer.body, answer.keep_alive, used) == (200, b'{"answer":1', True, len(raw) - 1)
+
+
+def test_parse_answer_reads_chunked_bodies_and_connection_close():
+    raw = (b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+           b"3\r\nabc\r\n0\r\n\r\n")
+    answer, used = aioload.parse_answer(bytearray(raw))
+    assert (answer.status, answer.body, answer.keep_alive, used) == (503, b"abc", False, len(raw))
+
+
+def test_parse_answer_without_a_length_ends_when_the_connection_does():
+    raw = bytearray(b"HTTP/1.0 200 OK\r\n\r\nbody")
+    assert aioload.parse_answer(raw) is None
+    answer, _ = aioload.parse_answer(raw, closed=True)
+    assert (answer.body, answer.keep_alive) == (b"body", False)
+
+
+def test_parse_answer_refuses_what_is_not_http():
+    with pytest.raises(ValueError, match="not an HTTP status line"):
+        aioload.parse_answer(bytearray(b"SSH-2.0-OpenSSH\r\n\r\n"))
+
+
+def test_poisson_offsets_are_increasing_within_the_run_at_about_the_rate():
+    offsets = aioload.poisson_offsets(1000.0, 2.0, seed=1)
+    assert offsets == sorted(offsets) and offsets[0] > 0 and offsets[-1] < 2.0
+    assert 1800 < len(offsets) < 2200
+
+
+def test_open_loop_records_every_due_request_once_with_its_answer_on_reused_connections():
+    with serving("answer") as (url, served):
+        shots, start, end, generator = aioload.open_loop(url, 200.0, 1.0, 0.2, TEMPLATES, timeout_s=2.0, seed=3)
+    assert len(shots) == len([t for t in aioload.poisson_offsets(200.0, 1.2, 3) if t >= 0.2])
+    assert all(s.status == 200 and s.valid and s.from_due for s in shots)
+    assert all(start <= s.due < end for s in shots)
+    assert {s.esun_uuid for s in shots} <= set(served) and len({s.esun_uuid for s in shots}) == len(shots)
+    assert generator["connections_reused"] > 0  # keep-alive: not a connection per request
+    assert all(s.latency_s >= s.lag_s for s in shots)  # counted from the due time, the send lag included
+
+
+def test_closed_loop_keeps_each_client_on_one_connection():
+    with serving("answer") as (url, served):
+        shots, _, _, generator = aioload.closed_loop(url, 4, 0.8, 0.2, TEMPLATES, timeout_s=2.0)
+    assert shots and all(s.status == 200 and s.valid for s in shots)
+    assert generator["connections_opened"] == 4
+    assert len(served) >= len(shots)
+
+
+def test_non_200_answers_are_counted_with_their_status():
+    with serving("unavailable") as (url, _):
+        shots, start, end, _ = aioload.open_loop(url, 50.0, 0.5, 0.1, TEMPLATES, timeout_s=2.0)
+    summary = summarise(shots, (start, end), {}, None)
+    assert shots and {s.status for s in shots} == {503}
+    assert summary["non_200"] == len(shots) and summary["connection_errors"] == 0 and summary["no_answer"] == 0
+
+
+def test_a_refused_connection_is_a_connection_error_not_a_timeout():
+    shots, start, end, _ = aioload.open_loop(closed_port(), 50.0, 0.5, 0.1, TEMPLATES, timeout_s=2.0)
+    summary = summarise(shots, (start, end), {}, None)
+    assert shots and all(s.status == 0 and s.problem.startswith("connection: ") for s in shots)
+    assert summary["connection_errors"] == summary["no_answer"] == len(shots)
+
+
+def test_an_answer_cut_mid_way_is_a_connection_error():
+    with serving("cut") as (url, _):
+        shots, _, _, _ = aioload.open_loop(url, 20.0, 0.5, 0.1, TEMPLATES, timeout_s=2.0)
+    assert shots and all(s.status == 0 and connection_error(s) and "cut mid-answer" in s.problem for s in shots)
+
+
+def test_a_server_that_never_answers_times_out_each_request_at_its_deadline():
+    with serving("silent") as (url, _):
+        shots, _, _, _ = aioload.open_loop(url, 20.0, 0.5, 0.1, TEMPLATES, timeout_s=0.3)
+    assert shots and all(s.status == 0 and s.problem.startswith("timeout: ") and not connection_error(s)
+                         for s in shots)
+    assert all(s.latency_s >= 0.3 for s in shots)  # none given up before its deadline
