@@ -181,12 +181,14 @@ async def run(host: str, port: int, slow: int, clients: int, seconds: float, ram
     bodies = itertools.cycle(request_bodies(200))
     shots: list[Shot] = []
     server_cpu_start = server_cpu() if server_cpu else 0.0
+    machine_start = _machine_busy_s()
     cpu_start, wall_start = _cpu_s(), time.monotonic()
     end = wall_start + seconds
     sampler = asyncio.create_task(sample_open(stats, end))
     await asyncio.gather(*(closed_loop(Client(host, port, timeout_s), bodies, end, shots) for _ in range(clients)))
     cpu_s, wall_s = _cpu_s() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
+    machine_s = _machine_busy_s() - machine_start
     await sampler
     for holder in holders:
         holder.cancel()
@@ -196,12 +198,22 @@ async def run(host: str, port: int, slow: int, clients: int, seconds: float, ram
     if server_cpu_s is not None:
         result["server_cpu_s"] = round(server_cpu_s, 2)
         result["server_cpu_share"] = round(server_cpu_s / wall_s, 2)
+        # what the rest of the machine took meanwhile (other processes sharing it): figures are comparable only
+        # between runs where it was small
+        result["others_cpu_share"] = round(max(machine_s - server_cpu_s - cpu_s, 0.0) / wall_s, 2)
+    result["machine_cores"] = psutil.cpu_count()
     return result
 
 
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy (all processes, all cores) since boot."""
+    times = psutil.cpu_times()  # on Linux guest time is already in user; steal is the hypervisor's
+    return times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
 
 
 def _slow_summary(stats: SlowStats, asked: int, opened_in_ramp: int) -> dict[str, Any]:
@@ -270,6 +282,8 @@ def print_report(result: dict[str, Any]) -> None:
     if "server_cpu_s" in result:
         print(f"server CPU: {result['server_cpu_s']} s ({result['server_cpu_share'] * 100:.0f} % of one core); "
               f"answers by path: {result.get('server_paths')}")
+        print(f"other processes on this {result['machine_cores']}-core machine meanwhile: "
+              f"{result['others_cpu_share'] * 100:.0f} % of one core")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
