@@ -285,6 +285,13 @@ class StampingThreadWorker(ThreadWorker):
         if not self._reads_requests(conn):
             super().enqueue_req(conn)
             return
+        try:
+            self._start_reading(conn, now)
+        except Exception as exc:  # gthread's accept() would stop the worker on it; close this connection alone
+            self.log.error("cannot read a request from %s: %r", conn.client, exc)
+            self._close(conn)
+
+    def _start_reading(self, conn: Any, now: float) -> None:
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         if conn.sock.gettimeout() != 0.0:  # a thread left it blocking (bytes of a next request were read ahead)
@@ -304,8 +311,13 @@ class StampingThreadWorker(ThreadWorker):
 
     def _on_readable(self, conn: Any, _fileobj: Any) -> None:
         reading = self._reading.get(conn)
-        if reading is not None:
+        if reading is None:
+            return
+        try:
             self._receive(conn, reading)
+        except Exception as exc:  # raised into gthread's run loop it would stop the worker; close this one alone
+            self.log.error("cannot read a request from %s: %r", conn.client, exc)
+            self._close(conn)
 
     def _receive(self, conn: Any, reading: _Reading) -> None:
         """Read what the socket holds now, without blocking, and act on what the request then looks like."""
@@ -401,7 +413,7 @@ class StampingThreadWorker(ThreadWorker):
         if reading is not None:
             self._unregister(conn, reading)
         self.nr_conns -= 1
-        conn.close()
+        conn.close()  # TConn.close swallows OSError
 
     def murder_pending(self) -> None:
         super().murder_pending()

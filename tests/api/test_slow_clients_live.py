@@ -114,7 +114,8 @@ def still_open(sock: socket.socket) -> bool:
     """True when the server has neither closed the connection nor answered on it."""
     sock.setblocking(False)
     try:
-        return sock.recv(1) not in (b"",)  # any byte would be an answer nobody asked for
+        sock.recv(1)  # b"": closed; a byte: an answer nobody asked for
+        return False
     except BlockingIOError:
         return True
     except OSError:
