@@ -4,14 +4,15 @@ api/gunicorn_conf.py names `StampingThreadWorker` as `worker_class`. Two additio
 
 - **Slow clients never hold a thread.** gthread hands a connection to its thread pool as soon as it is accepted
   (or as soon as a kept-alive one turns readable), and the thread then blocks reading the request: a client that
-  sends a few bytes of headers and then nothing holds that thread until it gives up, so 128 such connections
-  stopped the service (issue 14). Here the event loop (gthread's one poller thread) reads every request itself,
-  without blocking, until it is whole (`RequestFrame`: the head, then the body by Content-Length or chunked
-  framing), and only then hands it to the pool; the thread's parser reads the buffered bytes and never waits on
-  the socket. A connection that does not complete its request within `REQUEST_READ_TIMEOUT_S` is closed by the
-  event loop, unanswered, without a thread ever touching it. A request the service would refuse anyway (a body
-  over `MAX_BODY_BYTES`, a head over `MAX_HEAD_BYTES`, framing gunicorn's parser rejects) is answered by the event
-  loop with the app's JSON error body and `Connection: close`, without waiting for the rest of it.
+  sends a few bytes of headers and then nothing holds that thread until it gives up, so about as many such
+  connections as threads stopped the service (issue 14: 140 against 128). Here the event loop (the worker's main
+  thread, gthread's poller) reads every request itself, without blocking, until it is whole (`RequestFrame`: the
+  head, then the body by Content-Length or chunked framing), and only then hands it to the pool; the thread's
+  parser reads the buffered bytes and never waits on the socket. A connection that does not complete its request
+  within `REQUEST_READ_TIMEOUT_S` is closed by the event loop, unanswered, without a thread ever touching it. A
+  request the service would refuse anyway (a body over `MAX_BODY_BYTES`, a head over `MAX_HEAD_BYTES`, framing
+  gunicorn's parser rejects) is answered by the event loop with the app's JSON error body and `Connection: close`,
+  without waiting for the rest of it.
 - **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when the
   event loop started reading it (see api.accept for what that means per connection).
 
@@ -20,9 +21,9 @@ gthread's methods overridden, and why (everything else is gthread's own behaviou
 - `enqueue_req`: gthread's one door into the thread pool (from `accept`, a kept-alive connection turning
   readable, and bytes of a next request already read behind the last one). Here it stamps the connection and
   starts reading; `super().enqueue_req` is called only once the request is whole.
-- `murder_pending`: called by gthread's run loop about once a second (also while it drains on stop); here it
-  also closes the connections whose read timeout passed. gthread's own pending connections (deferred by a thread
-  that saw no data) stay as they are; with whole requests a thread no longer defers any.
+- `murder_pending`: called by gthread's run loop after every pass (at least once a second, also while it drains
+  on stop); here it also closes the connections whose read timeout passed. gthread's own pending connections
+  (deferred by a thread that saw no data) stay as they are; with whole requests a thread no longer defers any.
 - `handle_request`: puts the stamp where the app wrapper finds it, and tells gunicorn not to send
   `100 Continue` a second time when the event loop already sent it.
 - `init_process`, `load_wsgi`: read the two settings, raise the open-file limit to what `worker_connections`
@@ -30,8 +31,10 @@ gthread's methods overridden, and why (everything else is gthread's own behaviou
   environ and calling the app).
 
 Not read here, handed on as gthread does today: TLS (`certfile`), HTTP/2 cleartext and the PROXY protocol, none
-of which `make run` enables. The event loop's timer runs about once a second, so a slow connection is closed
-between `REQUEST_READ_TIMEOUT_S` and that plus one second after its request started.
+of which `make run` enables. The event loop wakes at least once a second, so a slow connection is closed between
+`REQUEST_READ_TIMEOUT_S` and that plus one second after its request started. The cost: the event loop makes the
+few syscalls per request the threads made, and each may wait for the GIL while model threads run Python code;
+docs/benchmarks.md ("Slow clients") measures it with 1,000 slow connections reopened every 5 s.
 """
 
 from __future__ import annotations
