@@ -9,6 +9,7 @@ MARK + TOP1 within milliseconds), so the server starts in a second.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -230,6 +231,23 @@ def test_a_content_length_over_max_body_bytes_is_refused_before_the_body_is_sent
     assert headers["content-type"] == "application/json"
     assert headers["connection"] == "close"
     assert json.loads(body) == {"error": "payload_too_large", "detail": f"body must be under {MAX_BODY_BYTES} bytes"}
+
+
+def test_a_chunked_body_over_max_body_bytes_is_refused_and_the_answer_survives_the_rest_of_the_upload(
+        server: Server):
+    chunk = b"%x\r\n%s\r\n" % (1024, b" " * 1024)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head(None, "Transfer-Encoding: chunked", keep_alive=True))
+        for _ in range(MAX_BODY_BYTES // 1024 + 1):
+            sock.sendall(chunk)
+        time.sleep(0.2)  # refused by now; the client, unaware, goes on sending
+        with contextlib.suppress(OSError):
+            for _ in range(8):
+                sock.sendall(chunk)
+        status, headers, body = read_response(sock)
+    assert status == 413
+    assert headers["connection"] == "close"
+    assert json.loads(body)["error"] == "payload_too_large"
 
 
 def test_a_kept_alive_connection_serves_several_requests(server: Server):
