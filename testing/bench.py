@@ -14,7 +14,8 @@ c. open-loop overload: Poisson arrivals at 2x, 3x and 5x the capacity measured i
 d. batch policy: BATCH_POLICY=fixed vs adaptive, both servers up at once, latency at 1, 2, 4, 10, 64 clients
    (the policies alternate at each point) and throughput at 64 in 8 ABBA rounds, compared by median;
 e. (only when named) replicas on one host: 1, 2, 3 replicas behind nginx, 64 closed-loop clients through nginx,
-   throughput, p50/p99 and each replica's memory (testing/replicas.py).
+   throughput, p50/p99 and each replica's memory (testing/replicas.py); as make run starts them, then again with
+   TORCH_THREADS=1 in each.
 
 Every server is gunicorn started as `make run` starts it (testing/server.py), serving testing/bench_app.py:
 the service's own app plus a read-only route with the batcher's counters (batches, padded waste). Answers are
@@ -296,6 +297,9 @@ class Plan:
     d_rounds: int = 8
     e_replicas: tuple[int, ...] = (1, 2, 3)
     e_clients: int = 64
+    # Replicas as make run starts them, then with one torch thread each: with torch's default (one thread per
+    # core) every replica's batches compete for both cores.
+    e_settings: tuple[dict[str, str], ...] = ({}, {"TORCH_THREADS": "1"})
     fake: bool = False
     profile: bool = False
     generator: str = "lean"
@@ -533,8 +537,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
         return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,),
-                    d_clients=(1, 10, 64), d_rounds=2, e_replicas=(1, 2), fake=args.fake, profile=args.profile,
-                    generator=args.generator)
+                    d_clients=(1, 10, 64), d_rounds=2, e_replicas=(1, 2), e_settings=({},), fake=args.fake,
+                    profile=args.profile, generator=args.generator)
     return Plan(sections, durations, fake=args.fake, profile=args.profile, generator=args.generator)
 
 
@@ -598,11 +602,13 @@ def main(argv: list[str] | None = None) -> int:
                     raw[f"d/{policy}/{p['clients']} clients"] = _raw_series(p)
         if "e" in plan.sections:
             servers.close()  # the replicas get the machine to themselves
-            results["e"] = replica_section(plan.e_replicas, plan.e_clients, plan.durations["e"], templates,
-                                           log_dir, plan.fake)
-            for p in results["e"]["points"]:
-                p.pop("_shots", None)
-                p.pop("_start", None)
+            results["e"] = {"runs": [replica_section(plan.e_replicas, plan.e_clients, plan.durations["e"], templates,
+                                                     log_dir, plan.fake, settings)
+                                     for settings in plan.e_settings]}
+            for run in results["e"]["runs"]:
+                for p in run["points"]:
+                    p.pop("_shots", None)
+                    p.pop("_start", None)
         results["servers"] = servers.info
     finally:
         servers.close()

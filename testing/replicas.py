@@ -1,6 +1,7 @@
 """Replica scaling on one host: 1, 2, 3 replicas behind nginx, closed-loop throughput and memory.
 
     .venv/bin/python -m testing.replicas [--replicas 1,2,3] [--clients 64] [--duration 15] [--out DIR] [--fake]
+                                         [--server-setting TORCH_THREADS=1 ...]
     .venv/bin/python -m testing.bench --sections e          # the same, as the benchmark's section e
 
 Each replica is gunicorn as `make run` starts it (testing/server.py: one worker process, the shipped corrector,
@@ -176,8 +177,9 @@ def measure_through(url: str, replicas: list[ServerProcess], nginx: psutil.Proce
 
 
 def replica_section(counts: tuple[int, ...], clients: int, duration_s: float, templates: list[str], log_dir: Path,
-                    fake: bool = False) -> dict[str, Any]:
-    """Measure 1..n replicas behind nginx (replicas added one at a time, nginx anew over each set)."""
+                    fake: bool = False, settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """Measure 1..n replicas behind nginx (replicas added one at a time, nginx anew over each set); `settings`:
+    environment variables for every replica (Config's), on top of make run's defaults."""
     replicas: list[ServerProcess] = []
     points = []
     app = FAKE_APP if fake else BENCH_APP
@@ -186,7 +188,8 @@ def replica_section(counts: tuple[int, ...], clients: int, duration_s: float, te
             while len(replicas) < count:
                 name = f"replica-{len(replicas) + 1}"
                 print(f"replicas: starting {name}", flush=True)
-                replicas.append(start_server({"LOG_LEVEL": "INFO"}, log_dir / f"server-{name}.log", app=app))
+                replicas.append(start_server({"LOG_LEVEL": "INFO", **(settings or {})},
+                                             log_dir / f"server-{name}.log", app=app))
             idle_memory = [replica_memory(r) for r in replicas]
             with running_nginx(replicas, log_dir / f"nginx-{count}") as (url, nginx):
                 point = measure_through(url, replicas, nginx, clients, duration_s, templates)
@@ -198,7 +201,7 @@ def replica_section(counts: tuple[int, ...], clients: int, duration_s: float, te
     finally:
         for server in replicas:
             server.stop()
-    return {"clients": clients, "duration_s": duration_s, "points": points,
+    return {"clients": clients, "duration_s": duration_s, "points": points, "replica_settings": settings or {},
             "settings": "make run's defaults (no Redis), one gunicorn worker per replica; nginx 1 worker"}
 
 
@@ -215,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=15.0, help="seconds measured per count (default 15)")
     parser.add_argument("--out", type=Path, default=None, help="write replicas.json and replicas.md here")
     parser.add_argument("--fake", action="store_true", help="serve testing/fakes.py's FakeCorrector (smoke runs)")
+    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting (environment variable) for every replica, e.g. TORCH_THREADS=1; repeatable")
     args = parser.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.server_setting if "=" in item)
+    if len(settings) != len(args.server_setting):
+        raise cli.ToolError("--server-setting takes NAME=VALUE")
     counts = tuple(int(x) for x in args.replicas.split(",") if x.strip())
     if not counts or min(counts) < 1:
         raise cli.ToolError(f"--replicas must list counts of at least 1, got {args.replicas!r}")
@@ -226,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     templates = payload_templates(request_pool(400))
     log_dir = Path(tempfile.mkdtemp(prefix="esun-replicas-"))
     try:
-        result = replica_section(counts, args.clients, args.duration, templates, log_dir, args.fake)
+        result = replica_section(counts, args.clients, args.duration, templates, log_dir, args.fake, settings)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
     for p in result["points"]:

@@ -241,7 +241,8 @@ def markdown(results: dict[str, Any]) -> str:
             lines += ["", f"Adaptive over fixed (medians): {_fmt(tr['adaptive_over_fixed'])}."]
         lines.append("")
     if "e" in results:
-        lines += replica_markdown(results["e"])
+        for run in results["e"]["runs"]:
+            lines += replica_markdown(run)
     return "\n".join(lines)
 
 
@@ -267,7 +268,9 @@ def _row(name: str, clients: int, p: dict[str, Any]) -> str:
 
 def replica_markdown(e: dict[str, Any]) -> list[str]:
     """Render section e (replicas behind nginx) as a table, memory per replica beside the throughput."""
-    lines = [f"## e. Replicas on one host behind nginx ({e['clients']} closed-loop clients through nginx)", "",
+    settings = ", ".join(f"{k}={v}" for k, v in (e.get("replica_settings") or {}).items())
+    lines = [f"## e. Replicas on one host behind nginx ({e['clients']} closed-loop clients through nginx"
+             f"{'; every replica with ' + settings if settings else ''})", "",
              _generator_line(e["points"]), "",
              "| replicas | req/s | model req/s | p50 ms | p99 ms | non-200 | connection errors | late > 1 s | "
              "RSS per replica MiB | RSS total MiB | PSS total MiB | nginx CPU % | generator CPU % | answers by path |",

@@ -65,7 +65,8 @@ def test_bench_replica_section_measures_each_replica_count_behind_nginx(tmp_path
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    points = json.loads((tmp_path / "bench.json").read_text())["e"]["points"]
+    (run_e,) = json.loads((tmp_path / "bench.json").read_text())["e"]["runs"]  # --quick: make run's settings only
+    points = run_e["points"]
     assert [p["replicas"] for p in points] == [1, 2]  # --quick: 1 and 2 replicas
     for p in points:
         assert p["requests"] > 0 and p["non_200"] == 0 and p["connection_errors"] == 0
