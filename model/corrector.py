@@ -8,8 +8,10 @@ precision) when available, CPU otherwise.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from model.rerank import Reranker, RerankWeights
 from preprocess.text import NBest, top1_answer
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+WARM_UP_LISTS = 256  # four full batches: about 1 s of start-up on 2 cores
 log = logging.getLogger(__name__)
 
 
@@ -108,9 +111,26 @@ class Corrector:
         if self.lm_path is not None:
             self.lm = LanguageModel(Path(self.lm_path))
         self.reranker = self._reranker()
-        warm = NBest(("喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去", "喂 您好 密碼 我 要 進去"))
-        self.predict_batch([warm] * 4)
+        warm = self._warm_up_lists()
+        for start in range(0, len(warm), 64):
+            self.predict_batch(warm[start : start + 64])
         self.ready = True
+
+    def _warm_up_lists(self) -> list[NBest]:
+        """Lists of frequent Taiwan words, seeded: the first full batches after start-up otherwise run 3-4 times
+        slower (featurization's first passes), long enough under load for requests to time out into TOP1."""
+        warm = NBest(("喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去", "喂 您好 密碼 我 要 進去"))
+        if self.lm is None:
+            return [warm] * WARM_UP_LISTS
+        logp = self.lm.lexicon.logp
+        words = heapq.nlargest(20_000, logp, key=logp.__getitem__)
+        rng = random.Random(0)
+        lists = []
+        for _ in range(WARM_UP_LISTS):
+            top1 = rng.choices(words, k=rng.randint(3, 12))
+            others = [[*top1[:k], rng.choice(words), *top1[k + 1 :]] for k in rng.sample(range(len(top1)), 3)]
+            lists.append(NBest(tuple(" ".join(h) for h in (top1, *others))))
+        return lists
 
     def _reranker(self) -> Reranker | None:
         """The second stage the weights' config describes for `stage`, or None for the network alone."""
