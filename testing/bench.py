@@ -199,14 +199,16 @@ def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
 def generator_cpu() -> Iterator[dict[str, float]]:
     """Measure the load generator's own CPU time (this process, all its threads) over a point, as a share of one
     core: on this 2-core machine the generator and the server share the CPUs, and readers must see how much it
-    took. Fills {"generator_cpu_pct": ...} when the block ends."""
+    took. Fills {"generator_cpu_pct": ..., "generator_cpu_s": ..., "generator_wall_s": ...} when the block ends
+    (the wall time includes the warm-up and, in an open loop, the wait for the last answers)."""
     out: dict[str, float] = {}
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
         yield out
     finally:
-        wall = time.perf_counter() - wall0
-        out["generator_cpu_pct"] = round(100 * (time.process_time() - cpu0) / wall, 1) if wall > 0 else 0.0
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        out["generator_cpu_pct"] = round(100 * cpu / wall, 1) if wall > 0 else 0.0
+        out["generator_cpu_s"], out["generator_wall_s"] = round(cpu, 3), round(wall, 2)
 
 
 def run_closed(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
@@ -221,7 +223,8 @@ def run_closed(url: str, clients: int, duration_s: float, warmup_s: float, templ
         shots, start, end, info = wrkload.closed_loop(url, clients, duration_s, warmup_s, templates)
         errors = info["wrk_errors"]
         return shots, start, end, {"generator": "wrk", "generator_cpu_pct": info["generator_cpu_pct"],
-                                   "wrk_errors": errors}
+                                   "generator_cpu_s": info["generator_cpu_s"],
+                                   "generator_wall_s": info["generator_wall_s"], "wrk_errors": errors}
     print("bench: wrk is not installed (bash testing/install_tools.sh): closed loops run on testing/aioload.py",
           flush=True)
     with generator_cpu() as cpu:
