@@ -14,7 +14,7 @@ timer per request, ends the requests past their timeout. On uvloop when it is in
   the generator sent each request is kept apart as its lag. A request takes an idle keep-alive connection or opens
   a new one (no cap: an open loop never waits for a connection) and gives it back once its answer is read whole,
   unless the server said `Connection: close`. Connections idle longer than `IDLE_CLOSE_S` are closed rather than
-  reused, below gunicorn's keep-alive of 5 s, so that a connection the server is closing is never picked.
+  reused, well below gunicorn's keep-alive (75 s), so that a connection the server is closing is never picked.
 - `closed_loop`: `clients` connections, each sending its next request as soon as the previous is answered.
 
 Every request is one `testing.loadgen.Shot`: status 0 when no answer came, with a problem that says why:
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from testing.loadgen import CLIENT_TIMEOUT_S, Shot, four_keys_problem, fresh_payload
 
 T = TypeVar("T")
-# Below gunicorn's keepalive (api/gunicorn_conf.py: 5 s), as nginx's upstream keepalive_timeout is.
+# Well below gunicorn's keepalive (api/gunicorn_conf.py: 75 s), as nginx's upstream keepalive_timeout (4 s) is.
 IDLE_CLOSE_S = 4.0
 # How often the watchdog looks for requests past their timeout.
 WATCHDOG_S = 0.05
