@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,12 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from config import REPO_ROOT
-from tests.deploy.procs import free_port, stop, wait_for
+from tests.deploy.procs import free_port, gunicorn
 
 pytestmark = pytest.mark.live
 
-GUNICORN = Path(sys.executable).parent / "gunicorn"
 BUDGET_S = 0.75  # JUDGE_TIMEOUT_S 1.0 less the default 0.25 margin
 MARK = "改"  # the fake corrector's mark on its answers
 TOP1 = "喂你好密碼我要進去"
@@ -43,28 +38,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Start gunicorn around the fake-corrector app; return once /readyz is 200."""
     port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
-    env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "HTTP_THREADS": "16", "MAX_BATCH_SIZE": "8",
-           "JUDGE_TIMEOUT_S": "1.0", "LOG_LEVEL": "INFO"}
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket",
-             "testing.bench_app:create_bench_app(fake=True)"],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-        )
-    try:
-        wait_for(lambda: _readyz_status(port) == 200, "gunicorn /readyz", process, timeout_s=30.0)
+    settings = {"HTTP_THREADS": "16", "MAX_BATCH_SIZE": "8", "JUDGE_TIMEOUT_S": "1.0"}
+    with gunicorn("testing.bench_app:create_bench_app(fake=True)", port, log, settings):
         yield Server(port, log)
-    finally:
-        stop(process)
-
-
-def _readyz_status(port: int) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        connection.request("GET", "/readyz")
-        return connection.getresponse().status
-    finally:
-        connection.close()
 
 
 def question(name: str) -> bytes:

@@ -12,11 +12,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import resource
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -26,12 +23,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from config import REPO_ROOT
-from tests.deploy.procs import free_port, stop, wait_for
+from tests.deploy.procs import free_port, gunicorn
 
 pytestmark = pytest.mark.live
 
-GUNICORN = Path(sys.executable).parent / "gunicorn"
 THREADS = 16
 SLOW_CONNECTIONS = 300
 READ_TIMEOUT_S = 3.0
@@ -56,34 +51,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Start gunicorn around the fake-corrector app with 16 threads; return once /readyz is 200."""
     port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
-    env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "HTTP_THREADS": str(THREADS),
-           "MAX_BATCH_SIZE": "8", "JUDGE_TIMEOUT_S": "1.0", "REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
-           "MAX_BODY_BYTES": str(MAX_BODY_BYTES), "LOG_LEVEL": "INFO"}
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", "testing.fakes:create_fake_app()"],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=_low_open_file_limit,
-        )
-    try:
-        wait_for(lambda: _readyz_status(port) == 200, "gunicorn /readyz", process, timeout_s=30.0)
+    settings = {"HTTP_THREADS": str(THREADS), "MAX_BATCH_SIZE": "8", "JUDGE_TIMEOUT_S": "1.0",
+                "REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S), "MAX_BODY_BYTES": str(MAX_BODY_BYTES)}
+    with gunicorn("testing.fakes:create_fake_app()", port, log, settings, preexec_fn=_low_open_file_limit) as process:
         yield Server(port, log, process.pid)
-    finally:
-        stop(process)
 
 
 def _low_open_file_limit() -> None:
     """Start gunicorn with the soft open-file limit many shells give (1,024), under its hard limit."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(LOW_SOFT_LIMIT, hard), hard))
-
-
-def _readyz_status(port: int) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        connection.request("GET", "/readyz")
-        return connection.getresponse().status
-    finally:
-        connection.close()
 
 
 def question(name: str) -> bytes:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "run deploy/install_tools.sh (make test runs it first)"
+GUNICORN = Path(sys.executable).parent / "gunicorn"
 
 
 def find_tool(name: str) -> str:
@@ -58,3 +62,31 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+
+
+def readyz_status(port: int) -> int:
+    """Return the status of GET /readyz on a loopback port."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", "/readyz")
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+@contextmanager
+def gunicorn(app: str, port: int, log: Path, settings: dict[str, str],
+             preexec_fn: Callable[[], None] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Serve `app` with gunicorn as `make run` does (api/gunicorn_conf.py) on a loopback port, with `settings` in
+    its environment and its stderr (the JSON log) in `log`; yield once /readyz is 200, stop it after."""
+    env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "LOG_LEVEL": "INFO", **settings}
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", app],
+            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=preexec_fn,
+        )
+    try:
+        wait_for(lambda: readyz_status(port) == 200, "gunicorn /readyz", process, timeout_s=30.0)
+        yield process
+    finally:
+        stop(process)
