@@ -36,6 +36,7 @@ REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "m
 # Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
 FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "deadline", "overload", "error")
 CACHE_LEVELS = ("local", "redis")
+REFUSAL_STATUSES = ("400", "413", "431")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")
 # Around the judge's 1 s timeout and the 0.75 s default budget.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0)
@@ -71,11 +72,21 @@ class Metrics:
         self.redis_circuit_open = Gauge(
             "redis_circuit_open", "1 while the Redis circuit breaker is open (Redis not asked).",
             namespace=NAMESPACE, registry=r)
+        # Connections the gunicorn worker's event loop dealt with before any thread (api.worker): slow clients.
+        self.reads_timed_out = Counter(
+            "request_reads_timed_out", "Connections closed unanswered because their request was not whole within "
+            "REQUEST_READ_TIMEOUT_S.", namespace=NAMESPACE, registry=r)
+        self.requests_refused = Counter(
+            "requests_refused", "Requests answered by gunicorn's event loop before the app, by status (400 "
+            "unframeable, 413 body over MAX_BODY_BYTES, 431 head too large).", ["status"], namespace=NAMESPACE,
+            registry=r)
         # Every label value exists from the start, so rates and alerts see zeros instead of missing series.
         for path in REQUEST_PATHS:
             self.request_seconds.labels(path)
         for reason in FALLBACK_REASONS:
             self.fallbacks.labels(reason)
+        for status in REFUSAL_STATUSES:
+            self.requests_refused.labels(status)
         for level in CACHE_LEVELS:
             for result in CACHE_RESULTS:
                 self.cache_lookups.labels(level, result)
@@ -100,6 +111,14 @@ class Metrics:
     def redis_circuit(self, is_open: bool) -> None:
         """Record the Redis circuit breaker's state (cache.CacheObserver)."""
         self.redis_circuit_open.set(1 if is_open else 0)
+
+    def read_timed_out(self) -> None:
+        """Count a connection closed because its request was not whole in time (the worker's event loop)."""
+        self.reads_timed_out.inc()
+
+    def request_refused(self, status: int) -> None:
+        """Count a request the worker's event loop answered itself with an error status."""
+        self.requests_refused.labels(str(status)).inc()
 
     def watch_overload(self, control: OverloadControl) -> None:
         """Expose the overload control's state, read at each scrape."""

@@ -59,6 +59,7 @@ from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import ThreadWorker
 
 from api.accept import ACCEPTED_AT_KEY
+from api.metrics import METRICS_KEY
 from config import Config
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -247,11 +248,14 @@ class StampingThreadWorker(ThreadWorker):
         self.max_body_bytes = config.max_body_bytes
         self._reading: OrderedDict[Any, _Reading] = OrderedDict()  # in deadline order: deadlines only grow
         self._handling = threading.local()
+        self.metrics = None  # the app's, once loaded (load_wsgi)
         self._fit_open_file_limit()
         super().init_process()  # loads the app (load_wsgi), then runs the event loop until the worker stops
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
+        # The app's metrics (api.metrics), where the event loop counts slow clients closed and requests refused.
+        self.metrics = getattr(self.wsgi, "extensions", {}).get(METRICS_KEY)
         # Flask's documented place for WSGI middleware is `app.wsgi_app`: `self.wsgi` stays the Flask app, which
         # gunicorn_conf.worker_exit reads its state from.
         if hasattr(self.wsgi, "wsgi_app"):
@@ -387,6 +391,8 @@ class StampingThreadWorker(ThreadWorker):
         connection and the client could lose the answer (RFC 9112 section 9.6).
         """
         self.log.info("refused a request before the app: %s %s (%s)", refusal.status, refusal.detail, conn.client)
+        if self.metrics is not None:
+            self.metrics.request_refused(refusal.status)
         reading.refused = True
         reading.buffer.clear()
         reading.deadline = time.monotonic() + self.read_timeout_s  # the latest deadline: the order holds
@@ -427,6 +433,8 @@ class StampingThreadWorker(ThreadWorker):
                 break
             if not reading.refused:
                 self.log.debug("closed %s: its request was not whole within %s s", conn.client, self.read_timeout_s)
+                if self.metrics is not None:
+                    self.metrics.read_timed_out()
             self._close(conn)
 
     # --- the accept stamp ------------------------------------------------------------------------------------

@@ -267,3 +267,28 @@ def test_the_worker_raises_its_open_file_limit_for_its_connections(server: Serve
     soft, hard = worker.rlimit(psutil.RLIMIT_NOFILE)
     assert psutil.Process(server.master_pid).rlimit(psutil.RLIMIT_NOFILE)[0] == min(LOW_SOFT_LIMIT, hard)
     assert soft == hard  # 4,096 connections need more than 1,024 files
+
+
+def metric(port: int, series: str) -> float:
+    """Read one series' value from the server's /metrics."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    return next(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series + " "))
+
+
+def test_metrics_count_the_connections_closed_for_the_read_timeout_and_the_requests_refused(server: Server):
+    timed_out = "esun_request_reads_timed_out_total"
+    refused = 'esun_requests_refused_total{status="413"}'
+    before = metric(server.port, timed_out), metric(server.port, refused)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=READ_TIMEOUT_S + 5) as sock:
+        sock.sendall(PARTIAL_HEAD)
+        assert sock.recv(65536) == b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head(MAX_BODY_BYTES + 1))
+        assert read_response(sock)[0] == 413
+    after = metric(server.port, timed_out), metric(server.port, refused)
+    assert after[0] >= before[0] + 1 and after[1] == before[1] + 1
