@@ -313,11 +313,16 @@ class Generator:
         conn.send(request, self.target.request(payload))
 
     async def _open_and_send(self, request: Request, data: bytes, client: int = -1) -> None:
+        # The request's timeout covers opening its connection: a server whose listen queue is full leaves a
+        # connect waiting on the kernel's SYN retries for tens of seconds.
         try:
-            _, conn = await self.loop.create_connection(lambda: Connection(self), self.target.host, self.target.port)
-        except OSError as exc:
+            async with asyncio.timeout_at(request.deadline):
+                _, conn = await self.loop.create_connection(lambda: Connection(self), self.target.host,
+                                                            self.target.port)
+        except (OSError, TimeoutError) as exc:
             self.opening -= 1
-            self._record(request, 0, f"{CONNECTION_PROBLEM}{type(exc).__name__}")
+            self._record(request, 0, f"{TIMEOUT_PROBLEM}no connection in time" if isinstance(exc, TimeoutError)
+                         else f"{CONNECTION_PROBLEM}{type(exc).__name__}")
             if self.on_done is not None:  # the closed loop's client tries again a little later, not in a spin
                 self.loop.call_later(0.01, self.on_done, Connection.unopened(self, client), client)
             return

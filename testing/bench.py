@@ -274,8 +274,10 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
     paths = count_paths(log, start, end + answer_s)
     lags = latency_stats([s.lag_s for s in shots])
     if info["sent_rps"] < 0.9 * rate_rps:
-        print(f"bench c: the load generator put {info['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
-              f"asked: it, not only the server, is saturated (it shares the machine)", flush=True)
+        print(f"bench c: the load generator put {info['sent_rps']} req/s on the wire of the {rate_rps:.0f} asked "
+              f"(lag p50 {lags['p50_ms']} ms, p99 {lags['p99_ms']} ms): a generator short of CPU lags every "
+              f"request; a server slow to accept connections (a full listen queue) delays those that needed a new "
+              f"one", flush=True)
     return {"target_rps": round(rate_rps, 2), **info, "duration_s": duration_s, "no_answer_after_s": answer_s,
             "latency_from": "due" if shots and shots[0].from_due else "sent",
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],

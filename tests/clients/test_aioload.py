@@ -8,7 +8,7 @@ import pytest
 from testing import aioload
 from testing.loadgen import payload_templates
 from testing.report import connection_error, summarise
-from tests.clients.fake_http import closed_port, serving
+from tests.clients.fake_http import closed_port, never_accepting, serving
 
 TEMPLATES = payload_templates([{"esun_uuid": "", "sentence_list": ["喂 你好"], "retry": 2},
                                {"esun_uuid": "", "sentence_list": ["密碼 我 要 進去", "密碼 哇 進去"], "retry": 2}])
@@ -92,3 +92,11 @@ def test_a_server_that_never_answers_times_out_each_request_at_its_deadline():
     assert shots and all(s.status == 0 and s.problem.startswith("timeout: ") and not connection_error(s)
                          for s in shots)
     assert all(s.latency_s >= 0.3 for s in shots)  # none given up before its deadline
+
+
+def test_a_server_that_never_accepts_times_out_each_request_including_its_connect():
+    with never_accepting() as url:
+        shots, _, _, generator = aioload.open_loop(url, 40.0, 0.5, 0.0, TEMPLATES, timeout_s=0.5)
+    assert shots and all(s.status == 0 and s.problem.startswith("timeout: ") for s in shots)
+    assert any(s.problem == "timeout: no connection in time" for s in shots)  # the listen queue was full
+    assert generator["connections_opened"] < len(shots)
