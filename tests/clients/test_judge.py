@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from flask import Flask, jsonify, request
 
+from api.metrics import METRICS_KEY
 from config import Config
 from preprocess.labelled import Labelled, read_labelled, write_labelled
 from preprocess.text import NBest, han_only
@@ -84,11 +85,14 @@ def test_judge_counts_late_first_attempt_and_takes_the_retrys_answer(
         make_app: Callable[..., Flask], make_live_server: Callable[[Flask], str], config: Config,
         fake_corrector, items: list[Labelled]):
     gate = threading.Event()  # holds every model batch: the service answers only at its own deadline (0.3 s)
-    url = make_live_server(make_app(config, fake_corrector(gate=gate)))
+    app = make_app(config, fake_corrector(gate=gate))
+    url = make_live_server(app)
     try:
         run = judge(url, items, timeout_s=0.2, concurrency=len(items))
     finally:
         gate.set()
+        # the late first attempts' views end (and write their log lines) within this test, not after it
+        _wait_until_idle(app)
 
     assert all(a.outcomes == ("late", "answered") for a in run.answers)
     # the retry is answered at once by the service's retry guard: TOP1, the model has not answered yet
@@ -175,3 +179,11 @@ def test_judge_main_prints_summary_and_refuses_malformed_file(live_server: str, 
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == f"{bad}: line 1 (id '1'): sentence_list must be a non-empty list of " \
                                               "strings, got no such key"
+
+
+def _wait_until_idle(app: Flask, timeout_s: float = 5.0) -> None:
+    """Wait until the app has no /inference request in flight (its metrics' gauge)."""
+    registry = app.extensions[METRICS_KEY].registry
+    deadline = time.monotonic() + timeout_s
+    while registry.get_sample_value("esun_requests_in_flight") and time.monotonic() < deadline:
+        time.sleep(0.02)
