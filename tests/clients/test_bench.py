@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,14 +17,19 @@ from testing.server import REPO_ROOT
 pytestmark = pytest.mark.live
 
 
-def test_bench_policy_section_compares_both_policies_in_abba_rounds(tmp_path: Path):
+def run_bench(out: Path, section: str, timeout_s: float = 180) -> dict[str, Any]:
+    """Run one section of the benchmark, quick and on the fake corrector, into `out`; return its bench.json."""
     run = subprocess.run(
-        [sys.executable, "-m", "testing.bench", "--quick", "--fake", "--sections", "d", "--duration", "1",
-         "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+        [sys.executable, "-m", "testing.bench", "--quick", "--fake", "--sections", section, "--duration", "1",
+         "--out", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    results = json.loads((tmp_path / "bench.json").read_text())
+    return json.loads((out / "bench.json").read_text())
+
+
+def test_bench_policy_section_compares_both_policies_in_abba_rounds(tmp_path: Path):
+    results = run_bench(tmp_path, "d")
     d = results["d"]
     for policy in ("fixed", "adaptive"):
         assert [p["clients"] for p in d[policy]] == [1, 10, 64]
@@ -37,13 +43,7 @@ def test_bench_policy_section_compares_both_policies_in_abba_rounds(tmp_path: Pa
 
 
 def test_bench_overload_section_runs_the_lean_generators_and_counts_every_request(tmp_path: Path):
-    run = subprocess.run(
-        [sys.executable, "-m", "testing.bench", "--quick", "--fake", "--sections", "c", "--duration", "1",
-         "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    results = json.loads((tmp_path / "bench.json").read_text())
+    results = run_bench(tmp_path, "c")
     assert results["generator"] == "lean" and results["open_loop_timeout_s"] == 10.0
     (point,) = results["c"]["points"]  # --quick: 2x only
     assert point["factor"] == 2.0 and point["generator"].startswith("aioload")
@@ -59,13 +59,8 @@ def test_bench_overload_section_runs_the_lean_generators_and_counts_every_reques
 
 
 def test_bench_replica_section_measures_each_replica_count_behind_nginx(tmp_path: Path):
-    run = subprocess.run(
-        [sys.executable, "-m", "testing.bench", "--quick", "--fake", "--sections", "e", "--duration", "1",
-         "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    (run_e,) = json.loads((tmp_path / "bench.json").read_text())["e"]["runs"]  # --quick: make run's settings only
+    results = run_bench(tmp_path, "e", timeout_s=240)
+    (run_e,) = results["e"]["runs"]  # --quick: make run's settings only
     points = run_e["points"]
     assert [p["replicas"] for p in points] == [1, 2]  # --quick: 1 and 2 replicas
     for p in points:
