@@ -93,11 +93,21 @@ class Config:
     log_level: str = "INFO"
     # gunicorn: one process (all requests share one batcher), this many threads.
     http_threads: int = 128
+    # /inference requests the thread pool holds at once (0: half of http_threads, see `pool_cap`); past this the
+    # worker's event loop answers at the door (api/door.py: TOP1, path `pool_full`). Each one is a thread contending
+    # for the GIL with the event loop that reads every request: measured at 3x the closed-loop capacity with 128
+    # threads, a limit of 64 answered none late, 96 1.5 %, 128 4.8 %.
+    pool_limit: int = 0
     graceful_timeout_s: float = 30.0
     worker_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    @property
+    def pool_cap(self) -> int:
+        """/inference requests the thread pool holds at once: `pool_limit`, or half the threads when it is 0."""
+        return self.pool_limit or self.http_threads // 2
 
     @property
     def budget_s(self) -> float:
@@ -155,6 +165,7 @@ def _coerce(name: str, raw: str, kind: type) -> Any:
 
 def _validate(c: Config) -> None:
     _at_least(c, "port", 0)
+    _at_least(c, "pool_limit", 0)
     if c.port > 65535:
         raise ConfigError(f"port must be <= 65535, got {c.port}")
     for name in ("max_batch_size", "max_in_flight", "max_top1_chars", "max_hypotheses",
@@ -202,6 +213,10 @@ def _validate(c: Config) -> None:
             f"max_top1_chars must be <= max_chars_per_hypothesis ({c.max_chars_per_hypothesis}),"
             f" got {c.max_top1_chars}"
         )
+    if c.pool_limit and not c.max_batch_size <= c.pool_limit <= c.http_threads:
+        # Under a batch's size a batch never fills; over the threads the pool queues what it cannot serve.
+        raise ConfigError(f"pool_limit must be 0 (half of http_threads) or between max_batch_size "
+                          f"({c.max_batch_size}) and http_threads ({c.http_threads}), got {c.pool_limit}")
     if c.http_threads < 2 * c.max_batch_size:
         # Fewer threads than two batches' worth of requests and a batch can never fill.
         raise ConfigError(

@@ -8,6 +8,7 @@ from functools import partial
 
 from flask import Flask
 
+from api.door import DOOR_KEY, Door
 from api.errors import register_error_handlers
 from api.interfaces import Corrector, Engine, Prediction, batch_fn, size_of
 from api.loading import LoadingCorrector
@@ -67,6 +68,7 @@ def create_app(
         config=config, corrector=corrector, batcher=batcher, cache=cache, overload=overload
     )
     app.extensions[METRICS_KEY] = metrics
+    app.extensions[DOOR_KEY] = Door(config, overload, metrics, local_cache=cache.local)
     register_error_handlers(app)
     register_routes(app)
     instrument(app)

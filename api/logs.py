@@ -16,7 +16,7 @@ from gunicorn.glogging import Logger as GunicornBaseLogger
 
 REQUEST_LOG = logging.getLogger("api.requests")
 # Paths on which the answer is TOP1 because something went wrong, not by design.
-_DEGRADED_PATHS = frozenset({"model_loading", "late_accept", "shed", "deadline", "overload", "error"})
+_DEGRADED_PATHS = frozenset({"model_loading", "late_accept", "shed", "pool_full", "deadline", "overload", "error"})
 
 
 class JsonFormatter(logging.Formatter):

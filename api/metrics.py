@@ -32,9 +32,10 @@ NAMESPACE = "esun"
 
 # How a request was answered: the `path` of the request log, plus "rejected" for a non-200 answer.
 REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "model_loading", "late_accept", "shed",
-                 "deadline", "overload", "error", "rejected")
+                 "pool_full", "deadline", "overload", "error", "rejected")
 # Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
-FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "deadline", "overload", "error")
+FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "pool_full", "deadline",
+                    "overload", "error")
 CACHE_LEVELS = ("local", "redis")
 REFUSAL_STATUSES = ("400", "413", "431")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")

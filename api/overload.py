@@ -28,7 +28,8 @@ What it does, at the end of each interval (AIMD on the model's share, like TCP's
 - otherwise: it grows by `max_in_flight / RECOVERY_STEPS` per interval until back at `max_in_flight`.
 
 A request that finds as many model requests in flight as the limit allows is answered TOP1 at once (path
-`shed`); so is every new arrival at limit 0. At limit `max_in_flight` the controller admits every request and
+`shed`); so is every new arrival at limit 0. Most of them never reach a thread: the worker's event loop asks
+first (`turn_away`, api.door) and answers them itself. At limit `max_in_flight` the controller admits every request and
 leaves the bound to the batcher (path `overload`), so a server without a standing queue never answers `shed`.
 The level (0 normal, 1 reduced, 2 all shed), the limit, the signals and the shed count are in `/metrics`
 (`api.metrics`); every change of level is one JSON log line (logger `api.overload`).
@@ -149,6 +150,25 @@ class OverloadControl:
                 self._shed_total += 1
         _log_change(change)
         return admitted
+
+    def turn_away(self) -> str | None:
+        """Say whether a request arriving now would get no model slot, without taking one: "shed" when the
+        limit is reduced and reached (counted as shed), "overload" when `max_in_flight` requests wait on the model
+        already (the batcher would refuse it), else None.
+
+        For the door (api.door), which answers such a request from the worker's event loop before any thread.
+        """
+        if not self.enabled:
+            return None
+        with self._lock:
+            change = self._roll(self._clock())
+            path = None
+            if self._in_flight >= self._limit:
+                path = "overload" if self._limit >= self.max_in_flight else "shed"
+            if path == "shed":
+                self._shed_total += 1
+        _log_change(change)
+        return path
 
     def release(self, waited_s: float) -> None:
         """Give back a slot taken by `admit`, with how long its request waited on the model (answer or deadline)."""

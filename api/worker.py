@@ -1,6 +1,6 @@
 """gunicorn's gthread worker, reading each request whole in its event loop before a thread serves it.
 
-api/gunicorn_conf.py names `StampingThreadWorker` as `worker_class`. Two additions to gthread:
+api/gunicorn_conf.py names `StampingThreadWorker` as `worker_class`. Three additions to gthread:
 
 - **Slow clients never hold a thread.** gthread hands a connection to its thread pool as soon as it is accepted
   (or as soon as a kept-alive one turns readable), and the thread then blocks reading the request: a client that
@@ -15,6 +15,11 @@ api/gunicorn_conf.py names `StampingThreadWorker` as `worker_class`. Two additio
   without waiting for the rest of it.
 - **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when the
   event loop started reading it (see api.accept for what that means per connection).
+- **The door** (api.door): before handing a whole `POST /inference` (Content-Length framed) to the pool, the event
+  loop asks the app's door, which answers it at once (TOP1 or a stored answer) when `POOL_LIMIT` requests are in
+  the pool already or no model slot is free. The event loop sends that answer and keeps the connection as gthread
+  would after a thread's answer (kept alive, or closed when the client asked to or the worker is stopping). The
+  pool's count goes up when the event loop hands a request on and down when its thread is done (`handle`).
 
 gthread's methods overridden, and why (everything else is gthread's own behaviour):
 
@@ -26,9 +31,10 @@ gthread's methods overridden, and why (everything else is gthread's own behaviou
   (deferred by a thread that saw no data) stay as they are; with whole requests a thread no longer defers any.
 - `handle_request`: puts the stamp where the app wrapper finds it, and tells gunicorn not to send
   `100 Continue` a second time when the event loop already sent it.
-- `init_process`, `load_wsgi`: read the two settings, raise the open-file limit to what `worker_connections`
-  needs, and wrap the app so that the stamp reaches the environ (gthread offers no hook between building the
-  environ and calling the app).
+- `handle`: counts the request out of the pool when its thread is done with it.
+- `init_process`, `load_wsgi`: read the settings, raise the open-file limit to what `worker_connections`
+  needs, find the app's metrics and door, and wrap the app so that the stamp reaches the environ (gthread offers
+  no hook between building the environ and calling the app).
 
 Not read here, handed on as gthread does today: TLS (`certfile`), HTTP/2 cleartext and the PROXY protocol, none
 of which `make run` enables. The event loop wakes at least once a second, so a slow connection is closed between
@@ -51,6 +57,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from functools import partial
 from typing import Any
 
@@ -59,6 +66,7 @@ from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import ThreadWorker
 
 from api.accept import ACCEPTED_AT_KEY
+from api.door import DOOR_KEY, DOOR_METHOD, DOOR_PATH
 from api.metrics import METRICS_KEY
 from config import Config
 
@@ -95,9 +103,15 @@ class Refusal:
     def response(self) -> bytes:
         body = json.dumps({"error": self.code, "detail": self.detail}).encode()
         reason = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
-        head = (f"HTTP/1.1 {self.status} {reason.get(self.status, 'Error')}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-        return head.encode("latin-1") + body
+        return _response(f"{self.status} {reason.get(self.status, 'Error')}".encode(), body, keep_alive=False)
+
+
+def _response(status: bytes, json_body: bytes, keep_alive: bool) -> bytes:
+    """A whole HTTP/1.1 response with a JSON body, as the event loop sends it."""
+    head = (b"HTTP/1.1 %s\r\nServer: gunicorn\r\nDate: %s\r\nConnection: %s\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n")
+    return head % (status, formatdate(usegmt=True).encode(), b"keep-alive" if keep_alive else b"close",
+                   len(json_body)) + json_body
 
 
 @dataclass
@@ -117,6 +131,10 @@ class RequestFrame:
     content_length: int = 0
     chunked: bool = False
     expects_continue: bool = False
+    # From the request line and the Connection field, once the head is read (what the door needs).
+    method: bytes = b""
+    path: bytes = b""
+    keep_alive: bool = False
 
     def check(self, buffer: bytes | bytearray) -> Verdict | Refusal:
         if self.head_end is None:
@@ -133,6 +151,13 @@ class RequestFrame:
     def waits_for_body(self) -> bool:
         return self.head_end is not None and (self.chunked or self.content_length > 0)
 
+    @property
+    def body_span(self) -> tuple[int, int] | None:
+        """Where the body of a whole Content-Length request lies in the buffer (None: chunked, or head not read)."""
+        if self.head_end is None or self.chunked:
+            return None
+        return self.head_end, self.head_end + self.content_length
+
     def _read_head(self, buffer: bytes | bytearray) -> Refusal | None:
         end = buffer.find(b"\r\n\r\n", 0, self.max_head_bytes + 4)
         if end < 0:
@@ -147,6 +172,9 @@ class RequestFrame:
             return Refusal(400, "bad_request", "bare LF as line terminator")
         request_line, _, fields = head.partition(b"\r\n")
         http_10 = request_line.rstrip().endswith(b"HTTP/1.0")
+        self.method, _, target = request_line.partition(b" ")
+        self.path = target.partition(b" ")[0].partition(b"?")[0]
+        self.keep_alive = request_line.rstrip().endswith(b"HTTP/1.1")
         lengths: list[bytes] = []
         codings: list[bytes] = []
         for line in fields.split(b"\r\n"):
@@ -161,6 +189,8 @@ class RequestFrame:
                 codings.extend(v.strip(b" \t").lower() for v in value.split(b","))
             elif name == b"expect" and value.lower() == b"100-continue" and not http_10:
                 self.expects_continue = True
+            elif name == b"connection" and b"close" in (v.strip(b" \t").lower() for v in value.split(b",")):
+                self.keep_alive = False
         refused = self._read_framing(lengths, codings, http_10)
         if refused is None:
             self.head_end = end + 4
@@ -232,7 +262,7 @@ class _Reading:
     deadline: float
     buffer: bytearray = field(default_factory=bytearray)
     registered: bool = False
-    refused: bool = False  # answered by the event loop; now only waiting for the client to close
+    closing: bool = False  # answered by the event loop with "Connection: close"; waiting for the client to close
     sent_continue: bool = False
 
 
@@ -246,16 +276,24 @@ class StampingThreadWorker(ThreadWorker):
         config = Config.from_env()  # gunicorn_conf already validated the same environment in the master
         self.read_timeout_s = config.request_read_timeout_s
         self.max_body_bytes = config.max_body_bytes
+        self.pool_cap = config.pool_cap
         self._reading: OrderedDict[Any, _Reading] = OrderedDict()  # in deadline order: deadlines only grow
         self._handling = threading.local()
+        # Requests handed to the thread pool and not yet answered: counted up by the event loop, down by the thread
+        # that answered (so that a client's next request, read before gthread's callback runs, finds it free).
+        self._in_pool = 0
+        self._pool_lock = threading.Lock()
         self.metrics = None  # the app's, once loaded (load_wsgi)
+        self.door = None  # the app's (api.door), once loaded
         self._fit_open_file_limit()
         super().init_process()  # loads the app (load_wsgi), then runs the event loop until the worker stops
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
         # The app's metrics (api.metrics), where the event loop counts slow clients closed and requests refused.
-        self.metrics = getattr(self.wsgi, "extensions", {}).get(METRICS_KEY)
+        extensions = getattr(self.wsgi, "extensions", {})
+        self.metrics = extensions.get(METRICS_KEY)
+        self.door = extensions.get(DOOR_KEY)
         # Flask's documented place for WSGI middleware is `app.wsgi_app`: `self.wsgi` stays the Flask app, which
         # gunicorn_conf.worker_exit reads its state from.
         if hasattr(self.wsgi, "wsgi_app"):
@@ -290,7 +328,7 @@ class StampingThreadWorker(ThreadWorker):
         now = time.monotonic()
         conn.accepted_at = now
         if not self._reads_requests(conn):
-            super().enqueue_req(conn)
+            self._submit(conn)
             return
         try:
             self._start_reading(conn, now)
@@ -298,13 +336,13 @@ class StampingThreadWorker(ThreadWorker):
             self.log.error("cannot read a request from %s: %r", conn.client, exc)
             self._close(conn)
 
-    def _start_reading(self, conn: Any, now: float) -> None:
+    def _start_reading(self, conn: Any, now: float, read_ahead: bytes = b"") -> None:
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         if conn.sock.gettimeout() != 0.0:  # a thread left it blocking (bytes of a next request were read ahead)
             conn.sock.setblocking(False)  # (a syscall, and each one in the event loop may wait for the GIL)
         reading = _Reading(RequestFrame(self.max_body_bytes), now + self.read_timeout_s,
-                           bytearray(conn.parser.unreader.take_buffered()))
+                           bytearray(read_ahead or conn.parser.unreader.take_buffered()))
         self._reading[conn] = reading
         if not (reading.buffer and self._advance(conn, reading)):
             self._receive(conn, reading)
@@ -339,8 +377,8 @@ class StampingThreadWorker(ThreadWorker):
         if not data:
             self._close(conn)  # the client went away (before or after a refusal): nothing to answer
             return
-        if reading.refused:
-            return  # discarding what a refused client still sends until it closes
+        if reading.closing:
+            return  # discarding what the client still sends until it closes
         reading.buffer += data
         if not self._advance(conn, reading):
             self._register(conn, reading)
@@ -376,28 +414,83 @@ class StampingThreadWorker(ThreadWorker):
                 self.poller.unregister(conn.sock)
 
     def _hand_on(self, conn: Any, reading: _Reading) -> None:
-        """Give the whole request (and any bytes read behind it) to the thread pool, gthread's way."""
+        """Answer the whole request at the door if the app's door does; else give it (and any bytes read behind
+        it) to the thread pool, gthread's way."""
+        if self._answered_at_door(conn, reading):
+            return
         self._unregister(conn, reading)
         del self._reading[conn]
         conn.parser.unreader.unread(bytes(reading.buffer))
         conn.data_ready = True  # gthread's thread would otherwise wait for the socket to turn readable
         conn.sent_continue = reading.sent_continue
+        self._submit(conn)
+
+    def _submit(self, conn: Any) -> None:
+        with self._pool_lock:
+            self._in_pool += 1
         super().enqueue_req(conn)
 
+    def handle(self, conn: Any) -> Any:
+        try:
+            return super().handle(conn)
+        finally:
+            with self._pool_lock:
+                self._in_pool -= 1
+
+    # --- the door: answers from the event loop (api.door) ----------------------------------------------------
+
+    def _answered_at_door(self, conn: Any, reading: _Reading) -> bool:
+        """Ask the app's door for an answer to this request now; send it and return True if there is one."""
+        frame = reading.frame
+        span = frame.body_span
+        if self.door is None or span is None or frame.method != DOOR_METHOD or frame.path != DOOR_PATH:
+            return False
+        try:
+            body = self.door.answer(bytes(reading.buffer[span[0]:span[1]]), conn.accepted_at,
+                                    pool_full=self._in_pool >= self.pool_cap)
+        except Exception as exc:  # a bug at the door: a thread serves the request, as without one
+            self.log.error("the door failed on a request from %s: %r", conn.client, exc)
+            return False
+        if body is None:
+            return False
+        keep_alive = frame.keep_alive and self.alive and len(self.keepalived_conns) < self.max_keepalived
+        response = _response(b"200 OK", body, keep_alive)
+        if not keep_alive:
+            self._send_and_close(conn, reading, response)
+            return True
+        self._unregister(conn, reading)
+        del self._reading[conn]
+        if not self._send(conn, response, whole=True):
+            return True
+        read_ahead = bytes(reading.buffer[span[1]:])
+        if read_ahead:  # the client's next request is already here: read it as if it had just arrived
+            now = time.monotonic()
+            conn.accepted_at = now
+            self._start_reading(conn, now, read_ahead)
+        else:  # kept alive, waiting for the next request, as gthread keeps a connection after a thread's answer
+            conn.set_timeout()
+            self.keepalived_conns.append(conn)
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
+        return True
+
     def _refuse(self, conn: Any, reading: _Reading, refusal: Refusal) -> None:
-        """Answer from the event loop and half-close; close when the client does or at the deadline.
+        """Answer an error from the event loop and close (`_send_and_close`)."""
+        self.log.info("refused a request before the app: %s %s (%s)", refusal.status, refusal.detail, conn.client)
+        if self.metrics is not None:
+            self.metrics.request_refused(refusal.status)
+        self._send_and_close(conn, reading, refusal.response())
+
+    def _send_and_close(self, conn: Any, reading: _Reading, response: bytes) -> None:
+        """Send an answer from the event loop and half-close; close when the client does or at the deadline.
 
         Closing at once, with the client's unread bytes in the socket, would make the kernel reset the
         connection and the client could lose the answer (RFC 9112 section 9.6).
         """
-        self.log.info("refused a request before the app: %s %s (%s)", refusal.status, refusal.detail, conn.client)
-        if self.metrics is not None:
-            self.metrics.request_refused(refusal.status)
-        reading.refused = True
+        reading.closing = True
         reading.buffer.clear()
         reading.deadline = time.monotonic() + self.read_timeout_s  # the latest deadline: the order holds
         self._reading.move_to_end(conn)
-        if not self._send(conn, refusal.response()):
+        if not self._send(conn, response):
             return
         try:
             conn.sock.shutdown(socket.SHUT_WR)
@@ -406,16 +499,20 @@ class StampingThreadWorker(ThreadWorker):
             return
         self._register(conn, reading)
 
-    def _send(self, conn: Any, data: bytes) -> bool:
-        """Send a short answer without blocking (a fresh socket's buffer takes it whole); False if it closed."""
+    def _send(self, conn: Any, data: bytes, whole: bool = False) -> bool:
+        """Send a short answer without blocking (a socket's buffer takes it whole unless the client stopped reading
+        with answers pending); False if the connection is closed, also when `whole` and only part was sent."""
         try:
-            conn.sock.send(data)
-            return True
+            sent = conn.sock.send(data)
         except (BlockingIOError, InterruptedError):
-            return True
+            sent = 0
         except OSError:
             self._close(conn)
             return False
+        if whole and sent < len(data):
+            self._close(conn)  # a kept-alive connection must not carry a cut answer
+            return False
+        return True
 
     def _close(self, conn: Any) -> None:
         reading = self._reading.pop(conn, None)
@@ -431,7 +528,7 @@ class StampingThreadWorker(ThreadWorker):
             conn, reading = next(iter(self._reading.items()))
             if reading.deadline > now:
                 break
-            if not reading.refused:
+            if not reading.closing:
                 self.log.debug("closed %s: its request was not whole within %s s", conn.client, self.read_timeout_s)
                 if self.metrics is not None:
                     self.metrics.read_timed_out()

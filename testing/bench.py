@@ -298,6 +298,7 @@ class Plan:
     batch_sizes: tuple[int, ...] = BATCH_SIZES
     b_clients: tuple[int, ...] = (1, 10, 64)
     c_factors: tuple[float, ...] = (2.0, 3.0, 5.0)
+    capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
     d_clients: tuple[int, ...] = (1, 2, 4, 10, 64)
     d_rounds: int = 8
     e_replicas: tuple[int, ...] = (1, 2, 3)
@@ -529,6 +530,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="serve testing/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
                              "its figures mean nothing)")
     parser.add_argument("--pool", type=int, default=400, help="how many different request bodies (default 400)")
+    parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
+                        help="the closed-loop capacity that section c's factors multiply when b does not run, e.g. "
+                             "b's figure of an earlier run (default: a probe at 64 clients)")
     return parser
 
 
@@ -543,8 +547,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
         durations["a"] = min(durations["a"], 1.0)
         return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,),
                     d_clients=(1, 10, 64), d_rounds=2, e_replicas=(1, 2), e_settings=({},), fake=args.fake,
-                    profile=args.profile, generator=args.generator)
-    return Plan(sections, durations, fake=args.fake, profile=args.profile, generator=args.generator)
+                    profile=args.profile, generator=args.generator, capacity_rps=args.capacity)
+    return Plan(sections, durations, fake=args.fake, profile=args.profile, generator=args.generator,
+                capacity_rps=args.capacity)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -596,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in results["b"][mode]:
                     raw[f"b/batching {mode}/{p['clients']} clients"] = _raw_series(p)
         if "c" in plan.sections:
-            capacity = results.get("b", {}).get("capacity_rps")
+            capacity = results.get("b", {}).get("capacity_rps") or plan.capacity_rps
             results["c"] = section_c(plan, servers, templates, capacity)
             for p in results["c"]["points"]:
                 raw[f"c/overload/{p['factor']:g}x"] = _raw_series(p)

@@ -23,7 +23,8 @@ POLICIES = ("fixed", "adaptive")
 MIB = 1024 * 1024
 # The request log's paths answered with TOP1 instead of the model's answer (api.metrics.FALLBACK_REASONS): instant
 # answers that must not pass for the model's latency in a summary or a plot.
-FALLBACK_PATHS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "deadline", "overload", "error")
+FALLBACK_PATHS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "pool_full", "deadline",
+                  "overload", "error")
 
 
 def answer_kind(path: str | None) -> str:
