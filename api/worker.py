@@ -19,7 +19,8 @@ api/gunicorn_conf.py names `StampingThreadWorker` as `worker_class`. Three addit
   loop asks the app's door, which answers it at once (TOP1 or a stored answer) when `POOL_LIMIT` requests are in
   the pool already or no model slot is free. The event loop sends that answer and keeps the connection as gthread
   would after a thread's answer (kept alive, or closed when the client asked to or the worker is stopping). The
-  pool's count goes up when the event loop hands a request on and down when its thread is done (`handle`).
+  pool's count goes up when the event loop hands a request on and down when the app has answered it (before the
+  answer is written: a closed-loop client's next request must not find its own last one still counted).
 
 gthread's methods overridden, and why (everything else is gthread's own behaviour):
 
@@ -31,7 +32,7 @@ gthread's methods overridden, and why (everything else is gthread's own behaviou
   (deferred by a thread that saw no data) stay as they are; with whole requests a thread no longer defers any.
 - `handle_request`: puts the stamp where the app wrapper finds it, and tells gunicorn not to send
   `100 Continue` a second time when the event loop already sent it.
-- `handle`: counts the request out of the pool when its thread is done with it.
+- `handle`: counts the request out of the pool if the app did not (an error before the app).
 - `init_process`, `load_wsgi`: read the settings, raise the open-file limit to what `worker_connections`
   needs, find the app's metrics and door, and wrap the app so that the stamp reaches the environ (gthread offers
   no hook between building the environ and calling the app).
@@ -431,9 +432,18 @@ class StampingThreadWorker(ThreadWorker):
         super().enqueue_req(conn)
 
     def handle(self, conn: Any) -> Any:
+        self._handling.in_pool = True
         try:
             return super().handle(conn)
         finally:
+            self._leave_pool()
+
+    def _leave_pool(self) -> None:
+        """Count this thread's request out of the pool, once: as soon as the app has answered it (before gunicorn
+        writes the answer, so that the client's next request never finds it still counted), else when the thread
+        is done with the connection."""
+        if getattr(self._handling, "in_pool", False):
+            self._handling.in_pool = False
             with self._pool_lock:
                 self._in_pool -= 1
 
@@ -547,14 +557,18 @@ class StampingThreadWorker(ThreadWorker):
             self._handling.accepted_at = None
 
     def _with_stamp(self, app: WsgiApp) -> WsgiApp:
-        """Wrap `app` so that each request's environ carries its thread's accept stamp."""
-        handling = self._handling
+        """Wrap `app` so that each request's environ carries its thread's accept stamp, and its answer leaves the pool's
+        count as soon as the app has made it."""
+        handling, leave_pool = self._handling, self._leave_pool
 
         def app_with_stamp(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             stamp = getattr(handling, "accepted_at", None)
             if stamp is not None:
                 environ[ACCEPTED_AT_KEY] = stamp
-            return app(environ, start_response)
+            try:
+                return app(environ, start_response)
+            finally:
+                leave_pool()
 
         return app_with_stamp
 
