@@ -23,10 +23,12 @@ DEFAULT_LM_PATH = REPO_ROOT / "model" / "lm" / "zh_CN.lm"
 BATCH_POLICIES = ("adaptive", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
 STAGES = ("full", "lm", "net")
+CPU_PRECISIONS = ("int8", "fp32")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
 # Choice settings are matched case-insensitively: LOG_LEVEL=info and DEVICE=CPU both work.
-_CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower, "stage": str.lower}
+_CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower, "stage": str.lower,
+               "cpu_precision": str.lower}
 
 
 class ConfigError(ValueError):
@@ -82,6 +84,9 @@ class Config:
     device: str = "auto"
     # torch's intra-op CPU threads; 0 keeps torch's default (one per core).
     torch_threads: int = 0
+    # On CPU, the network's linear layers in int8 (model/corrector.py: torch's dynamic quantization) or fp32.
+    # On CUDA it runs in half precision either way.
+    cpu_precision: str = "int8"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
     # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).
@@ -180,6 +185,7 @@ def _validate(c: Config) -> None:
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
     _one_of(c, "stage", STAGES)
+    _one_of(c, "cpu_precision", CPU_PRECISIONS)
     if (c.weights_dir / "config.json").is_file():
         # a mismatch would load and give wrong answers: stop here, before anything is served
         from model.contract import FeatureContractError, check_weights_dir

@@ -31,6 +31,16 @@ def test_corrector_setup_loads_and_warms_up(corrector):
     assert 0.0 < corrector.info["threshold"] <= 1.01
 
 
+def test_on_cpu_the_network_runs_in_int8_by_default_and_answers_as_in_fp32(corrector, real_requests):
+    fp32 = Corrector(WEIGHTS_DIR, device="cpu", cpu_precision="fp32")
+    fp32.setup()
+    assert (corrector.info["precision"], fp32.info["precision"]) == ("int8", "fp32")
+    assert corrector.info["parameters"] == fp32.info["parameters"]  # the same network, stored smaller
+    items = _samples(real_requests) + corrector._warm_up_lists()  # 5 real lists, 256 of frequent Taiwan words
+    same = sum(a == b for a, b in zip(corrector.predict_batch(items), fp32.predict_batch(items), strict=True))
+    assert same >= 0.98 * len(items)  # int8 moves only rare close calls (model/corrector.py's docstring)
+
+
 def test_corrector_answers_every_real_request_with_chinese_characters(corrector, real_requests):
     items = _samples(real_requests)
     answers = corrector.predict_batch(items)
