@@ -61,6 +61,7 @@ def test_config_from_env_reads_upper_case_field_names():
         ({"CUDA_DEVICES": "0,,1"}, "cuda_devices must be comma-separated device ids like '0,1', got '0,,1'"),
         ({"LM_PATH": "/nowhere/zh.lm"}, "lm_path must name an existing KenLM file, got '/nowhere/zh.lm'"),
         ({"STAGE": "oracle"}, "stage must be one of full, lm, net, got 'oracle'"),
+        ({"CPU_PRECISION": "fp16"}, "cpu_precision must be one of int8, fp32, got 'fp16'"),
     ],
 )
 
