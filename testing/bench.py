@@ -1,9 +1,9 @@
 """The benchmark: the corrector's offline ceiling, then the served service under closed- and open-loop load.
 
-    .venv/bin/python -m testing.bench [--sections a,b,c,d,e] [--duration S] [--quick] [--out docs/bench]
+    .venv/bin/python -m testing.bench [--sections a,b,c,d,e,f] [--duration S] [--quick] [--out docs/bench]
                                       [--profile] [--generator lean|threads]
 
-Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep a+b+c+d under about
+Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep a+b+c+d+f under about
 10 minutes on 2 cores):
 
 a. offline: the corrector alone (no HTTP), items/s by batch size 1..64 on the same inputs: the ceiling;
@@ -15,7 +15,10 @@ d. batch policy: BATCH_POLICY=fixed vs adaptive, both servers up at once, latenc
    (the policies alternate at each point) and throughput at 64 in 8 ABBA rounds, compared by median;
 e. (only when named) replicas on one host: 1, 2, 3 replicas behind nginx, 64 closed-loop clients through nginx,
    throughput, p50/p99 and each replica's memory (testing/replicas.py); as make run starts them, then again with
-   TORCH_THREADS=1 in each.
+   TORCH_THREADS=1 in each;
+f. slow clients: 1,000 connections that send the start of a head and then nothing, held open (reopened when the
+   server closes them), while 10 closed-loop clients ask the batching-on server (testing/slow_clients.py): the
+   share answered validly within 1 s.
 
 Every server is gunicorn started as `make run` starts it (testing/server.py), serving testing/bench_app.py:
 the service's own app plus a read-only route with the batcher's counters (batches, padded waste). Answers are
@@ -36,6 +39,7 @@ the plots testing/plots.py's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import math
@@ -61,7 +65,7 @@ with cli.dev_requirements("testing.bench"):
 
     from config import Config
     from preprocess.text import NBest, han_only, strip_spaces
-    from testing import aioload, loadgen, wrkload
+    from testing import aioload, loadgen, slow_clients, wrkload
     from testing.bench_app import STATS_ROUTE
     from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, OPEN_LOOP_TIMEOUT_S, Shot, payload_templates
     from testing.plots import draw_bench
@@ -81,8 +85,8 @@ with cli.dev_requirements("testing.bench"):
     from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SECTIONS = ("a", "b", "c", "d", "e")
-DEFAULT_SECTIONS = "a,b,c,d"
+SECTIONS = ("a", "b", "c", "d", "e", "f")
+DEFAULT_SECTIONS = "a,b,c,d,f"
 # The load generators: "lean" (wrk and testing/wrk.lua for closed loops, testing/aioload.py for open loops: the
 # least CPU per request measured here, docs/bench/loadgen_cost.md), or "threads" (testing/loadgen.py's threads
 # and requests.Session, the generator before, to compare with earlier runs).
@@ -91,7 +95,7 @@ GENERATORS = ("lean", "threads")
 # the question is whether every request is answered within 10 s).
 OPEN_LOOP_ANSWER_S = 10.0
 # Per-point durations (s) of a default run; --duration replaces them all.
-DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 15.0, "e": 15.0}
+DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 15.0, "e": 15.0, "f": 20.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
@@ -306,6 +310,8 @@ class Plan:
     # Replicas as make run starts them, then with one torch thread each: with torch's default (one thread per
     # core) every replica's batches compete for both cores.
     e_settings: tuple[dict[str, str], ...] = ({}, {"TORCH_THREADS": "1"})
+    f_slow: int = 1000  # slow connections held open (testing/slow_clients.py) ...
+    f_clients: int = 10  # ... while this many closed-loop clients ask
     fake: bool = False
     profile: bool = False
     generator: str = "lean"
@@ -406,6 +412,23 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
         points.append(point)
         print_point("c overload", f"{factor:g}x = {point['target_rps']} req/s", point)
     return {"capacity_rps": capacity_rps, "points": points}
+
+
+def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
+    """Slow clients (testing/slow_clients.py): f_slow connections stalled mid-head, held open (reopened when the
+    server closes them), while f_clients closed-loop clients ask the batching-on server."""
+    server = servers.get("batching-on", SETTINGS_ON)
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    slow_clients.raise_open_file_limit(plan.f_slow + plan.f_clients + 64)
+    log_start = len(server.request_log())
+    result = asyncio.run(slow_clients.run(host, int(port), plan.f_slow, plan.f_clients, plan.durations["f"],
+                                          ramp_s=10.0, timeout_s=5.0))
+    result["server_paths"] = dict(server.paths(since=log_start))
+    q = result["questions"]
+    print(f"bench f slow clients: {result['slow']['held_min']} of {plan.f_slow} held, {q['within_1s']} of "
+          f"{q['sent']} questions answered validly within 1 s, p50 {q['p50_ms']} p99 {q['p99_ms']} ms, tool "
+          f"{result['tool_cpu_share'] * 100:.1f} % of a core", flush=True)
+    return result
 
 
 # Order of the throughput rounds at the most clients: ABBA cancels a linear drift of the shared machine.
@@ -516,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"which sections to run, e.g. b,c (default {DEFAULT_SECTIONS}; e, replicas behind "
                              "nginx, runs only when named)")
     parser.add_argument("--duration", type=float, default=None,
-                        help="seconds measured per point, for every section (default a 2, b 10, c 10, d 15, e 15)")
+                        help="seconds measured per point, for every section (default a 2, b 10, c 10, d 15, e 15, "
+                             "f 20)")
     parser.add_argument("--generator", choices=GENERATORS, default="lean",
                         help="load generator: lean (wrk for closed loops, testing/aioload.py for open loops; "
                              "default) or threads (testing/loadgen.py's, the generator before)")
@@ -545,7 +569,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     durations = {s: duration if duration is not None else DEFAULT_DURATION_S[s] for s in SECTIONS}
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
-        return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,),
+        return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,), f_slow=200,
                     d_clients=(1, 10, 64), d_rounds=2, e_replicas=(1, 2), e_settings=({},), fake=args.fake,
                     profile=args.profile, generator=args.generator, capacity_rps=args.capacity)
     return Plan(sections, durations, fake=args.fake, profile=args.profile, generator=args.generator,
@@ -610,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
             for policy in POLICIES:
                 for p in results["d"][policy]:
                     raw[f"d/{policy}/{p['clients']} clients"] = _raw_series(p)
+        if "f" in plan.sections:
+            results["f"] = section_f(plan, servers)
         if "e" in plan.sections:
             servers.close()  # the replicas get the machine to themselves
             results["e"] = {"runs": [replica_section(plan.e_replicas, plan.e_clients, plan.durations["e"], templates,

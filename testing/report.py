@@ -241,10 +241,27 @@ def markdown(results: dict[str, Any]) -> str:
                              f"{_fmt(tr['median_rps'][policy])} |")
             lines += ["", f"Adaptive over fixed (medians): {_fmt(tr['adaptive_over_fixed'])}."]
         lines.append("")
+    if "f" in results:
+        lines += slow_clients_markdown(results["f"])
     if "e" in results:
         for run in results["e"]["runs"]:
             lines += replica_markdown(run)
     return "\n".join(lines)
+
+
+def slow_clients_markdown(f: dict[str, Any]) -> list[str]:
+    """Section f: the questions of the clients asking beside the slow connections (testing/slow_clients.py)."""
+    s, q = f["slow"], f["questions"]
+    share = "-" if q["within_1s_share"] is None else f"{q['within_1s_share'] * 100:.2f} %"
+    return [f"## f. Slow clients ({s['asked']} connections stalled mid-head, held open)", "",
+            "| slow held (least / mean) | closed by the server | questions | valid 200s | within 1 s | p50 ms | "
+            "p99 ms | max ms | answers by path | tool CPU % |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+            f"| {s['held_min']} / {s['held_mean']} | {s['closed_by_server']} | {q['sent']} | {q['valid']} | "
+            f"{q['within_1s']} ({share}) | {_fmt(q['p50_ms'])} | {_fmt(q['p99_ms'])} | {_fmt(q['max_ms'])} | "
+            f"{_paths_text(f.get('server_paths', {}))} | {f['tool_cpu_share'] * 100:.1f} |", "",
+            "The slow connections each sent the start of a POST's head, then nothing; one the server closed (its "
+            "read timeout) was opened again at once. The clients asked on kept-alive connections, closed loop; the "
+            "tool (one asyncio loop: slow connections and clients) took the CPU share shown.", ""]
 
 
 _CLOSED_HEAD = ("| name | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "

@@ -247,7 +247,7 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _raise_open_file_limit(needed: int) -> None:
+def raise_open_file_limit(needed: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
@@ -311,7 +311,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _raise_open_file_limit(args.slow + args.clients + 64)
+    raise_open_file_limit(args.slow + args.clients + 64)
     server = None
     if args.url is None:
         settings = dict(s.split("=", 1) for s in args.server_setting)

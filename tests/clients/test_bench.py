@@ -1,5 +1,6 @@
 """testing/bench.py end to end on the fake corrector: the policy section and the overload section (the lean
-generators: wrk, testing/aioload.py) run and write their tables and JSON; section e puts replicas behind nginx."""
+generators: wrk, testing/aioload.py) run and write their tables and JSON; section e puts replicas behind nginx;
+section f holds slow connections beside the clients."""
 
 from __future__ import annotations
 
@@ -69,3 +70,14 @@ def test_bench_replica_section_measures_each_replica_count_behind_nginx(tmp_path
         assert p["rss_mib_total"] == pytest.approx(sum(p["rss_mib_per_replica"]), abs=0.5)
     assert all(n > 0 for n in points[1]["answers_per_replica"])  # nginx spreads the load over both
     assert "## e. Replicas" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_slow_client_section_holds_slow_connections_while_clients_are_answered(tmp_path: Path):
+    results = run_bench(tmp_path, "f")
+    f = results["f"]
+    assert f["slow"]["asked"] == 200 and f["slow"]["held_min"] > 0  # --quick: 200 slow connections
+    q = f["questions"]
+    assert q["sent"] > 0 and q["valid"] == q["sent"] and q["within_1s"] == q["sent"]
+    assert 0 < f["tool_cpu_share"] <= os.cpu_count()
+    assert sum(f["server_paths"].values()) >= q["sent"]  # the server logged an answer for each question
+    assert "## f. Slow clients" in (tmp_path / "bench.md").read_text()
