@@ -337,13 +337,13 @@ class StampingThreadWorker(ThreadWorker):
             self.log.error("cannot read a request from %s: %r", conn.client, exc)
             self._close(conn)
 
-    def _start_reading(self, conn: Any, now: float, read_ahead: bytes = b"") -> None:
+    def _start_reading(self, conn: Any, now: float) -> None:
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         if conn.sock.gettimeout() != 0.0:  # a thread left it blocking (bytes of a next request were read ahead)
             conn.sock.setblocking(False)  # (a syscall, and each one in the event loop may wait for the GIL)
         reading = _Reading(RequestFrame(self.max_body_bytes), now + self.read_timeout_s,
-                           bytearray(read_ahead or conn.parser.unreader.take_buffered()))
+                           bytearray(conn.parser.unreader.take_buffered()))
         self._reading[conn] = reading
         if not (reading.buffer and self._advance(conn, reading)):
             self._receive(conn, reading)
@@ -463,7 +463,8 @@ class StampingThreadWorker(ThreadWorker):
             return False
         if body is None:
             return False
-        keep_alive = frame.keep_alive and self.alive and len(self.keepalived_conns) < self.max_keepalived
+        keep_alive = (frame.keep_alive and self.alive and self.cfg.keepalive
+                      and len(self.keepalived_conns) < self.max_keepalived)
         response = _response(b"200 OK", body, keep_alive)
         if not keep_alive:
             self._send_and_close(conn, reading, response)
@@ -473,10 +474,11 @@ class StampingThreadWorker(ThreadWorker):
         if not self._send(conn, response, whole=True):
             return True
         read_ahead = bytes(reading.buffer[span[1]:])
-        if read_ahead:  # the client's next request is already here: read it as if it had just arrived
-            now = time.monotonic()
-            conn.accepted_at = now
-            self._start_reading(conn, now, read_ahead)
+        if read_ahead:
+            # The client's next request is already here: read it on the event loop's next pass, as if it had just
+            # arrived (not now: a client pipelining hundreds would nest a call per request here).
+            conn.parser.unreader.unread(read_ahead)
+            self.method_queue.defer(self.enqueue_req, conn)
         else:  # kept alive, waiting for the next request, as gthread keeps a connection after a thread's answer
             conn.set_timeout()
             self.keepalived_conns.append(conn)
