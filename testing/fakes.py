@@ -89,6 +89,19 @@ class FakeCorrector:
         return {"name": "fake-corrector", "version": "test", "parameters": 0, "weights": Path("/nowhere")}
 
 
+class FakeClock:
+    """time.monotonic() under the test's control."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class WorkerKilled(BaseException):  # noqa: N818 - named for what it does to the thread, like SystemExit
     """Raised from the batch function to end the worker thread: not an Exception, so nothing catches it early."""
 

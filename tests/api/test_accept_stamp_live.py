@@ -13,12 +13,11 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.procs import free_port, gunicorn
+from tests.deploy.procs import LiveServer, free_port, gunicorn
 
 pytestmark = pytest.mark.live
 
@@ -27,20 +26,14 @@ MARK = "改"  # the fake corrector's mark on its answers
 TOP1 = "喂你好密碼我要進去"
 
 
-@dataclass(frozen=True)
-class Server:
-    port: int
-    log: Path
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """Start gunicorn around the fake-corrector app; return once /readyz is 200."""
     port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
     settings = {"HTTP_THREADS": "16", "MAX_BATCH_SIZE": "8", "JUDGE_TIMEOUT_S": "1.0"}
     with gunicorn("testing.bench_app:create_bench_app(fake=True)", port, log, settings):
-        yield Server(port, log)
+        yield LiveServer(port, log)
 
 
 def question(name: str) -> bytes:
@@ -53,7 +46,7 @@ def request_lines(log: Path, esun_uuid: str) -> list[dict]:
     return [line for line in lines if line.get("msg") == "inference" and line.get("esun_uuid") == esun_uuid]
 
 
-def test_gunicorn_answers_top1_at_once_when_the_request_comes_a_budget_after_the_accept(server: Server):
+def test_gunicorn_answers_top1_at_once_when_the_request_comes_a_budget_after_the_accept(server: LiveServer):
     body = question("late-accept")
     head = (f"POST /inference HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
@@ -74,7 +67,7 @@ def test_gunicorn_answers_top1_at_once_when_the_request_comes_a_budget_after_the
     assert line["queued_ms"] >= (BUDGET_S + 0.1) * 1000  # the view saw the stamp taken at accept
 
 
-def test_gunicorn_stamps_a_kept_alive_connection_when_its_next_request_arrives(server: Server):
+def test_gunicorn_stamps_a_kept_alive_connection_when_its_next_request_arrives(server: LiveServer):
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     try:
         answers = []

@@ -15,18 +15,11 @@ from api.overload import OverloadControl
 from api.schemas import parse_request
 from cache.memory import MemoryResultCache
 from config import Config
+from testing.fakes import FakeClock
 
 TOP1 = "喂你好密碼我要進去"
 MAX_IN_FLIGHT = 8
 INTERVAL_S = 0.1
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def question(name: str = "q1", retry: int = 2) -> bytes:
@@ -63,7 +56,7 @@ def shed_everything(control: OverloadControl, clock: FakeClock) -> None:
     """Requests queue 300 ms before their view for three intervals: the control's limit falls to 0."""
     for _ in range(40):
         control.observe(0.3)
-        clock.now += INTERVAL_S / 4
+        clock.advance(INTERVAL_S / 4)
     assert control.state().limit == 0
 
 
@@ -100,7 +93,7 @@ def test_while_the_overload_control_sheds_model_work_new_questions_are_shed_at_t
 def test_under_a_reduced_share_the_door_sheds_only_what_the_model_limit_has_no_room_for(door, control, clock):
     for _ in range(12):  # three intervals of a standing queue: the limit halves
         control.observe(0.3)
-        clock.now += INTERVAL_S / 4
+        clock.advance(INTERVAL_S / 4)
     limit = control.state().limit
     assert 0 < limit < MAX_IN_FLIGHT
     assert door.answer(question(), accepted_at=clock.now, pool_full=False) is None  # room: a thread serves it

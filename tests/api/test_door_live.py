@@ -14,12 +14,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.procs import free_port, gunicorn
+from tests.deploy.procs import LiveServer, free_port, gunicorn
 
 pytestmark = pytest.mark.live
 
@@ -29,21 +28,15 @@ BUDGET_S = 0.75  # JUDGE_TIMEOUT_S 1.0 less the default 0.25 margin
 TOP1 = "喂你好密碼我要進去"
 
 
-@dataclass(frozen=True)
-class Server:
-    port: int
-    log: Path
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
     settings = {"HTTP_THREADS": str(THREADS), "POOL_LIMIT": str(POOL_LIMIT), "MAX_BATCH_SIZE": "2",
                 "JUDGE_TIMEOUT_S": "1.0", "FAULT_DELAY_S": "5",
                 "OVERLOAD_TARGET_S": "0"}  # the overload control off: only a full pool sends a question to the door
     with gunicorn("testing.fakes:create_slow_app()", port, log, settings):
-        yield Server(port, log)
+        yield LiveServer(port, log)
 
 
 def request(name: str, close: bool = False) -> bytes:
@@ -96,7 +89,7 @@ class BusyThreads:
         return statuses
 
 
-def test_with_the_pool_full_a_question_is_answered_at_once_and_the_connection_kept(server: Server):
+def test_with_the_pool_full_a_question_is_answered_at_once_and_the_connection_kept(server: LiveServer):
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         busy = BusyThreads(server.port, "kept")
         started = time.monotonic()
@@ -115,7 +108,7 @@ def test_with_the_pool_full_a_question_is_answered_at_once_and_the_connection_ke
     assert paths(server.log, "after-the-door") == ["deadline"]
 
 
-def test_questions_pipelined_behind_one_another_are_all_answered_at_the_door_in_order(server: Server):
+def test_questions_pipelined_behind_one_another_are_all_answered_at_the_door_in_order(server: LiveServer):
     # Regression: each pipelined question answered at the door nested a call for the next; 600 hit the recursion
     # limit and the connection was reset after 242 answers.
     names = [f"pipelined-{i}" for i in range(600)]
@@ -131,7 +124,7 @@ def test_questions_pipelined_behind_one_another_are_all_answered_at_the_door_in_
     assert [paths(server.log, name) for name in names[:3]] == [["pool_full"]] * 3
 
 
-def test_a_question_asking_to_close_is_answered_at_the_door_then_the_connection_closed(server: Server):
+def test_a_question_asking_to_close_is_answered_at_the_door_then_the_connection_closed(server: LiveServer):
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         busy = BusyThreads(server.port, "close")
         sock.sendall(request("closing", close=True))
@@ -141,7 +134,7 @@ def test_a_question_asking_to_close_is_answered_at_the_door_then_the_connection_
     assert (status, headers["connection"], body["answer"]) == (200, "close", TOP1)
 
 
-def test_threads_beyond_the_pool_limit_still_serve_health_probes(server: Server):
+def test_threads_beyond_the_pool_limit_still_serve_health_probes(server: LiveServer):
     busy = BusyThreads(server.port, "probe")
     try:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=BUDGET_S / 3)
@@ -152,7 +145,7 @@ def test_threads_beyond_the_pool_limit_still_serve_health_probes(server: Server)
         busy.finish()
 
 
-def test_an_unreadable_body_with_the_pool_full_still_gets_the_views_400(server: Server):
+def test_an_unreadable_body_with_the_pool_full_still_gets_the_views_400(server: LiveServer):
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         busy = BusyThreads(server.port, "bad")
         body = b'{"esun_uuid": "bad"}'

@@ -14,25 +14,12 @@ from api.app import create_app
 from api.overload import NORMAL, RECOVERY_STEPS, REDUCED, SHEDDING, OverloadControl
 from api.state import EXTENSION_KEY
 from config import Config, ConfigError
-from testing.fakes import FaultCorrector
+from testing.fakes import FakeClock, FaultCorrector
 
 TARGET_S = 0.05
 INTERVAL_S = 0.1
 MODEL_TARGET_S = 0.4
 MAX_IN_FLIGHT = 96
-
-
-class FakeClock:
-    """time.monotonic() under the test's control."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

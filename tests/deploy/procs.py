@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,14 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "run deploy/install_tools.sh (make test runs it first)"
 GUNICORN = Path(sys.executable).parent / "gunicorn"
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    """A gunicorn a test started: its loopback port and the file its stderr (the JSON log) goes to."""
+
+    port: int
+    log: Path
 
 
 def find_tool(name: str) -> str:
