@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from api.accept import budget_start
 from api.overload import OverloadControl
 from batching import BatchReport
 
@@ -51,7 +52,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.request_seconds = Histogram(
-            "request_duration_seconds", "Time from arrival to answer of /inference, by how it was answered.",
+            "request_duration_seconds", "Time from accept to answer of /inference, by how it was answered.",
             ["path"], namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
         self.in_flight = Gauge(
             "requests_in_flight", "/inference requests being answered now.", namespace=NAMESPACE, registry=r)
@@ -160,7 +161,8 @@ def instrument(app: Flask, endpoint: str = "inference") -> None:
     @app.before_request
     def _arrived() -> None:
         if request.endpoint == endpoint:
-            g.metrics_arrival = time.monotonic()
+            # From the accept stamp (api.accept), as the request log and the door's answers (api.door) count.
+            g.metrics_arrival = budget_start(request.environ, time.monotonic())
             app_metrics().in_flight.inc()
 
     @app.teardown_request

@@ -38,6 +38,8 @@ def test_inference_answers_top1_at_once_when_accepted_longer_ago_than_the_budget
     assert line["latency_ms"] >= line["queued_ms"]  # counted from the accept too
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'esun_fallbacks_total{reason="late_accept"} 1.0' in metrics
+    # the latency histogram counts from the accept too, as the log line and the door's answers do
+    assert 'esun_request_duration_seconds_bucket{le="0.5",path="late_accept"} 0.0' in metrics  # waited 0.6 s
 
 
 def test_inference_answers_top1_when_less_than_min_model_budget_is_left(
