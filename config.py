@@ -144,6 +144,7 @@ class Config:
             else:
                 out[f.name] = str(value) if isinstance(value, Path) else value
         out["budget_s"] = self.budget_s
+        out["pool_cap"] = self.pool_cap
         return out
 
 
