@@ -116,3 +116,23 @@ def test_a_refusal_is_a_closing_json_answer_like_the_apps_errors():
     assert lines[0] == "HTTP/1.1 413 Content Too Large"
     assert {"Content-Type: application/json", f"Content-Length: {len(body)}", "Connection: close"} <= set(lines)
     assert json.loads(body) == {"error": "payload_too_large", "detail": "body must be under 1000 bytes"}
+
+
+@pytest.mark.parametrize(("request_line", "fields", "keep_alive"), [
+    ("POST /inference HTTP/1.1", (), True),
+    ("POST /inference?x=1 HTTP/1.1", ("Connection: keep-alive, Close",), False),
+    ("POST /inference HTTP/1.0", ("Connection: keep-alive",), False),  # the door closes HTTP/1.0 connections
+])
+def test_the_head_tells_the_door_its_route_and_whether_the_connection_stays_open(request_line, fields, keep_alive):
+    checker = frame()
+    data = head(*fields, f"Content-Length: {len(BODY)}", request_line=request_line) + BODY + b"POST /next"
+    assert checker.check(data) is Verdict.WHOLE
+    assert (checker.method, checker.path, checker.keep_alive) == (b"POST", b"/inference", keep_alive)
+    start, end = checker.body_span
+    assert data[start:end] == BODY and data[end:] == b"POST /next"  # the next request's bytes stay behind
+
+
+def test_a_chunked_body_has_no_span_so_the_door_leaves_it_to_a_thread():
+    checker = frame()
+    assert checker.check(head("Transfer-Encoding: chunked") + chunked(BODY, 7)) is Verdict.WHOLE
+    assert checker.body_span is None
