@@ -17,28 +17,26 @@ TOP1 from there costs about 50 microseconds. The event loop asks the door (`answ
   and Flask; the door gives the same answer without them. A request the model can take goes on to a thread.
 
 Otherwise (`None`) the request goes on to a thread, as does one whose body is not a readable question (the view
-answers it with its 400 and JSON error body). An answer at the door is what the guards would give without the
-model: the answer this replica already computed for the question (its local cache: no network call in the event
-loop; paths `cached`, `retry_cached`), else TOP1. Each is logged and counted like the view's answers (one request
-line, `esun_request_duration_seconds{path}`), with its latency from the accept stamp.
+answers it with its 400 and JSON error body). An answer at the door is what the view's own guards (`api.guards`)
+give without the model, on this replica's local cache (no network call in the event loop): the answer already
+computed for the question (`cached`, `retry_cached`), TOP1 for a retry without one (`retry_top1`, as the view
+answers every retry), else TOP1 (`pool_full`, `shed`, `overload`). Each is logged and counted like the view's
+answers (one request line, `esun_request_duration_seconds{path}`), with its latency from the accept stamp.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 
+from api import guards
 from api.errors import InvalidRequest
-from api.guards import Outcome, cache_key, top1
 from api.logs import log_request
 from api.metrics import Metrics
 from api.overload import OverloadControl
-from api.schemas import InferenceRequest, build_response, parse_request
+from api.schemas import build_response, parse_request
 from cache.memory import MemoryResultCache
 from config import Config
-
-logger = logging.getLogger("api.door")
 
 # Where create_app keeps the app's door, for the worker to find (app.extensions).
 DOOR_KEY = "asr_correction_door"
@@ -57,7 +55,7 @@ class Door:
     """Answers /inference from the worker's event loop when a thread would only delay a TOP1 (module docstring)."""
 
     def __init__(self, config: Config, overload: OverloadControl, metrics: Metrics,
-                 local_cache: MemoryResultCache | None = None) -> None:
+                 local_cache: MemoryResultCache) -> None:
         self._config = config
         self._overload = overload
         self._metrics = metrics
@@ -76,15 +74,11 @@ class Door:
             req = parse_request(body, self._config)
         except InvalidRequest:
             return None  # the view answers it with its 400 (a shed counted for it is the only trace)
-        outcome = self._outcome(req, path)
+        # The view's own guards for what is already known (a retry never reaches the model anyway), else TOP1.
+        outcome = (guards.answer_retry(req, self._local_cache) or guards.answer_cached(req, self._local_cache)
+                   or guards.top1(req, path, reason=_REASONS[path]))
         response = build_response(req.esun_uuid, outcome.answer, self._config, now=time.time())
         latency_s = time.monotonic() - accepted_at
         log_request(req.esun_uuid, req.retry, outcome.path, latency_s * 1000, None, outcome.reason)
         self._metrics.observe_request(outcome.path, latency_s)
         return json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode()
-
-    def _outcome(self, req: InferenceRequest, path: str) -> Outcome:
-        cached = self._local_cache.get(cache_key(req)) if self._local_cache is not None else None
-        if cached:
-            return Outcome(cached, "retry_cached" if req.is_retry else "cached")
-        return top1(req, path, reason=_REASONS[path])

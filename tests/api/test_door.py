@@ -132,3 +132,10 @@ def test_the_latency_of_a_door_answer_counts_from_the_accept_stamp(door, metrics
     door.answer(question(), accepted_at=time.monotonic() - 0.3, pool_full=True)
     total = metrics.registry.get_sample_value("esun_request_duration_seconds_sum", {"path": "pool_full"})
     assert 0.3 <= total < 1.0
+
+
+def test_a_retry_without_a_stored_answer_gets_top1_at_the_door_as_the_view_answers_every_retry(door, caplog):
+    with caplog.at_level(logging.INFO, logger="api.requests"):
+        body = answered(door.answer(question("unknown", retry=0), accepted_at=0.0, pool_full=True))
+    assert body["answer"] == TOP1
+    assert next(r for r in caplog.records if r.name == "api.requests").fields["path"] == "retry_top1"
