@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from model.adaptation import Adaptation
 from model.contract import check_features
 from model.features import Example, Featurizer, Vocab, collate
 from model.lm import DEFAULT_LM_PATH, LanguageModel
@@ -113,6 +114,7 @@ class Corrector:
         self.ready = False
         self.meta: dict = {}
         self.lm: LanguageModel | None = None
+        self.adaptation: Adaptation | None = None  # what model.adapt learned, when the folder holds it
         self.reranker: Reranker | None = None
 
     def setup(self) -> None:
@@ -138,6 +140,8 @@ class Corrector:
             self.precision = "int8" if self.net is not net else "fp32"
         if self.lm_path is not None:
             self.lm = LanguageModel(Path(self.lm_path))
+        if "adaptation" in self.meta and self.lm is not None:
+            self.adaptation = Adaptation.load(self.weights_dir, self.meta["adaptation"], self.lm.to_simplified)
         self.reranker = self._reranker()
         warm = self._warm_up_lists()
         for start in range(0, len(warm), 64):
@@ -171,7 +175,7 @@ class Corrector:
             return None
         if self.lm is None:
             raise ValueError(f"stage {self.stage!r} needs the language model, but no LM_PATH was given")
-        return Reranker(self.lm, RerankWeights.from_dict(fitted["weights"]))
+        return Reranker(self.lm, RerankWeights.from_dict(fitted["weights"]), self.adaptation)
 
     def batch(self, items: list[NBest]) -> Batch:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
@@ -230,6 +234,7 @@ class Corrector:
             "stage": self.stage if self.reranker is not None else "net",
             "language_model": str(self.lm.path) if self.lm is not None else None,
             "trained": self.meta.get("trained"),
+            "adapted": self.meta.get("adaptation", {}).get("provenance"),
             "evaluation": self.meta.get("evaluation"),
         }
 

@@ -7,9 +7,15 @@ by named features, and answers the best one when its linear score beats TOP1's b
 the margin are fitted on simulated dev lists (`python -m model.tune`) and stored with the network's weights.
 
 Two rules hold whatever the score says (the judge's truths are Taiwan speech):
-- a spoken filler that TOP1 and at least half of the hypotheses hold is kept;
+- a filler slot is kept: where TOP1 holds a spoken filler and at least half of the hypotheses hold a filler at
+  that place (whichever filler each writes: the list agrees on the slot, not on the character), TOP1's filler
+  stays;
 - a sentence that differs from TOP1 only by orthographic variants (台/臺, 裡/裏, 著/着, ...: equal once
   converted to simplified characters) is never chosen; nor is a variant brought in next to a real change.
+Both give way to an adapted folder's conventions (`model.adaptation`): where a team's labelled file shows
+clearly that its transcribers write the other variant or filler, that swap is allowed. An adapted folder also
+offers its confusions' rewrites of TOP1 as candidates, and adds two features (the domain LM, the confusions'
+evidence).
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from model.adaptation import Adaptation, Conventions
 from model.features import Example
 from model.lm import LanguageModel
+from preprocess.align import align_to
 from preprocess.text import SPOKEN_FILLERS
 
 FLOOR_P = 1e-4  # network probability of a segment that is not among a position's candidates
@@ -41,6 +49,8 @@ class Features:
     outside_nbest: float  # 1 when no hypothesis equals it
     changes: float  # positions changed
     oov: float  # words the trigram lacks, minus TOP1's
+    domain: float  # the adapted domain LM's log10 probability, minus TOP1's (0 without adaptation)
+    confusion: float  # evidence of its edits among the recogniser's learned confusions (0 without adaptation)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -61,6 +71,8 @@ class RerankWeights:
     outside_nbest: float = 0.0
     changes: float = 0.0
     oov: float = 0.0
+    domain: float = 0.0
+    confusion: float = 0.0
     margin: float = math.inf
     net_only: bool = False  # the network's own threshold decides; no sentence-level stage
 
@@ -87,14 +99,23 @@ class Candidate:
     rank: int | None  # the best rank of a hypothesis equal to it
 
 
+def _has_filler(segment: str) -> bool:
+    return any(c in SPOKEN_FILLERS for c in segment)
+
+
 def protected_positions(example: Example) -> frozenset[int]:
-    """Positions holding a spoken filler that at least half of the hypotheses also hold."""
+    """Positions where TOP1 holds a spoken filler and at least half of the hypotheses hold some filler."""
     n = 1 + len(example.rows)
     out = set()
     for i, char in enumerate(example.top1):
-        if char in SPOKEN_FILLERS and 1 + sum(row[i] == char for row in example.rows) >= n / 2:
+        if char in SPOKEN_FILLERS and 1 + sum(_has_filler(row[i]) for row in example.rows) >= n / 2:
             out.add(i)
     return frozenset(out)
+
+
+def _keeps_slot(keep: str, seg: str, conventions: Conventions | None) -> bool:
+    """Tell whether a protected filler survives: TOP1's (an insertion may follow it), or a convention's swap."""
+    return seg.startswith(keep) or (conventions is not None and conventions.allows(keep, seg))
 
 
 def _network_combos(example: Example, probs: np.ndarray, beam: int) -> list[tuple[str, ...]]:
@@ -118,14 +139,20 @@ def _network_combos(example: Example, probs: np.ndarray, beam: int) -> list[tupl
     return [tuple(segs) for _, segs in hyps]
 
 
-def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM) -> list[Candidate]:
-    """TOP1, the other hypotheses and the network's best combinations, distinct and within the rules."""
+def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM,
+               adaptation: Adaptation | None = None) -> list[Candidate]:
+    """TOP1, the other hypotheses, the network's best combinations and the adapted confusions' rewrites of TOP1,
+    distinct and within the rules."""
     top1 = example.top1
     keep = tuple(top1)
     choices: list[tuple[tuple[str, ...], int | None]] = [(keep, 0)]
     choices += [(tuple(row), rank) for rank, row in enumerate(example.rows, start=1)]
     if probs is not None:
         choices += [(segs, None) for segs in _network_combos(example, probs, beam)]
+    conventions = None
+    if adaptation is not None:
+        conventions = adaptation.conventions
+        choices += [(tuple(align_to(top1, text)), None) for text in adaptation.confusions.rewrites(top1)]
     ranks: dict[str, int] = {}
     for segs, rank in choices:
         if rank is not None:
@@ -134,7 +161,7 @@ def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM) -> 
     out: dict[str, Candidate] = {}
     for segs, _ in choices:
         text = "".join(segs)
-        if text and text not in out and all(segs[i] == keep[i] for i in protected):
+        if text and text not in out and all(_keeps_slot(keep[i], segs[i], conventions) for i in protected):
             out[text] = Candidate(text, segs, ranks.get(text))
     return list(out.values())
 
@@ -148,15 +175,22 @@ def _log_p(example: Example, probs: np.ndarray, i: int, seg: str) -> float:
 class Reranker:
     """Choose one sentence per n-best list; the language model is loaded once and shared."""
 
-    def __init__(self, lm: LanguageModel | None, weights: RerankWeights) -> None:
+    def __init__(self, lm: LanguageModel | None, weights: RerankWeights, adaptation: Adaptation | None = None) -> None:
         self.lm = lm
         self.weights = weights
+        self.adaptation = adaptation
         self._w = weights.vector()
+
+    def candidates(self, example: Example, probs: np.ndarray | None) -> list[Candidate]:
+        """The sentences this reranker chooses among for one list."""
+        return candidates(example, probs, adaptation=self.adaptation)
 
     def features(self, example: Example, probs: np.ndarray | None, cands: list[Candidate]) -> list[Features]:
         """Describe each candidate against TOP1."""
         lm = self.lm
         base = lm.score(example.top1) if lm is not None else None
+        adapted = self.adaptation
+        domain_base = adapted.domain_lm.score(example.top1) if adapted is not None else 0.0
         out = []
         for c in cands:
             net = 0.0
@@ -173,12 +207,14 @@ class Reranker:
                 outside_nbest=float(c.rank is None),
                 changes=float(len(changed)),
                 oov=float(s.oov - base.oov) if s and base else 0.0,
+                domain=adapted.domain_lm.score(c.text) - domain_base if adapted is not None else 0.0,
+                confusion=adapted.confusions.evidence(example.top1, c.text) if adapted is not None else 0.0,
             ))
         return out
 
     def choose(self, example: Example, probs: np.ndarray | None) -> str:
         """Return the best sentence, or TOP1 when none beats it by the margin."""
-        cands = candidates(example, probs)
+        cands = self.candidates(example, probs)
         if len(cands) == 1:
             return example.top1
         if self.lm is None and not self._w.any():
@@ -190,9 +226,12 @@ class Reranker:
         return example.top1
 
     def _only_variants(self, top1: str, cand: Candidate) -> bool:
-        """Tell whether the change brings in an orthographic variant (same character once simplified)."""
+        """Tell whether the change brings in an orthographic variant (same character once simplified) that no
+        adapted convention allows."""
         if self.lm is None:
             return False
         to_s = self.lm.to_simplified
+        conventions = self.adaptation.conventions if self.adaptation is not None else None
         return any(seg != char and len(seg) == 1 and to_s(seg) == to_s(char)
+                   and not (conventions is not None and conventions.allows(char, seg))
                    for seg, char in zip(cand.choice, top1, strict=True))

@@ -22,15 +22,16 @@ import torch
 from rapidfuzz.distance import Levenshtein
 
 from model.corrector import WEIGHTS_DIR, Corrector
-from model.rerank import Features, Reranker, RerankWeights, candidates
+from model.rerank import Features, Reranker, RerankWeights
 from preprocess.simulate import load_simulator
 from preprocess.text import NBest
 
-LM_ONLY = ("lm", "taiwan", "rank", "outside_nbest", "changes", "oov")
+LM_ONLY = ("lm", "taiwan", "rank", "outside_nbest", "changes", "oov", "domain", "confusion")
 # Signs the weights must have, whatever the simulated dev lists say: a likelier sentence (by the trigram, by
 # Taiwan usage, by the network) is better, a sentence nobody offered or with more changes is worse. Our dev
 # text is mainland news, where Taiwan usage tells little; on Taiwan speech it is what keeps Taiwan words.
-SIGNS = {"lm": 1.0, "taiwan": 1.0, "net": 1.0, "outside_nbest": -1.0, "changes": -1.0}
+SIGNS = {"lm": 1.0, "taiwan": 1.0, "net": 1.0, "outside_nbest": -1.0, "changes": -1.0, "domain": 1.0,
+         "confusion": 1.0}
 
 
 @dataclass
@@ -43,7 +44,7 @@ class DevList:
 def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool) -> list[DevList]:
     """Describe every candidate of every list, with its errors."""
     out: list[DevList] = []
-    reranker = Reranker(corrector.lm, RerankWeights())
+    reranker = Reranker(corrector.lm, RerankWeights(), corrector.adaptation)
     for start in range(0, len(nbests), 64):
         chunk = nbests[start : start + 64]
         batch = corrector.batch(chunk)
@@ -53,15 +54,20 @@ def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_
             if example is None:
                 continue
             p = probs[k] if use_net else None
-            cands = candidates(example, p)
+            cands = reranker.candidates(example, p)
             feats = reranker.features(example, p, cands)
             out.append(DevList(np.stack([f.vector() for f in feats]),
                                np.array([Levenshtein.distance(c.text, truth) for c in cands]), len(truth)))
     return out
 
 
-def fit_weights(lists: list[DevList], mask: np.ndarray, l2: float = 1e-3, steps: int = 200) -> np.ndarray:
-    """Maximise the softmax likelihood of each list's least-error candidates (features outside `mask` are 0)."""
+def fit_weights(lists: list[DevList], mask: np.ndarray, l2: float = 1e-3, steps: int = 200,
+                prior: np.ndarray | None = None, prior_lists: float = 0.0) -> np.ndarray:
+    """Maximise the softmax likelihood of each list's least-error candidates (features outside `mask` are 0).
+
+    With `prior` (another stage's weights), the weights are drawn towards it as strongly as `prior_lists` lists
+    would: a few dev lists move the shipped weights a little, many move them far.
+    """
     useful = [d for d in lists if len(d.errors) > 1 and d.errors.min() < d.errors.max()]
     k_max = max((len(d.errors) for d in useful), default=1)
     x = np.zeros((len(useful), k_max, len(mask)))
@@ -75,6 +81,7 @@ def fit_weights(lists: list[DevList], mask: np.ndarray, l2: float = 1e-3, steps:
     names = Features.names()
     sign = torch.tensor([SIGNS.get(n, 0.0) for n in names], dtype=torch.float64)
     v = torch.zeros(len(mask), dtype=torch.float64, requires_grad=True)
+    p0 = torch.tensor(prior if prior is not None else np.zeros(len(mask)), dtype=torch.float64) * m
     opt = torch.optim.LBFGS([v], max_iter=steps, line_search_fn="strong_wolfe")
 
     def weights() -> torch.Tensor:
@@ -88,6 +95,8 @@ def fit_weights(lists: list[DevList], mask: np.ndarray, l2: float = 1e-3, steps:
         all_ = torch.logsumexp(s.masked_fill(~vt, -1e9), 1)
         good = torch.logsumexp(s.masked_fill(~gt, -1e9), 1)
         loss = (all_ - good).mean() + l2 * (w * w).sum()
+        if prior is not None:
+            loss = loss + prior_lists / max(1, len(useful)) * ((w - p0) ** 2).sum()
         loss.backward()
         return loss
 
@@ -138,13 +147,14 @@ def simulated_dev(corpus: Path, n: int, seed: int) -> tuple[list[NBest], list[st
 
 
 def fit(corrector: Corrector, nbests: list[NBest], truths: list[str], variant: str, max_worse: float,
-        max_right_changed: float) -> tuple[RerankWeights, dict]:
-    """Fit one variant's weights and margin on dev lists."""
+        max_right_changed: float, prior: RerankWeights | None = None,
+        prior_lists: float = 0.0) -> tuple[RerankWeights, dict]:
+    """Fit one variant's weights and margin on dev lists (drawn towards `prior`'s weights, when given)."""
     names = Features.names()
     allowed = names if variant == "full" else LM_ONLY
     mask = np.array([n in allowed for n in names], dtype=np.float64)
     lists = dev_lists(corrector, nbests, truths, use_net=variant == "full")
-    w = fit_weights(lists, mask)
+    w = fit_weights(lists, mask, prior=prior.vector() if prior is not None else None, prior_lists=prior_lists)
     margin, figures = pick_margin(lists, w, max_worse, max_right_changed)
     weights = replace(RerankWeights(**dict(zip(names, map(float, w), strict=True))), margin=margin)
     return weights, figures | {"lists": len(lists)}

@@ -50,23 +50,55 @@ class LabelledFormatError(ValueError):
 
 def read_labelled(path: Path) -> list[Labelled]:
     """Read a labelled file (a JSON list of rows, or JSONL); raise LabelledFormatError on any bad row."""
-    path = Path(path)
+    read = _read(Path(path), strict=True)
+    return read.items
+
+
+@dataclass(frozen=True)
+class LabelledRead:
+    """What a lenient read found: the good rows, and one line per malformed row naming it and its problem."""
+
+    items: list[Labelled]
+    malformed: list[str]
+
+
+def read_labelled_lenient(path: Path) -> LabelledRead:
+    """Read a labelled file, naming and counting malformed rows instead of stopping at the first one.
+
+    A file that cannot be read at all (not UTF-8, not JSON where a JSON list is expected, no good row) still
+    raises LabelledFormatError.
+    """
+    return _read(Path(path), strict=False)
+
+
+def _read(path: Path, strict: bool) -> LabelledRead:
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise LabelledFormatError(f"{path}: not UTF-8 (byte {e.start})") from None
-    rows = _json_rows(path, text) if text.lstrip()[:1] == "[" else _jsonl_rows(path, text)
+    rows = _json_rows(path, text) if text.lstrip()[:1] == "[" else _jsonl_rows(path, text, strict)
     items: list[Labelled] = []
+    malformed: list[str] = []
     first_at: dict[str, str] = {}
     for where, row in rows:
-        item = _parse_row(path, where, row)
-        if item.id in first_at:
-            raise LabelledFormatError(f"{path}: {where} (id {item.id!r}): duplicate id, first at {first_at[item.id]}")
+        try:
+            if isinstance(row, LabelledFormatError):
+                raise row
+            item = _parse_row(path, where, row)
+            if item.id in first_at:
+                raise LabelledFormatError(f"{path}: {where} (id {item.id!r}): duplicate id, first at "
+                                          f"{first_at[item.id]}")
+        except LabelledFormatError as e:
+            if strict:
+                raise
+            malformed.append(str(e))
+            continue
         first_at[item.id] = where
         items.append(item)
     if not items:
-        raise LabelledFormatError(f"{path}: no rows")
-    return items
+        raise LabelledFormatError(f"{path}: no rows" + (f" that can be read ({len(malformed)} malformed, first: "
+                                                        f"{malformed[0]})" if malformed else ""))
+    return LabelledRead(items, malformed)
 
 
 def write_labelled(items: Iterable[Labelled], path: Path) -> None:
@@ -90,6 +122,28 @@ def split_dev(items: list[Labelled], dev_share: float) -> tuple[list[Labelled], 
     return [i for i, d in zip(items, dev, strict=True) if not d], [i for i, d in zip(items, dev, strict=True) if d]
 
 
+@dataclass(frozen=True)
+class Split:
+    """Items split by id into train, dev (to choose weights and margins) and test (held out, only reported)."""
+
+    train: list[Labelled]
+    dev: list[Labelled]
+    test: list[Labelled]
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "dev": len(self.dev), "test": len(self.test)}
+
+
+def split_three(items: list[Labelled], dev_share: float, test_share: float, seed: int) -> Split:
+    """Split items into train / dev / test by a seeded hash of their ids (stable across runs and file orders)."""
+    parts: dict[str, list[Labelled]] = {"train": [], "dev": [], "test": []}
+    for item in items:
+        bucket = int.from_bytes(hashlib.sha256(f"{seed}:{item.id}".encode()).digest()[:8], "big") / 2**64
+        part = "test" if bucket < test_share else "dev" if bucket < test_share + dev_share else "train"
+        parts[part].append(item)
+    return Split(parts["train"], parts["dev"], parts["test"])
+
+
 def _json_rows(path: Path, text: str) -> list[tuple[str, Any]]:
     try:
         data = json.loads(text)
@@ -100,7 +154,8 @@ def _json_rows(path: Path, text: str) -> list[tuple[str, Any]]:
     return [(f"index {i}", row) for i, row in enumerate(data)]
 
 
-def _jsonl_rows(path: Path, text: str) -> list[tuple[str, Any]]:
+def _jsonl_rows(path: Path, text: str, strict: bool = True) -> list[tuple[str, Any]]:
+    """Parse JSONL rows; a line that is not JSON raises when strict, else stands in the list as its error."""
     rows: list[tuple[str, Any]] = []
     # split on "\n" only: str.splitlines would also cut at U+2028 and others, which JSON strings may hold raw
     for number, line in enumerate(text.split("\n"), start=1):
@@ -109,7 +164,10 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[str, Any]]:
         try:
             rows.append((f"line {number}", json.loads(line)))
         except json.JSONDecodeError as e:
-            raise LabelledFormatError(f"{path}: line {number}: not valid JSON at column {e.colno}: {e.msg}") from None
+            error = LabelledFormatError(f"{path}: line {number}: not valid JSON at column {e.colno}: {e.msg}")
+            if strict:
+                raise error from None
+            rows.append((f"line {number}", error))
     return rows
 
 

@@ -1,0 +1,207 @@
+"""A recogniser's confusions, learned from (TOP1, truth) pairs: rewrite rules with their evidence counts.
+
+Each pair is aligned by Levenshtein opcodes; adjacent edits merge into one span (`edit_spans`). A span becomes a
+rule `source -> target` at two levels of context:
+
+- **in context**: the source with one character on each side (`^` / `$` at the sentence's edges), so that an
+  insertion or a deletion (a filler the recogniser dropped or added) is anchored where it happens;
+- **bare**: the source alone (only for a non-empty source), so that a domain word heard as a frequent
+  homophone is recognised wherever it comes.
+
+A rule's **rate** is how often the truth rewrote its source this way among all the times the source (in its
+context) appears in the training TOP1s, right or wrong: the recogniser's own error rate for that string, not
+merely how often the error was seen. Rules seen fewer than `min_count` times are not kept.
+
+Pure strings: no model, no torch. `model.adaptation` saves the rules with their counts beside the weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rapidfuzz.distance import Levenshtein
+
+BOS, EOS = "^", "$"
+MAX_SPAN = 4  # characters on either side of a rule; longer edits are whole-sentence differences, not confusions
+RATE_FLOOR = 0.01  # a rule rarer than this among its source's occurrences carries no evidence
+MIN_REWRITE_RATE = 0.05  # a rule offers its rewrite as a candidate sentence only at this rate or more
+MAX_REWRITES = 8  # candidate sentences offered per list from single rules
+COMBINED_RATE = 0.3  # rules at this rate or more are also applied together, in one candidate
+
+
+@dataclass(frozen=True)
+class Span:
+    """One merged edit: top1[i1:i2] became truth[j1:j2]."""
+
+    i1: int
+    i2: int
+    source: str
+    target: str
+
+
+def edit_spans(top1: str, truth: str) -> list[Span]:
+    """Return the merged non-equal opcode blocks that turn `top1` into `truth`."""
+    spans: list[Span] = []
+    cur: list[int] | None = None
+    for tag, i1, i2, j1, j2 in Levenshtein.opcodes(top1, truth):
+        if tag == "equal":
+            if cur is not None:
+                spans.append(Span(cur[0], cur[1], top1[cur[0] : cur[1]], truth[cur[2] : cur[3]]))
+                cur = None
+            continue
+        if cur is None:
+            cur = [i1, i2, j1, j2]
+        else:
+            cur[1], cur[3] = i2, j2
+    if cur is not None:
+        spans.append(Span(cur[0], cur[1], top1[cur[0] : cur[1]], truth[cur[2] : cur[3]]))
+    return spans
+
+
+def _context(top1: str, span: Span) -> str:
+    """The span's source with one character of context on each side."""
+    padded = BOS + top1 + EOS
+    return padded[span.i1 : span.i2 + 2]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """`source -> target`; `source` carries its context characters when `in_context`."""
+
+    source: str
+    target: str
+    in_context: bool
+    count: int  # times the truth rewrote the source so
+    seen: int  # times the source appeared in training TOP1s
+
+    @property
+    def rate(self) -> float:
+        return self.count / max(self.seen, self.count, 1)
+
+    @property
+    def bare_source(self) -> str:
+        return self.source[1:-1] if self.in_context else self.source
+
+    @property
+    def bare_target(self) -> str:
+        return self.target[1:-1] if self.in_context else self.target
+
+    def to_row(self) -> list:
+        return [self.source, self.target, int(self.in_context), self.count, self.seen]
+
+    @classmethod
+    def from_row(cls, row: list) -> Rule:
+        source, target, in_context, count, seen = row
+        return cls(str(source), str(target), bool(in_context), int(count), int(seen))
+
+
+class Confusions:
+    """The rules learned from one recogniser's lists, indexed by source for rewriting and scoring."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = sorted(rules, key=lambda r: (-r.count, r.source, r.target))
+        self._by_pair: dict[tuple[str, str, bool], Rule] = {(r.source, r.target, r.in_context): r for r in self.rules}
+        self._by_source: dict[tuple[str, bool], list[Rule]] = {}
+        for r in self.rules:
+            self._by_source.setdefault((r.source, r.in_context), []).append(r)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    @classmethod
+    def learn(cls, pairs: Iterable[tuple[str, str]], min_count: int = 2) -> Confusions:
+        """Count rules over (TOP1, truth) pairs, then how often each kept rule's source appears in the TOP1s."""
+        pairs = list(pairs)
+        counts: Counter[tuple[str, str, bool]] = Counter()
+        for top1, truth in pairs:
+            for span in edit_spans(top1, truth):
+                if len(span.source) > MAX_SPAN or len(span.target) > MAX_SPAN:
+                    continue
+                ctx = _context(top1, span)
+                counts[(ctx, ctx[0] + span.target + ctx[-1], True)] += 1
+                if span.source:
+                    counts[(span.source, span.target, False)] += 1
+        kept = {k: n for k, n in counts.items() if n >= min_count}
+        seen = _occurrences([top1 for top1, _ in pairs], {(src, ctx) for src, _, ctx in kept})
+        return cls(Rule(src, tgt, ctx, n, seen.get((src, ctx), n)) for (src, tgt, ctx), n in kept.items())
+
+    def to_dict(self) -> dict:
+        return {"columns": ["source", "target", "in_context", "count", "seen"],
+                "rules": [r.to_row() for r in self.rules]}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Confusions:
+        return cls(Rule.from_row(row) for row in raw["rules"])
+
+    def rule_for(self, top1: str, span: Span) -> Rule | None:
+        """The rule that explains one edit of a candidate against TOP1: in context if known, else bare."""
+        ctx = _context(top1, span)
+        found = self._by_pair.get((ctx, ctx[0] + span.target + ctx[-1], True))
+        if found is None and span.source:
+            found = self._by_pair.get((span.source, span.target, False))
+        return found
+
+    def evidence(self, top1: str, text: str) -> float:
+        """Sum, over the edits that turn TOP1 into `text`, of log10(rate / RATE_FLOOR) of the rule explaining each
+        (0 for an edit no rule explains, or one rarer than RATE_FLOOR)."""
+        total = 0.0
+        for span in edit_spans(top1, text):
+            rule = self.rule_for(top1, span)
+            if rule is not None and rule.rate > RATE_FLOOR:
+                total += math.log10(rule.rate / RATE_FLOOR)
+        return total
+
+    def matches(self, top1: str) -> list[tuple[int, int, str, Rule]]:
+        """Every place a rule's source occurs in TOP1: (start, end, replacement, rule), in TOP1's coordinates."""
+        padded = BOS + top1 + EOS
+        out: list[tuple[int, int, str, Rule]] = []
+        for i in range(len(padded)):
+            for j in range(i + 1, min(len(padded), i + MAX_SPAN + 2) + 1):
+                sub = padded[i:j]
+                for in_context in (True, False):
+                    for rule in self._by_source.get((sub, in_context), ()):
+                        start, end = (i, j - 2) if in_context else (i - 1, j - 1)
+                        if not in_context and (start < 0 or end > len(top1)):
+                            continue  # a bare source never spans the edge markers
+                        out.append((start, end, rule.bare_target, rule))
+        return out
+
+    def rewrites(self, top1: str) -> list[str]:
+        """Sentences TOP1 becomes under its likeliest rules: each rule alone, then the likeliest together."""
+        found = [m for m in self.matches(top1) if m[3].rate >= MIN_REWRITE_RATE]
+        found.sort(key=lambda m: -m[3].rate)
+        out: dict[str, None] = {}
+        for start, end, target, _rule in found:
+            text = top1[:start] + target + top1[end:]
+            if text != top1 and text:
+                out.setdefault(text)
+            if len(out) >= MAX_REWRITES:
+                break
+        combined, taken = top1, []
+        for start, end, target, rule in found:  # by rate; non-overlapping, applied right to left
+            if rule.rate >= COMBINED_RATE and all(end <= s or start >= e for s, e, _ in taken):
+                taken.append((start, end, target))
+        for start, end, target in sorted(taken, reverse=True):
+            combined = combined[:start] + target + combined[end:]
+        if combined != top1 and combined:
+            out.setdefault(combined)
+        return list(out)
+
+
+def _occurrences(texts: list[str], sources: set[tuple[str, bool]]) -> dict[tuple[str, bool], int]:
+    """Count how often each (source, in_context) appears in the texts (edges padded as in the rules)."""
+    lengths = {len(src) for src, _ in sources}
+    counts: Counter[tuple[str, bool]] = Counter()
+    for text in texts:
+        padded = BOS + text + EOS
+        for n in lengths:
+            for i in range(len(padded) - n + 1):
+                sub = padded[i : i + n]
+                if (sub, True) in sources:
+                    counts[(sub, True)] += 1
+                if (sub, False) in sources and BOS not in sub and EOS not in sub:
+                    counts[(sub, False)] += 1
+    return dict(counts)
