@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev tools lint corpus train tune evaluate bench soak
+.PHONY: run test install install-dev tools lint corpus train tune evaluate bench soak adapt standin
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,7 @@ run: install
 tools:
 	bash testing/install_tools.sh
 	bash deploy/install_tools.sh
+	bash model/install_irstlm.sh
 
 ## Install everything and run the whole test suite.
 test: install-dev tools
@@ -49,6 +50,17 @@ train: install-dev
 tune: install-dev
 	$(PY) -m model.tune --variant full --write
 	$(PY) -m model.tune --variant lm --write
+
+## Adapt the shipped corrector to your recogniser's labelled lists (README, "Train on your own labelled lists"):
+## make adapt DATA=train_all.json OUT=weights-mine  (DATA may name several files, space-separated)
+adapt: install-dev
+	@test -n "$(DATA)" -a -n "$(OUT)" || { echo "usage: make adapt DATA=FILE OUT=DIR" >&2; exit 2; }
+	bash model/install_irstlm.sh
+	$(PY) -m model.adapt $(foreach f,$(DATA),--data $(f)) --out $(OUT)
+
+## The stand-in labelled files adapt is measured on (docs/model.md), in data/standin/.
+standin: install-dev
+	$(PY) -m preprocess.standin
 
 evaluate: install-dev
 	$(PY) -m model.evaluate --stage all

@@ -187,8 +187,8 @@ def _validate(c: Config) -> None:
     _one_of(c, "device", DEVICES)
     _one_of(c, "stage", STAGES)
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
-    if (c.weights_dir / "config.json").is_file():
-        # a mismatch would load and give wrong answers: stop here, before anything is served
+    if c.weights_dir.is_dir():
+        # a mismatch or a missing part would load and give wrong answers or fail late: stop here, before serving
         from model.contract import FeatureContractError, check_weights_dir
 
         try:

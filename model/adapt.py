@@ -197,7 +197,7 @@ def run(args: argparse.Namespace, wall0: float, cpu0: float) -> int:
     write_meta(out, {"adaptation": {"files": Adaptation.files_record(out)}})
 
     print(f"4/5 refitting the second stage on {len(split.dev)} dev lists")
-    adapted = Corrector(out, device=args.device)
+    adapted = Corrector(out, device=args.device, stage="net")  # the stage is what is being fitted
     adapted.setup()
     assert adapted.adaptation is not None  # the folder names its parts: setup loaded them
     conventions: Conventions = adapted.adaptation.conventions

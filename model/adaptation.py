@@ -18,7 +18,6 @@ them before anything is served, so a folder missing a part, or holding another r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import kenlm
 
+from model.contract import sha256
 from preprocess.rules import Confusions, Rule
 from preprocess.text import SPOKEN_FILLERS
 
@@ -43,15 +43,6 @@ IRSTLM_DIRS = (Path("/usr/lib/irstlm/bin"), Path("/usr/bin"))
 
 class AdaptationError(RuntimeError):
     """An adaptation part cannot be built or loaded; the message is one line saying what to do."""
-
-
-def sha256(path: Path) -> str:
-    """Return the hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _tlm() -> str:

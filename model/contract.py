@@ -8,6 +8,7 @@ that `config.py` can check a weights folder before anything heavy is imported.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import NamedTuple
@@ -89,11 +90,40 @@ def check_features(meta: dict, source: str = "weights") -> None:
                                    f" this code uses {SCALES}")
 
 
+class IncompleteWeightsError(FeatureContractError):
+    """A weights folder lacks a part its config names, or holds a part of another run."""
+
+
+NETWORK_FILES = ("config.json", "vocab.json", "model.safetensors")
+
+
 def check_weights_dir(weights_dir: Path) -> None:
-    """Check the feature columns recorded in a weights folder's config.json (raises FeatureContractError)."""
-    path = Path(weights_dir) / "config.json"
+    """Check a weights folder before anything loads it: its files, its feature columns and, for an adapted folder,
+    that every part `adaptation.files` names is there with the recorded sha256 (raises FeatureContractError)."""
+    weights_dir = Path(weights_dir)
+    missing = [name for name in NETWORK_FILES if not (weights_dir / name).is_file()]
+    if missing:
+        raise IncompleteWeightsError(f"{weights_dir} is incomplete: {', '.join(missing)} missing")
+    path = weights_dir / "config.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise FeatureContractError(f"cannot read {path}: {e}") from None
     check_features(meta, source=f"the weights in {weights_dir}")
+    for part, entry in meta.get("adaptation", {}).get("files", {}).items():
+        file = weights_dir / str(entry.get("name", ""))
+        if not entry.get("name") or not file.is_file():
+            raise IncompleteWeightsError(f"{weights_dir} is an incomplete adapted folder: its {part} file "
+                                         f"{entry.get('name')!r} is missing (re-run python -m model.adapt)")
+        if sha256(file) != entry.get("sha256"):
+            raise IncompleteWeightsError(f"{weights_dir} is inconsistent: {entry['name']} is not the {part} this "
+                                         f"folder was adapted with (sha256 differs; re-run python -m model.adapt)")
+
+
+def sha256(path: Path) -> str:
+    """Return the hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

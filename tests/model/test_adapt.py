@@ -1,0 +1,154 @@
+"""`python -m model.adapt` end to end on tiny labelled files the tests write (10 hypotheses, and TOP1 alone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from config import Config, ConfigError
+from model.adapt import main
+from model.adaptation import DOMAIN_LM_FILE, DomainLM
+from model.corrector import Corrector
+from preprocess.labelled import Labelled, write_labelled
+from preprocess.text import NBest
+from tests.deploy.procs import free_port, gunicorn
+
+pytestmark = pytest.mark.real_model
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PLACES = ("台北", "台中", "台南", "台東", "台灣")
+TEMPLATES = ("我 住 在 {}", "{} 的 分行 在 哪裡", "我 要 去 {} 辦 卡", "請問 {} 有 營業 嗎", "我 想 在 {} 開戶",
+             "{} 的 客服 電話 幾號", "我 明天 到 {}", "{} 下雨 了", "我 的 帳戶 是 在 {} 開 的", "{} 的 匯款 要 多久")
+RIGHT = ("我 想 查詢 信用卡 帳單", "請 幫 我 轉接 客服", "我 要 辦理 掛失", "這 個 月 的 利息 是 多少",
+         "我 想 申請 貸款", "今天 的 匯率 是 多少", "我 忘記 網路 銀行 的 密碼", "信用卡 的 額度 可以 調高 嗎")
+
+
+def _rows(top1_alone: bool) -> list[Labelled]:
+    """Lists whose transcribers write 臺 where the recogniser writes 台, and lists whose TOP1 is right."""
+    rows = []
+    for t, template in enumerate(TEMPLATES):
+        for place in PLACES:
+            top1 = template.format(place)
+            others = () if top1_alone else (top1.replace("我", "哦"), top1.replace("在", "再"))
+            rows.append((top1.replace(" ", "").replace("台", "臺"), (top1, *others), f"c{t}{place}"))
+    for k, sentence in enumerate(RIGHT * 2):
+        others = () if top1_alone else (sentence.replace("我", "哦"),)
+        rows.append((sentence.replace(" ", ""), (sentence, *others), f"r{k}"))
+    return [Labelled(name, truth, NBest(hyps)) for truth, hyps, name in rows]
+
+
+def _adapt(tmp_path: Path, top1_alone: bool) -> tuple[Path, str]:
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone), data)
+    out = tmp_path / "adapted"
+    code = main(["--data", str(data), "--out", str(out), "--epochs", "1", "--dev-share", "0.4", "--test-share",
+                 "0.2", "--prior-lists", "5", "--batch-size", "8", "--ckpt-dir", str(tmp_path / "ckpt"),
+                 "--device", "cpu"])
+    assert code == 0
+    return out, data
+
+
+@pytest.mark.parametrize("top1_alone", [False, True], ids=["nbest", "top1-alone"])
+def test_adapt_writes_a_complete_folder_that_applies_the_files_convention(tmp_path, capsys, top1_alone):
+    out, data = _adapt(tmp_path, top1_alone)
+    printed = capsys.readouterr().out
+
+    assert "split by id (seed 7)" in printed and "## held-out test split" in printed
+    assert "| answer_cer |" in printed and "shipped | adapted" in printed
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    provenance = meta["adaptation"]["provenance"]
+    assert provenance["data"][0]["rows"] == len(_rows(top1_alone))
+    assert len(provenance["data"][0]["sha256"]) == 64
+    assert sum(provenance["split"][k] for k in ("train", "dev", "test")) == len(_rows(top1_alone))
+    assert {"full", "lm"} <= set(meta["rerank"])
+    assert {c["source"] + c["target"] for c in provenance["conventions"]} >= {"台臺"}
+    Config.from_env({"WEIGHTS_DIR": str(out)})  # the folder passes the start-up check
+
+    corrector = Corrector(out, device="cpu")
+    corrector.setup()
+    assert corrector.adaptation is not None and corrector.adaptation.conventions.allows("台", "臺")
+    # a sentence never seen in the file: the convention applies to it; a right TOP1 stays as it is
+    answers = corrector.predict_batch([NBest(("台中 的 分行 幾點 開",)), NBest(("我 想 申請 貸款",))])
+    assert answers == ["臺中的分行幾點開", "我想申請貸款"]
+
+
+def test_shipped_model_keeps_variant_forms_the_adapted_one_learned(tmp_path):
+    """The shipped rule (never bring in a variant form) stays the default: only an adapted folder gives way."""
+    shipped = Corrector(device="cpu")
+    shipped.setup()
+    assert shipped.predict_batch([NBest(("台中 的 分行 幾點 開",))]) == ["台中的分行幾點開"]
+
+
+def test_adapt_builds_a_domain_lm_the_second_stage_uses(tmp_path):
+    out, _ = _adapt(tmp_path, top1_alone=False)
+    domain = DomainLM(out / DOMAIN_LM_FILE)
+    assert domain.score("我住在臺北") > domain.score("我住在台北")  # the truths' form is the domain's
+    corrector = Corrector(out, device="cpu")
+    corrector.setup()
+    example = corrector.featurizer.featurize(NBest(("我 住 在 台北",)))
+    reranker = corrector.reranker
+    cands = reranker.candidates(example, None)
+    feats = dict(zip((c.text for c in cands), reranker.features(example, None, cands), strict=True))
+    assert feats["我住在臺北"].domain > 0 and feats["我住在臺北"].confusion > 0
+    assert reranker.weights.domain >= 0 and reranker.weights.confusion > 0
+
+
+def test_adapt_names_and_counts_malformed_rows(tmp_path, capsys):
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone=False), data)
+    with data.open("a", encoding="utf-8") as f:
+        f.write('{"id": "bad1", "sentence_list": ["我 要 去"]}\n')  # no truth
+        f.write("not json\n")
+    out = tmp_path / "adapted"
+    assert main(["--data", str(data), "--out", str(out), "--epochs", "0", "--dev-share", "0.4"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{data}: {len(_rows(False))} rows read, 2 malformed" in printed
+    assert "malformed: " in printed and "(id 'bad1'): ground_truth_sentence" in printed
+    assert "not valid JSON" in printed
+
+
+def test_adapt_stops_in_one_line_on_a_file_without_rows(tmp_path, capsys):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("\n", encoding="utf-8")
+    assert main(["--data", str(data), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("adapt: ") and "no rows" in err
+
+
+def test_an_incomplete_adapted_folder_stops_start_up_in_one_line(tmp_path):
+    out, _ = _adapt(tmp_path, top1_alone=True)
+    (out / DOMAIN_LM_FILE).unlink()
+    with pytest.raises(ConfigError, match="incomplete adapted folder: its domain_lm file 'domain_lm.arpa' is missing"):
+        Config.from_env({"WEIGHTS_DIR": str(out)})
+    command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "api/gunicorn_conf.py", "api:create_app()"]
+    run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(out)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "incomplete adapted folder" in run.stderr
+
+
+def test_an_adapted_folder_with_another_runs_part_is_refused(tmp_path):
+    out, _ = _adapt(tmp_path, top1_alone=True)
+    with (out / "confusions.json").open("a", encoding="utf-8") as f:
+        f.write(" ")
+    with pytest.raises(ConfigError, match="inconsistent: confusions.json is not the confusions"):
+        Config.from_env({"WEIGHTS_DIR": str(out)})
+
+
+@pytest.mark.live
+def test_an_adapted_folder_is_served_by_make_runs_gunicorn(tmp_path):
+    out, _ = _adapt(tmp_path, top1_alone=False)
+    port = free_port()
+    with gunicorn("api:create_app()", port, tmp_path / "server.log", {"WEIGHTS_DIR": str(out)}):
+        body = {"esun_uuid": "adapted-1", "esun_timestamp": 1, "retry": 2, "sentence_list": ["台中 的 分行 幾點 開"],
+                "phoneme_sequence_list": []}
+        answer = requests.post(f"http://127.0.0.1:{port}/inference", json=body, timeout=2)
+        info = requests.get(f"http://127.0.0.1:{port}/", timeout=2).json()
+    assert answer.status_code == 200 and answer.json()["answer"] == "臺中的分行幾點開"
+    assert json.dumps(info, ensure_ascii=False).count("adapted") >= 1
