@@ -191,7 +191,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.url:
+        try:
+            import requests  # noqa: F401  # testing.judge's client; make install-dev installs it, make run does not
+        except ImportError:
+            print("error: --url needs the requests package: make install-dev (or .venv/bin/pip install requests)",
+                  file=sys.stderr)
+            return 2
         results = {"http": evaluate(sets, lambda d: remote_answers(args.url, d, args.timeout_s, args.concurrency))}
+        failed = sum(r.get("connection_errors", 0) for r in results["http"].values())
+        asked = sum(r["sentences"] for r in results["http"].values())
+        if failed > asked / 2:
+            print(f"error: {failed} of {asked} questions could not connect to {args.url}: is the service running?",
+                  file=sys.stderr)
+            return 1
     else:
         results = {}
         for stage in STAGES if args.stage == "all" else (args.stage,):

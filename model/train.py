@@ -388,7 +388,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if data.dev:
         threshold, dev_figures = pick_threshold(data.dev, dev_probs(net, data.dev, device), data.dev_truth)
-        print(f"threshold {threshold:.2f} on dev: {json.dumps(dev_figures)}")
+        print(f"threshold {threshold:.2f} chosen on dev; dev figures (tuned on, not held out: score held-out lists "
+              f"with python -m model.evaluate --data FILE): {json.dumps(dev_figures)}")
     else:
         threshold, dev_figures = start.threshold, None
         print(f"no dev list: keeping threshold {threshold:.2f}")

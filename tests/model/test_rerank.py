@@ -75,3 +75,19 @@ def test_reranker_features_are_zero_for_top1_and_read_by_name(featurizer, lm):
 def test_rerank_weights_refuse_an_unknown_feature():
     with pytest.raises(ValueError, match="unknown features"):
         RerankWeights.from_dict({"lm": 1.0, "acoustic": 2.0})
+
+
+FILLER_SLOT = ("痾 我 要 查 帳單", "呃 我 要 查 帳單", "欸 我 要 查 帳單", "我 要 查 帳單", "嗯 我 要 查 帳單")
+
+
+def test_protected_positions_hold_a_filler_slot_the_list_fills_with_other_fillers(featurizer):
+    """Regression: a real list whose TOP1 begins with 痾 and whose other hypotheses begin with other fillers (one with
+    none) was answered without any filler; the list agrees on the slot, not on the character."""
+    ex = _example(featurizer, *FILLER_SLOT)
+    assert protected_positions(ex) == {0}
+    assert all(c.text.startswith("痾") for c in candidates(ex, None))
+
+
+def test_reranker_keeps_top1s_filler_in_a_slot_other_hypotheses_fill_otherwise(featurizer, lm):
+    ex = _example(featurizer, *FILLER_SLOT)
+    assert Reranker(lm, RerankWeights(lm=1.0, margin=0.0)).choose(ex, None) == "痾我要查帳單"

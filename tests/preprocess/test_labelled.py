@@ -148,3 +148,32 @@ def test_split_dev_is_stable_and_near_the_share():
     assert len(train) + len(dev) == len(items)
     assert split_dev(list(reversed(items)), 0.1)[1] == list(reversed(dev))
     assert split_dev(items, 0.0) == (items, [])
+
+
+def test_read_labelled_lenient_names_and_counts_malformed_rows(tmp_path):
+    from preprocess.labelled import read_labelled_lenient
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"id": "a", "ground_truth_sentence": "你好", "sentence_list": ["你 好"]}\n'
+                    'not json\n'
+                    '{"id": "b", "sentence_list": ["你 好"]}\n'
+                    '{"id": "a", "ground_truth_sentence": "你好", "sentence_list": ["你 好"]}\n', encoding="utf-8")
+    read = read_labelled_lenient(path)
+    assert [it.id for it in read.items] == ["a"]
+    assert len(read.malformed) == 3
+    assert "line 2: not valid JSON" in read.malformed[0]
+    assert "line 3 (id 'b'): ground_truth_sentence" in read.malformed[1]
+    assert "duplicate id" in read.malformed[2]
+
+
+def test_split_three_is_seeded_by_id_and_disjoint():
+    from preprocess.labelled import Labelled, split_three
+    from preprocess.text import NBest
+
+    items = [Labelled(str(k), "你好", NBest(("你 好",))) for k in range(1000)]
+    split = split_three(items, 0.15, 0.15, seed=7)
+    again = split_three(list(reversed(items)), 0.15, 0.15, seed=7)
+    assert {it.id for it in split.test} == {it.id for it in again.test}
+    assert sum(split.sizes().values()) == 1000 and 100 < len(split.dev) < 200 and 100 < len(split.test) < 200
+    assert not {it.id for it in split.train} & {it.id for it in split.test}
+    assert {it.id for it in split_three(items, 0.15, 0.15, seed=8).test} != {it.id for it in split.test}
