@@ -6,9 +6,18 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev tools lint corpus train tune evaluate bench soak adapt standin
+.PHONY: run test install install-dev install-gpu tools lint corpus train tune evaluate bench soak adapt standin
+
+# Python 3.11 or newer (transformers 5 and the pinned wheels need it). A .venv made by an older Python (a first try
+# with Ubuntu 22.04's 3.10, say) is rebuilt with $(PYTHON) instead of being reused broken.
+NEEDS_311 := import sys; sys.exit(sys.version_info < (3, 11))
 
 $(VENV)/.installed: requirements.txt
+	@$(PYTHON) -c '$(NEEDS_311)' 2>/dev/null || { echo "Python 3.11 or newer is needed, and $(PYTHON) is \
+	$$($(PYTHON) --version 2>&1 || echo missing): install python3.11 and run make $(MAKECMDGOALS) PYTHON=python3.11" >&2; \
+	exit 2; }
+	@if test -x $(PY) && ! $(PY) -c '$(NEEDS_311)' 2>/dev/null; then \
+	echo "$(VENV) was made by $$($(PY) --version 2>&1): rebuilding it with $(PYTHON)"; rm -rf $(VENV); fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
 	touch $@
@@ -20,6 +29,13 @@ $(VENV)/.installed-dev: requirements-dev.txt requirements.txt $(VENV)/.installed
 install: $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev
+
+## The CUDA build of the pinned torch into .venv, replacing the CPU build (README, "Running on a GPU"):
+## make install-gpu [TORCH_INDEX=https://download.pytorch.org/whl/cu128]
+TORCH_INDEX ?= https://download.pytorch.org/whl/cu128
+install-gpu: install
+	$(PY) -m pip install --force-reinstall --no-deps "$$(grep -m1 '^torch==' requirements.txt)" --index-url $(TORCH_INDEX)
+	$(PY) -c 'import torch; print("torch", torch.__version__, "CUDA available:", torch.cuda.is_available())'
 
 ## Serve the shipped corrector with gunicorn (one process, gthread) on $(PORT).
 run: install
