@@ -185,6 +185,12 @@ def _validate(c: Config) -> None:
         _positive(c, name)
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
+    if c.device == "cuda":
+        import torch  # only when CUDA is asked for: the server imports it anyway, tests and tools need not
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device must be auto or cpu here: cuda was asked for, but torch {torch.__version__} "
+                              f"sees no usable CUDA GPU (make install-gpu installs the CUDA build)")
     _one_of(c, "stage", STAGES)
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
     if c.weights_dir.is_dir():

@@ -103,8 +103,10 @@ class LoadingCorrector:
             log.exception("loading the %s failed; answering TOP1", self._name)
         else:
             self._corrector = corrector
+            info = corrector.info
             log.info("%s loaded", self._name, extra={"fields": {
-                "load_s": round(time.monotonic() - self._started, 3)}})
+                "load_s": round(time.monotonic() - self._started, 3), "device": info.get("device"),
+                "precision": info.get("precision")}})
         finally:
             self._done.set()
 

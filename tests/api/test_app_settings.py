@@ -27,9 +27,10 @@ def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app,
 
 
 def test_cli_flags_override_the_environment():
-    env = {"PORT": "9000", "MAX_BATCH_SIZE": "8", "DEVICE": "cuda"}
-    config = parse_config(["--port", "9001", "--max-batch-size", "16", "--weights-dir", "/tmp/w"], env)
-    assert (config.port, config.max_batch_size, config.device) == (9001, 16, "cuda")
+    env = {"PORT": "9000", "MAX_BATCH_SIZE": "8", "DEVICE": "auto"}
+    flags = ["--port", "9001", "--max-batch-size", "16", "--weights-dir", "/tmp/w", "--device", "cpu"]
+    config = parse_config(flags, env)
+    assert (config.port, config.max_batch_size, config.device) == (9001, 16, "cpu")
     assert config.weights_dir == Path("/tmp/w")
 
 
