@@ -72,16 +72,25 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+# The project's own packages log at the configured level; everything else (libraries) at WARNING and above.
+OWN_PACKAGES = ("api", "batching", "cache", "model", "preprocess", "config")
+
+
 def configure_logging(level: str) -> None:
-    """Send the `api` and `model` loggers' records to stderr as JSON lines, at `level`; safe to call again."""
-    # "model": the batcher's own records (a failed batch, a dead worker replaced) belong in the same stream.
-    for name in ("api", "model"):
-        logger = logging.getLogger(name)
-        logger.setLevel(level)
-        if not any(isinstance(h.formatter, JsonFormatter) for h in logger.handlers):
-            handler = _StderrHandler()
-            handler.setFormatter(JsonFormatter())
-            logger.addHandler(handler)
+    """Send every record to stderr as one JSON line, through one handler on the root logger (safe to call again):
+    the project's packages at `level`, other packages' at WARNING and above, so nothing reaches stderr as plain
+    text (a batcher's dead worker, a library's warning) and no warning is lost."""
+    root = logging.getLogger()
+    if not any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(JsonFormatter())
+        root.addHandler(handler)
+    if root.level > logging.WARNING or root.level == logging.NOTSET:
+        root.setLevel(logging.WARNING)
+    for name in OWN_PACKAGES:
+        logging.getLogger(name).setLevel(level)
+    # service-streamer 0.1.2 sets its own logger to INFO at import and writes a line per batch: its warnings only
+    logging.getLogger("service_streamer").setLevel(logging.WARNING)
 
 
 def log_request(esun_uuid: str, retry: int, path: str, latency_ms: float,

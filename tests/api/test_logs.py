@@ -24,3 +24,24 @@ def test_a_logconfig_dict_without_accesslog_writes_no_access_line():
 def test_an_access_log_asked_for_is_still_written():
     logger = GunicornLogger(gunicorn_config(logconfig_dict=LOGCONFIG, accesslog="-"))
     assert logger.access_log_enabled is True
+
+
+def test_configure_logging_writes_every_package_s_records_as_json(capsys):
+    """Regression: `batching.*` records (a dead model process replaced) came out as plain text, and INFO was lost."""
+    import json
+    import logging
+
+    from api.logs import configure_logging
+
+    configure_logging("INFO")
+    try:
+        raise RuntimeError("batch function failed")
+    except RuntimeError:
+        logging.getLogger("batching.process").exception("worker process 1 exited with code -9; started another")
+    logging.getLogger("batching.threaded").info("batcher started")
+    logging.getLogger("some.library").warning("a library's warning")
+    logging.getLogger("some.library").info("a library's chatter")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [(r["logger"], r["level"]) for r in lines] == [
+        ("batching.process", "ERROR"), ("batching.threaded", "INFO"), ("some.library", "WARNING")]
+    assert "RuntimeError: batch function failed" in lines[0]["exc"]
