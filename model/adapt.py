@@ -20,10 +20,12 @@ the rows by a seeded hash of their ids into train / dev / test, and then:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import resource
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -38,6 +40,7 @@ from model.adaptation import (
     Adaptation,
     AdaptationError,
     Conventions,
+    DomainLM,
     build_domain_lm,
     save_confusions,
     sha256,
@@ -49,6 +52,7 @@ from model.rerank import RerankWeights
 from model.train import dev_probs, fit, pick_threshold, save, shipped_start
 from model.train import parse_args as train_args
 from model.train_data import labelled_examples
+from model.tune import DevList, dev_lists, fit_lists
 from model.tune import fit as fit_stage
 from preprocess.labelled import Labelled, LabelledFormatError, read_labelled_lenient, split_three
 from preprocess.rules import Confusions
@@ -124,6 +128,41 @@ def fine_tune(args: argparse.Namespace, train: list[Labelled], dev: list[Labelle
     return record
 
 
+def learn(items: list[Labelled], out: Path, min_count: int) -> tuple[dict[str, int], Confusions]:
+    """Build the domain LM and learn the confusions of `items` into `out`."""
+    truths = [han_only(it.truth) for it in items]
+    lm_counts = build_domain_lm(truths, out / DOMAIN_LM_FILE)
+    pairs = [(han_only(it.nbest.top1), truth) for it, truth in zip(items, truths, strict=True)]
+    confusions = Confusions.learn([p for p in pairs if p[0] and p[1]], min_count=min_count)
+    save_confusions(confusions, out / CONFUSIONS_FILE)
+    return lm_counts, confusions
+
+
+def fold_of(item_id: str, seed: int, folds: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"fold:{seed}:{item_id}".encode()).digest()[:8], "big") % folds
+
+
+def cross_fitted_lists(args: argparse.Namespace, train: list[Labelled], corrector: Corrector) -> list[DevList]:
+    """Describe the train lists for fitting the stage, each fold with the domain LM and confusions learned from the
+    other folds (never from itself), and with `corrector`'s network."""
+    if args.folds < 2 or len(train) < args.folds:
+        return []
+    out: list[DevList] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in tqdm(range(args.folds), desc="cross-fitting", leave=False):
+            held = [it for it in train if fold_of(it.id, args.seed, args.folds) == k]
+            rest = [it for it in train if fold_of(it.id, args.seed, args.folds) != k]
+            part = Path(tmp) / f"fold{k}"
+            part.mkdir()
+            _, confusions = learn(rest, part, args.min_count)
+            assert corrector.lm is not None
+            adaptation = Adaptation(DomainLM(part / DOMAIN_LM_FILE), confusions,
+                                    Conventions.from_confusions(confusions, corrector.lm.to_simplified))
+            out += dev_lists(corrector, nbests(held), [han_only(it.truth) for it in held], use_net=True,
+                             adaptation=adaptation)
+    return out
+
+
 def write_meta(out: Path, update: dict[str, Any]) -> None:
     path = out / "config.json"
     meta = json.loads(path.read_text(encoding="utf-8"))
@@ -140,6 +179,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dev-share", type=float, default=0.15, help="share of the ids the stage is fitted on")
     ap.add_argument("--test-share", type=float, default=0.15, help="share of the ids held out for the report")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--folds", type=int, default=2,
+                    help="the train lists join the stage's fitting, each fold described by what the others taught "
+                         "(0: the dev lists alone)")
     ap.add_argument("--min-count", type=int, default=2, help="a confusion seen fewer times is not learned")
     ap.add_argument("--epochs", type=float, default=3.0, help="fine-tuning epochs over the train lists (0: none)")
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -147,10 +189,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-train-minutes", type=float, default=30.0)
     ap.add_argument("--prior-lists", type=float, default=50.0,
                     help="how many dev lists the shipped stage's weights count for when refitting them")
-    # the bound model.tune fits the shipped stage under (the issue allows up to 0.005): a dev split of a few
-    # hundred lists is noisy, and the held-out lists must stay within 0.005
-    ap.add_argument("--max-worse", type=float, default=0.003)
-    ap.add_argument("--max-right-changed", type=float, default=0.003)
+    # the precision bound, on the dev lists and the cross-fitted train lists together (thousands of lists: the share
+    # is estimated well enough to use the whole bound)
+    ap.add_argument("--max-worse", type=float, default=0.005)
+    ap.add_argument("--max-right-changed", type=float, default=0.005)
     ap.add_argument("--ckpt-dir", type=Path, default=None, help="default: checkpoints/adapt-<out folder's name>")
     ap.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     args = ap.parse_args(argv)
@@ -181,37 +223,37 @@ def run(args: argparse.Namespace, wall0: float, cpu0: float) -> int:
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
 
-    print("1/5 domain language model (IRSTLM) from the train truths")
-    train_truths = [han_only(it.truth) for it in split.train]
-    lm_counts = build_domain_lm(train_truths, out / DOMAIN_LM_FILE)
-    print(f"    {lm_counts}")
-
-    print("2/5 the recogniser's confusions and the transcribers' conventions")
-    pairs = [(han_only(it.nbest.top1), truth) for it, truth in zip(split.train, train_truths, strict=True)]
-    confusions = Confusions.learn([p for p in pairs if p[0] and p[1]], min_count=args.min_count)
-    save_confusions(confusions, out / CONFUSIONS_FILE)
+    print("1/5 domain language model (IRSTLM) from the train truths; 2/5 the recogniser's confusions")
+    lm_counts, confusions = learn(split.train, out, args.min_count)
+    print(f"    {lm_counts}; {len(confusions)} confusion rules")
 
     print(f"3/5 fine-tuning the network on {len(split.train)} lists ({device})")
     network = fine_tune(args, split.train, split.dev, device, out) if args.epochs > 0 else _copy_network(args, out)
     print(f"    kept: {network['network']}")
     write_meta(out, {"adaptation": {"files": Adaptation.files_record(out)}})
 
-    print(f"4/5 refitting the second stage on {len(split.dev)} dev lists")
     adapted = Corrector(out, device=args.device, stage="net")  # the stage is what is being fitted
     adapted.setup()
     assert adapted.adaptation is not None  # the folder names its parts: setup loaded them
     conventions: Conventions = adapted.adaptation.conventions
-    print(f"    {len(confusions)} confusion rules; conventions: {conventions.describe() or 'none clear'}")
-    dev_lists, dev_truths = nbests(split.dev), [han_only(it.truth) for it in split.dev]
-    stages = {}
+    print(f"    conventions: {conventions.describe() or 'none clear'}")
+    print(f"4/5 refitting the second stage on {len(split.dev)} dev lists and, cross-fitted in {args.folds} folds, "
+          f"the {len(split.train)} train lists")
+    dev_nb, dev_truths = nbests(split.dev), [han_only(it.truth) for it in split.dev]
+    lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
+    lists += cross_fitted_lists(args, split.train, adapted)
     shipped_stages = json.loads((args.init_from / "config.json").read_text(encoding="utf-8")).get("rerank", {})
-    for variant in ("full", "lm"):
-        prior = RerankWeights.from_dict(shipped_stages[variant]["weights"]) if variant in shipped_stages else None
-        weights, figures = fit_stage(adapted, dev_lists, dev_truths, variant, args.max_worse, args.max_right_changed,
-                                     prior=prior, prior_lists=args.prior_lists)
-        stages[variant] = {"weights": weights.to_dict(), "dev": figures | {"note": "fitted on these lists"}}
-    print(f"    dev (fitted on, not held out): CER {stages['full']['dev']['top1_cer']:.2%} (TOP1) -> "
-          f"{stages['full']['dev']['cer']:.2%}; weights {json.dumps(stages['full']['weights'])}")
+    priors = {v: RerankWeights.from_dict(shipped_stages[v]["weights"]) if v in shipped_stages else None
+              for v in ("full", "lm")}
+    full, full_figures = fit_lists(lists, "full", args.max_worse, args.max_right_changed, priors["full"],
+                                   args.prior_lists)
+    lm_only, lm_figures = fit_stage(adapted, dev_nb, dev_truths, "lm", args.max_worse, args.max_right_changed,
+                                    prior=priors["lm"], prior_lists=args.prior_lists)
+    fitted_on = "fitted on these lists (dev, and the train lists cross-fitted), not held out"
+    stages = {"full": {"weights": full.to_dict(), "dev": full_figures | {"note": fitted_on}},
+              "lm": {"weights": lm_only.to_dict(), "dev": lm_figures | {"note": "fitted on the dev lists"}}}
+    print(f"    the lists fitted on (not held out): CER {full_figures['top1_cer']:.2%} (TOP1) -> "
+          f"{full_figures['cer']:.2%}; weights {json.dumps(stages['full']['weights'])}")
     write_meta(out, {"rerank": stages})
 
     print(f"5/5 the held-out test split ({len(split.test)} lists)")

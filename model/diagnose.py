@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     corrector = Corrector(args.weights, device="cpu")
     corrector.setup()
-    results = {s.name: diagnose(dev_lists(corrector, s.nbests, s.truths, use_net=True)) for s in sets}
+    results = {s.name: diagnose(dev_lists(corrector, s.nbests, s.truths, use_net=True,
+                                          adaptation=corrector.adaptation)) for s in sets}
     if args.json:
         print(json.dumps({k: asdict(v) for k, v in results.items()}, indent=1))
     else:

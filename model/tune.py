@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from rapidfuzz.distance import Levenshtein
 
+from model.adaptation import Adaptation
 from model.corrector import WEIGHTS_DIR, Corrector
 from model.rerank import Features, Reranker, RerankWeights
 from preprocess.simulate import load_simulator
@@ -41,10 +42,12 @@ class DevList:
     truth_len: int
 
 
-def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool) -> list[DevList]:
-    """Describe every candidate of every list, with its errors."""
+def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool,
+              adaptation: Adaptation | None = None) -> list[DevList]:
+    """Describe every candidate of every list, with its errors (candidates and features of `adaptation`, when
+    given: an adapted stage is fitted on lists its adaptation was not learned from)."""
     out: list[DevList] = []
-    reranker = Reranker(corrector.lm, RerankWeights(), corrector.adaptation)
+    reranker = Reranker(corrector.lm, RerankWeights(), adaptation)
     for start in range(0, len(nbests), 64):
         chunk = nbests[start : start + 64]
         batch = corrector.batch(chunk)
@@ -150,10 +153,16 @@ def fit(corrector: Corrector, nbests: list[NBest], truths: list[str], variant: s
         max_right_changed: float, prior: RerankWeights | None = None,
         prior_lists: float = 0.0) -> tuple[RerankWeights, dict]:
     """Fit one variant's weights and margin on dev lists (drawn towards `prior`'s weights, when given)."""
+    lists = dev_lists(corrector, nbests, truths, use_net=variant == "full", adaptation=corrector.adaptation)
+    return fit_lists(lists, variant, max_worse, max_right_changed, prior, prior_lists)
+
+
+def fit_lists(lists: list[DevList], variant: str, max_worse: float, max_right_changed: float,
+              prior: RerankWeights | None = None, prior_lists: float = 0.0) -> tuple[RerankWeights, dict]:
+    """Fit one variant's weights and margin on described lists."""
     names = Features.names()
     allowed = names if variant == "full" else LM_ONLY
     mask = np.array([n in allowed for n in names], dtype=np.float64)
-    lists = dev_lists(corrector, nbests, truths, use_net=variant == "full")
     w = fit_weights(lists, mask, prior=prior.vector() if prior is not None else None, prior_lists=prior_lists)
     margin, figures = pick_margin(lists, w, max_worse, max_right_changed)
     weights = replace(RerankWeights(**dict(zip(names, map(float, w), strict=True))), margin=margin)
