@@ -33,8 +33,10 @@ Contract:
   interrupted: its late answer still resolves its future (``api.predict`` keeps it for the retry).
 - Failure. If ``predict`` raises, returns a result count that differs from its input count, or returns results that
   cannot be pickled, every item of that batch (and only that batch) fails with ``BatchFailed``; the worker goes on.
-  If a worker process dies, the monitor starts another on the same device; the items it held fail with
-  ``BatchFailed`` ``late_grace_s`` after their deadline.
+  If a worker process dies (even killed with SIGKILL while it held a shared queue's lock), the monitor replaces
+  every worker on fresh queues (``_Streamer.replace_all``) and fails every item in flight with ``BatchFailed`` at
+  once; ``alive()`` is false until the new set has built its models. An item no worker answers otherwise fails
+  ``late_grace_s`` after its deadline.
 - Thread safety. ``submit``, ``stats``, ``alive`` and ``close`` may be called from any thread. Futures are resolved on
   the collector, monitor or closing thread, so done-callbacks run there and must be quick. Cancelling a future only
   discards its answer.
@@ -83,11 +85,8 @@ class _Streamer(Streamer):
         self.worker_num = worker_num
         self.cuda_devices = list(cuda_devices) if cuda_devices else None
         self._name = name
-        self._input_queue = mp.Queue()
-        self._output_queue = mp.Queue()
-        model_class, max_batch_size, max_wait_s, init_args, init_kwargs = worker_args
-        self._worker = GuardedWorker(model_class, max_batch_size, max_wait_s, self._input_queue,
-                                      self._output_queue, init_args, init_kwargs)
+        self._worker_args = worker_args
+        self._new_queues()
         self._worker_ps: list[Any] = [None] * worker_num
         self._worker_ready_events: list[Any] = [None] * worker_num
         self._worker_destroy_events: list[Any] = [None] * worker_num
@@ -97,6 +96,36 @@ class _Streamer(Streamer):
             self.start_worker(slot)
         self.back_thread.name = f"{name}-collect"
         self._delay_setup()
+
+    def _new_queues(self) -> None:
+        """Give the workers to come a fresh pair of queues (the collector and `queue` read the attributes anew)."""
+        self._input_queue = mp.Queue()
+        self._output_queue = mp.Queue()
+        model_class, max_batch_size, max_wait_s, init_args, init_kwargs = self._worker_args
+        self._worker = GuardedWorker(model_class, max_batch_size, max_wait_s, self._input_queue,
+                                      self._output_queue, init_args, init_kwargs)
+
+    def replace_all(self) -> None:
+        """Stop every worker and start a fresh set on fresh queues.
+
+        The workers share one input queue, and a reader waits in `Queue.get` holding the queue's read lock (a
+        multiprocessing lock); a writer holds the output queue's write lock while it sends. A process killed there
+        (SIGKILL, the OOM killer) takes the lock with it, and every other worker then waits on it forever. So no
+        queue a dead process may have held is used again: the survivors are killed (whatever they held is failed
+        by the caller), the old queues are left to the garbage collector (closing the output queue under the
+        collector's timed `get` would break it), and a new generation starts.
+        """
+        for event in self._worker_destroy_events:
+            event.set()
+        for process in self._worker_ps:
+            if process.is_alive():
+                process.kill()
+        for process in self._worker_ps:
+            process.join(2.0)
+        self._input_queue.cancel_join_thread()  # items queued for the old generation must not block exit
+        self._new_queues()
+        for slot in range(self.worker_num):
+            self.start_worker(slot)
 
     def start_worker(self, slot: int) -> None:
         """Start a fresh worker process in this slot, on the slot's device."""
@@ -219,8 +248,10 @@ class ProcessBatcher(Generic[T, R]):
         return self._core.submit(item, deadline, self._enqueue)
 
     def alive(self) -> bool:
-        """Say whether the batcher is open, its collector runs, and at least one worker is up with its model."""
-        return not self._core.closed and self._streamer.collector_alive() and self._streamer.ready_count() > 0
+        """Say whether the batcher is open, its collector runs, and every worker is up with its model (a worker
+        being replaced makes it false until the new set is ready)."""
+        return (not self._core.closed and self._streamer.collector_alive()
+                and self._streamer.ready_count() == self._streamer.worker_num)
 
     def stats(self) -> BatcherStats:
         """Return a snapshot of the counters (running_for_s is not known across processes: always 0.0)."""
@@ -292,14 +323,20 @@ class ProcessBatcher(Generic[T, R]):
             settle(job.future, result=result)
 
     def _watch_round(self) -> None:
-        """Replace dead workers and fail items no worker answered in time (monitor thread, every poll)."""
+        """Replace the workers when one died, and fail items no worker answered in time (monitor thread, every
+        poll)."""
         # close() joins the monitor before it stops the workers, so no process is started behind its back.
-        for slot, code in self._streamer.dead_slots():
-            if self._core.closed:
-                return
-            self._streamer.start_worker(slot)
+        dead = self._streamer.dead_slots()
+        if dead and not self._core.closed:
+            self._streamer.replace_all()  # see _Streamer.replace_all: a dead process may hold a queue's lock
             self._core.tally.restarted()
-            logger.error("worker process %d exited with code %s; started another", slot, code)
+            dropped = 0
+            for job in self._core.jobs():  # queued for or held by the old generation: never answered now
+                dropped += settle(job.future, error=BatchFailed("a worker process died; its generation was replaced"))
+            slot, code = dead[0]
+            logger.error("worker process %d exited with code %s; started a new set of %d workers", slot, code,
+                         self._streamer.worker_num, extra={"fields": {"event": "worker_died", "slot": slot,
+                                                                        "exit_code": code, "items_failed": dropped}})
         # Their worker died, or the queue stalled.
         for job in self._core.overdue(self._late_grace_s):
             if settle(job.future, error=BatchFailed(f"no worker answered within {self._late_grace_s:g} s "
