@@ -64,6 +64,7 @@ def create_app(
         overload = OverloadControl(config.max_in_flight, config.overload_target_s, config.overload_interval_s,
                                    config.overload_model_share * config.budget_s)
     metrics.watch_overload(overload)
+    metrics.watch_engine(batcher)
     app.extensions[EXTENSION_KEY] = AppState(
         config=config, corrector=corrector, batcher=batcher, cache=cache, overload=overload
     )

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from api.accept import budget_start
+from api.interfaces import Engine
 from api.overload import OverloadControl
 from batching import BatchReport
 
@@ -126,6 +127,10 @@ class Metrics:
         """Expose the overload control's state, read at each scrape."""
         self.registry.register(_OverloadCollector(control))
 
+    def watch_engine(self, engine: Engine) -> None:
+        """Expose the batching engine's readiness and its replaced workers, read at each scrape."""
+        self.registry.register(_EngineCollector(engine))
+
     def render(self) -> bytes:
         """Return every series in the Prometheus text format."""
         return generate_latest(self.registry)
@@ -153,6 +158,20 @@ class _OverloadCollector(Collector):
                                 "answered in its last interval.", value=state.model_wait_min_s)
         yield CounterMetricFamily(f"{NAMESPACE}_overload_shed", "Requests answered TOP1 by the overload control "
                                   "(path shed).", value=state.shed_total)
+
+
+class _EngineCollector(Collector):
+    """The batching engine's series: whether every worker is up, and how many dead workers were replaced."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield GaugeMetricFamily(f"{NAMESPACE}_batcher_alive", "1 when the batcher runs with every worker ready.",
+                                value=float(self._engine.alive()))
+        yield CounterMetricFamily(f"{NAMESPACE}_batcher_worker_restarts", "Dead batch workers replaced (for the "
+                                  "process engine, each death replaces the whole set).",
+                                  value=self._engine.stats().restarts)
 
 
 def instrument(app: Flask, endpoint: str = "inference") -> None:

@@ -115,8 +115,11 @@ def test_metrics_serves_prometheus_text_with_every_series_at_zero(client):
     text = response.get_data(as_text=True)
     for series in ("esun_request_duration_seconds_bucket", "esun_requests_in_flight", "esun_fallbacks_total",
                    "esun_batch_size_bucket", "esun_batch_duration_seconds_bucket",
-                   "esun_batch_queue_wait_seconds_bucket", "esun_cache_lookups_total", "esun_redis_circuit_open"):
+                   "esun_batch_queue_wait_seconds_bucket", "esun_cache_lookups_total", "esun_redis_circuit_open",
+                   "esun_batcher_alive", "esun_batcher_worker_restarts_total"):
         assert series in text
+    assert metric(client, "esun_batcher_alive") == 1
+    assert metric(client, "esun_batcher_worker_restarts_total") == 0
     assert metric(client, "esun_request_duration_seconds_count", path="deadline") == 0
     assert metric(client, "esun_fallbacks_total", reason="overload") == 0
 
