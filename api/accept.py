@@ -6,10 +6,10 @@ budget from the view's start would hide that wait and answer late. `api.worker.S
 request with `time.monotonic()` when its worker's event loop starts reading it, which is the earliest moment the
 server knows of it:
 
-- a new connection's first request: at accept (the client connected in order to send it; a client that then
-  takes its time sending it has spent its own budget, and is answered TOP1 if little is left);
-- a later request on a kept-alive connection: when its first bytes arrive (idling between requests costs the
-  judge's reused connections nothing), or when the previous answer was sent if they had arrived before it.
+- every request, on a new connection or a kept-alive one alike: when its first bytes arrive (a client that opens
+  its connection early and sends later has spent none of its budget: the judge's clock, and the client's, start
+  when it sends), or when the event loop takes it up if its bytes were already read (behind a previous request,
+  or before the connection reached the event loop).
 
 The event loop reads the request whole before any thread sees it, so the time to read it counts, and so does the
 wait for a thread after it. (The wait in the kernel's accept queue before that is not seen by any user-space

@@ -14,7 +14,7 @@ api/gunicorn_conf.py names `StampingThreadWorker` as `worker_class`. Three addit
   gunicorn's parser rejects) is answered by the event loop with the app's JSON error body and `Connection: close`,
   without waiting for the rest of it.
 - **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when the
-  event loop started reading it (see api.accept for what that means per connection).
+  first bytes of the request reached the event loop (see api.accept).
 - **The door** (api.door): before handing a whole `POST /inference` (Content-Length framed) to the pool, the event
   loop asks the app's door, which answers it at once (TOP1 or a stored answer) when `POOL_LIMIT` requests are in
   the pool already or no model slot is free. The event loop sends that answer and keeps the connection as gthread
@@ -380,6 +380,8 @@ class StampingThreadWorker(ThreadWorker):
             return
         if reading.closing:
             return  # discarding what the client still sends until it closes
+        if not reading.buffer:  # the request's first bytes: its clock starts now (api.accept)
+            conn.accepted_at = time.monotonic()
         reading.buffer += data
         if not self._advance(conn, reading):
             self._register(conn, reading)

@@ -242,7 +242,7 @@ def test_process_batcher_recovers_from_a_worker_killed_with_sigkill(batcher, que
         for future in held:  # what the killed generation held is answered at once, not at its deadline
             with pytest.raises(BatchFailed, match="worker process"):
                 future.result(timeout=2.0)
-        wait_until(lambda: not batcher.alive() or batcher.stats().restarts > restarts, 5)
+        wait_until(lambda r=restarts: batcher.stats().restarts > r, 5)
         wait_until(lambda: batcher.alive() and batcher.streamer.ready_count() == 2, 5)
         assert batcher.submit("back", soon()).result(timeout=2) == "~BACK"
         assert time.monotonic() - killed_at < 5.0
