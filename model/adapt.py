@@ -229,7 +229,8 @@ def run(args: argparse.Namespace, wall0: float, cpu0: float) -> int:
 
     print(f"3/5 fine-tuning the network on {len(split.train)} lists ({device})")
     network = fine_tune(args, split.train, split.dev, device, out) if args.epochs > 0 else _copy_network(args, out)
-    print(f"    kept: {network['network']}")
+    print(f"    kept: {network['network']}; {network.get('left_out', 0)} train lists left out of fine-tuning (TOP1 or "
+          f"truth without Han characters: the service answers such a TOP1 as it is)")
     write_meta(out, {"adaptation": {"files": Adaptation.files_record(out)}})
 
     adapted = Corrector(out, device=args.device, stage="net")  # the stage is what is being fitted
