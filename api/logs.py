@@ -90,7 +90,7 @@ def configure_logging(level: str) -> None:
     for name in OWN_PACKAGES:
         logging.getLogger(name).setLevel(level)
     # service-streamer 0.1.2 sets its own logger to INFO at import and writes a line per batch: its warnings only
-    logging.getLogger("service_streamer").setLevel(logging.WARNING)
+    logging.getLogger("service_streamer.service_streamer").setLevel(logging.WARNING)
 
 
 def log_request(esun_uuid: str, retry: int, path: str, latency_ms: float,

@@ -41,6 +41,7 @@ def test_configure_logging_writes_every_package_s_records_as_json(capsys):
     logging.getLogger("batching.threaded").info("batcher started")
     logging.getLogger("some.library").warning("a library's warning")
     logging.getLogger("some.library").info("a library's chatter")
+    logging.getLogger("service_streamer.service_streamer").info("run_once batch_size: 4")  # a line per batch
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [(r["logger"], r["level"]) for r in lines] == [
         ("batching.process", "ERROR"), ("batching.threaded", "INFO"), ("some.library", "WARNING")]
