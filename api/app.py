@@ -114,12 +114,15 @@ def _devices(config: Config) -> tuple[str, ...]:
     return tuple(d.strip() for d in config.cuda_devices.split(",") if d.strip())
 
 
-def preload(with_model: bool = True) -> None:
-    """Prepare a process that will fork workers: import the corrector's modules (torch) when `with_model`, and
-    build the routes once on a throwaway app, so that pydantic and spectree have generated the schemas. Starts
-    no thread and touches no device (neither would survive a fork)."""
+def preload(with_model: bool = True, config: Config | None = None) -> None:
+    """Prepare a process that will fork workers: import the corrector's modules (torch) and read what every
+    worker's setup reads alike (`model.corrector.preload`) when `with_model`, and build the routes once on a
+    throwaway app, so that pydantic and spectree have generated the schemas. Starts no thread and touches no
+    device (neither would survive a fork)."""
     if with_model:
-        import model.corrector  # noqa: F401
+        from model.corrector import preload as preload_model
+
+        preload_model(config.weights_dir if config else None, with_lm=config is None or config.stage != "net")
     register_routes(Flask("preload"))
 
 

@@ -87,7 +87,7 @@ def on_starting(server: Any) -> None:
     from api import preload
 
     module = server.app.app_uri.partition(":")[0]
-    preload(with_model=module == "api")
+    preload(with_model=module == "api", config=_config)
     importlib.import_module(module)
 
 

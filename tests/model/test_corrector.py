@@ -87,3 +87,17 @@ def test_corrector_answers_with_the_stage_it_was_asked_for():
         c.setup()
         assert (c.reranker is None) == (stage == "net")
         assert c.predict_batch(items)[0]
+
+
+def test_corrector_setup_reuses_what_preload_read_before_a_fork():
+    """gunicorn's master reads the vocabulary, its confusion set and the Taiwan lexicon once (api.preload); every
+    worker's loading thread then skips that Python (0.34 s idle, more under load)."""
+    from model.corrector import _SHARED, preload
+
+    preload(WEIGHTS_DIR)
+    shared = dict(_SHARED)
+    c = Corrector(WEIGHTS_DIR, device="cpu")
+    c.setup()
+    assert c.vocab is next(v for (kind, _), v in shared.items() if kind == "vocab")
+    assert c.featurizer.confusion is next(v for (kind, _), v in shared.items() if kind == "confusion")
+    assert c.lm is not None and c.lm.lexicon is next(v for (kind, _), v in shared.items() if kind == "lexicon")
