@@ -26,11 +26,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rapidfuzz.distance import Levenshtein
+try:
+    from rapidfuzz.distance import Levenshtein
 
-from model.corrector import WEIGHTS_DIR, Corrector, timed
-from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
-from preprocess.text import NBest, han_only, strip_spaces
+    from model.corrector import WEIGHTS_DIR, Corrector, timed
+    from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
+    from preprocess.text import NBest, han_only, strip_spaces
+except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
+    if __name__ != "__main__":
+        raise
+    sys.exit(f"model.evaluate needs {missing.name}, which this Python lacks: run .venv/bin/python -m model.evaluate "
+             f"(make install first)")
 
 STAGES = ("net", "lm", "full")
 SIM_SETS = ("test", "reviews", "decoded")

@@ -282,6 +282,11 @@ def create_replica_app() -> Flask:
     return app
 
 
+def create_failing_app() -> Flask:
+    """Build the service around a FakeCorrector whose every batch raises (each question answered TOP1)."""
+    return create_app(Config.from_env(), corrector=FakeCorrector(error=RuntimeError("the model failed")))
+
+
 def create_slow_app() -> Flask:
     """Build the service around a FaultCorrector that sleeps FAULT_DELAY_S per batch and never faults."""
     delay_s = float(os.environ.get("FAULT_DELAY_S", "0.05"))

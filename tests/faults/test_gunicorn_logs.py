@@ -42,3 +42,31 @@ def test_gunicorn_writes_every_line_as_json_and_no_control_socket(tmp_path: Path
     assert {line["pid"] for line in gunicorn} >= {process.pid}
     assert any(line["logger"] == "api.app" for line in lines)
     assert not (tmp_path / ".gunicorn").exists()
+
+
+def test_gunicorn_writes_a_failing_batch_as_json_lines_too(tmp_path: Path):
+    """Regression: the batcher's records (`batching.*`) were not configured: plain text among the JSON lines, INFO
+    lost, and an exception would print a bare traceback."""
+    import requests
+
+    port = free_port()
+    env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "LOG_LEVEL": "INFO", "HOME": str(tmp_path)}
+    process = subprocess.Popen(
+        [str(GUNICORN), "-c", "api/gunicorn_conf.py", "testing.fakes:create_failing_app()"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until_ready(port, process)
+        body = {"esun_uuid": "fails", "esun_timestamp": 1, "retry": 2, "sentence_list": ["喂 你好"]}
+        answer = requests.post(f"http://127.0.0.1:{port}/inference", json=body, timeout=2)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+
+    assert answer.status_code == 200 and answer.json()["answer"] == "喂你好"
+    lines = [json.loads(line) for line in output.decode().splitlines() if line.strip()]  # each one JSON
+    failed = [line for line in lines if line["logger"].startswith("batching.")]
+    assert failed and "the model failed" in failed[0]["msg"]
