@@ -9,9 +9,10 @@ the rows by a seeded hash of their ids into train / dev / test, and then:
    **the transcribers' conventions** (variant forms and fillers written otherwise, seen clearly);
 3. **fine-tunes the network** from the shipped weights on the train lists (checkpoints in `--ckpt-dir`, resumed
    when rerun) and keeps it only if, alone, it does better than the shipped network on the dev lists;
-4. **refits the second stage** (its weights, the domain LM's and the confusions' among them, and its margin) on
-   the dev lists, under the precision bound: at most `--max-worse` of the dev lists made worse and
-   `--max-right-changed` of the right TOP1s changed;
+4. **refits the second stage** (its weights, the domain LM's and the confusions' among them, drawn towards the
+   shipped stage's, and its margin) on the dev lists and the train lists cross-fitted (each of `--folds` folds
+   described by the domain LM and confusions the other folds taught), under the precision bound: at most
+   `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed;
 5. writes one complete weights folder (network, vocabulary, domain LM, confusions, fitted stage, provenance)
    that `WEIGHTS_DIR=DIR make run` serves, and prints the held-out test split's table: TOP1, the shipped model,
    the adapted one. The dev figures are the ones the stage was fitted on, and are labelled so.
@@ -47,6 +48,7 @@ from model.adaptation import (
 )
 from model.corrector import WEIGHTS_DIR, Corrector
 from model.evaluate import ROWS, cer_score, table
+from model.features import Featurizer
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
 from model.train import dev_probs, fit, pick_threshold, save, shipped_start
@@ -99,8 +101,6 @@ def fine_tune(args: argparse.Namespace, train: list[Labelled], dev: list[Labelle
               out: Path) -> dict[str, Any]:
     """Fine-tune the shipped network on the train lists; save it to `out` if it beats the shipped one on dev."""
     start = shipped_start(args.init_from)
-    from model.features import Featurizer
-
     feat = Featurizer(start.vocab)
     train_ex, _, left_train = labelled_examples(feat, train)
     dev_ex, dev_truth, _ = labelled_examples(feat, dev)
