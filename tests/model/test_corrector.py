@@ -95,9 +95,9 @@ def test_corrector_setup_reuses_what_preload_read_before_a_fork():
     from model.corrector import _SHARED, preload
 
     preload(WEIGHTS_DIR)
-    shared = dict(_SHARED)
+    key = str(WEIGHTS_DIR.resolve())
     c = Corrector(WEIGHTS_DIR, device="cpu")
     c.setup()
-    assert c.vocab is next(v for (kind, _), v in shared.items() if kind == "vocab")
-    assert c.featurizer.confusion is next(v for (kind, _), v in shared.items() if kind == "confusion")
-    assert c.lm is not None and c.lm.lexicon is next(v for (kind, _), v in shared.items() if kind == "lexicon")
+    assert c.vocab is _SHARED[("vocab", key)]
+    assert c.featurizer.confusion is _SHARED[("confusion", key)]
+    assert c.lm is not None and c.lm.lexicon is next(v for (kind, _), v in _SHARED.items() if kind == "lexicon")
