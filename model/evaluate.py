@@ -57,7 +57,7 @@ class SetScore:
     top1_cer: float
     answer_cer: float
     oracle_cer: float
-    gap_closed: float  # (TOP1 errors - answer errors) / (TOP1 errors - oracle errors)
+    gap_closed: float | None  # (TOP1 errors - answer errors) / (TOP1 errors - oracle errors); None: no gap (TOP1 alone)
     made_better: int
     made_worse: int
     made_worse_share: float
@@ -82,9 +82,9 @@ def cer_score(nbests: list[NBest], truths: list[str], answers: list[str]) -> Set
         right += t1 == 0
         right_changed += t1 == 0 and ans != hyps[0]
     n = max(1, len(truths))
-    return SetScore(len(truths), top1_e / total, ans_e / total, oracle_e / total,
-                    (top1_e - ans_e) / max(1, top1_e - oracle_e), better, worse, worse / n, right, right_changed,
-                    right_changed / max(1, right))
+    gap = (top1_e - ans_e) / (top1_e - oracle_e) if top1_e > oracle_e else None
+    return SetScore(len(truths), top1_e / total, ans_e / total, oracle_e / total, gap, better, worse, worse / n,
+                    right, right_changed, right_changed / max(1, right))
 
 
 def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
@@ -153,9 +153,14 @@ def table(results: dict[str, dict], rows: list[tuple[str, str]] = ROWS) -> str:
     for key, fmt in rows:
         if not any(key in results[s] for s in names):
             continue
-        cells = [fmt.format(results[s][key]) if key in results[s] else "" for s in names]
+        cells = [("n/a" if results[s][key] is None else fmt.format(results[s][key])) if key in results[s] else ""
+                 for s in names]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def evaluate(sets: list[LabelledSet], answer: Callable[[LabelledSet], tuple[list[str], dict]]) -> dict[str, dict]:
@@ -236,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## ablation: answer CER (gap closed)\n")
         print("| set | " + " | ".join(results) + " |\n|---|" + "---|" * len(results))
         for name in next(iter(results.values())):
-            print(f"| {name} | " + " | ".join(f"{r[name]['answer_cer']:.2%} ({r[name]['gap_closed']:.1%})"
+            print(f"| {name} | " + " | ".join(f"{r[name]['answer_cer']:.2%} ({_share(r[name]['gap_closed'])})"
                                               for r in results.values()) + " |")
     print(f"\nmachine: {machine}")
     return 0

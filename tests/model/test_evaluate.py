@@ -70,3 +70,12 @@ def test_evaluate_scores_a_labelled_file_with_each_stage(tmp_path, capsys):
         figures = results[stage]["set.jsonl"]
         assert figures["sentences"] == 3 and figures["top1_right_changed"] == 0
         assert figures["ms_per_batch_64"] > 0
+
+
+def test_cer_score_has_no_gap_to_close_when_the_list_holds_top1_alone():
+    """Regression: a TOP1-alone file (oracle = TOP1) printed a gap closed of 4000 %."""
+    from model.evaluate import table
+
+    score = cer_score([NBest(("我 要 去",))], ["我要趣"], ["我要趣"])
+    assert score.gap_closed is None
+    assert "| gap_closed | n/a |" in table({"top1-alone": {"gap_closed": None}})
