@@ -1,4 +1,4 @@
-# The inference service: gunicorn (api/gunicorn_conf.py) serving the shipped corrector on $PORT (8080).
+# The inference service: gunicorn (server/gunicorn_conf.py) serving the shipped corrector on $PORT (8080).
 #
 #   CPU (default):  docker build -t esun-asr .
 #   CUDA:           docker build -t esun-asr:cuda \
@@ -48,4 +48,4 @@ EXPOSE 8080
 HEALTHCHECK --interval=5s --timeout=3s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('PORT', '8080'), timeout=2)"]
 
-CMD ["gunicorn", "-c", "api/gunicorn_conf.py", "api:create_app()"]
+CMD ["gunicorn", "-c", "server/gunicorn_conf.py", "api:create_app()"]

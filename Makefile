@@ -39,7 +39,7 @@ install-gpu: install
 
 ## Serve the shipped corrector with gunicorn (one process, gthread) on $(PORT).
 run: install
-	@PORT=$(PORT) $(VENV)/bin/gunicorn -c api/gunicorn_conf.py "api:create_app()"
+	@PORT=$(PORT) $(VENV)/bin/gunicorn -c server/gunicorn_conf.py "api:create_app()"
 
 ## System tools the tests start: JMeter and newman (client tests), chromium (docs pages), redis-server and nginx
 ## (deployment test).

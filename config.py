@@ -31,6 +31,15 @@ _CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.
                "cpu_precision": str.lower}
 
 
+# Settings that existed once, with what took their place: set in the environment, they stop the start in one line.
+REMOVED_SETTINGS = {
+    "POOL_LIMIT": "the thread pool holds half of HTTP_THREADS (set HTTP_THREADS)",
+    "OVERLOAD_INTERVAL_S": "the overload control's interval is fixed at 100 ms (OVERLOAD_TARGET_S sets how it acts)",
+    "OVERLOAD_MODEL_SHARE": "the overload control's model-wait target is half the budget (OVERLOAD_TARGET_S sets "
+                            "how it acts; JUDGE_TIMEOUT_S and SAFETY_MARGIN_S the budget)",
+}
+
+
 class ConfigError(ValueError):
     """A setting is missing, malformed or out of range; the message names the setting."""
 
@@ -57,19 +66,16 @@ class Config:
     # answers TOP1 at once: about one batch of 64 on 2 cores (124 ms), which is what the model needs when it
     # is busy, and a view that starts this late means it is.
     min_model_budget_s: float = 0.1
-    # Overload control (api/overload.py): while even the least-queued request of two `overload_interval_s` in a row
-    # waited longer than `overload_target_s` between accept and view, or the quickest model answer longer than
-    # `overload_model_share` of the budget, the model's share is halved (new arrivals answer TOP1, path `shed`); it
-    # grows back when the queues are gone. OVERLOAD_TARGET_S=0 turns the control off.
+    # Overload control (api/admission.py): while even the least-queued request of two 100 ms intervals in a row
+    # waited longer than this between accept and view, or the quickest model answer longer than half the budget, the
+    # model's share is halved (new arrivals answer TOP1, path `shed`); it grows back when the queues are gone. 0: off.
     overload_target_s: float = 0.05
-    overload_interval_s: float = 0.1
-    overload_model_share: float = 0.5
     # Guards and request limits.
     max_top1_chars: int = 45
     max_hypotheses: int = 10
     max_chars_per_hypothesis: int = 200
     max_body_bytes: int = 64 * 1024
-    # gunicorn's event loop reads each request whole before a thread serves it (api/worker.py); a connection
+    # gunicorn's event loop reads each request whole before a thread serves it (server/worker.py); a connection
     # whose request is not whole this long after its accept (or its first byte, kept alive) is closed unanswered.
     request_read_timeout_s: float = 5.0
     # Answers kept for retries, keyed by esun_uuid.
@@ -98,11 +104,6 @@ class Config:
     log_level: str = "INFO"
     # gunicorn: one process (all requests share one batcher), this many threads.
     http_threads: int = 128
-    # /inference requests the thread pool holds at once (0: half of http_threads, see `pool_cap`); past this the
-    # worker's event loop answers at the door (api/door.py: TOP1, path `pool_full`). Each one is a thread contending
-    # for the GIL with the event loop that reads every request: measured at 3x the closed-loop capacity with 128
-    # threads, a limit of 64 answered none late, 96 1.5 %, 128 4.8 %.
-    pool_limit: int = 0
     graceful_timeout_s: float = 30.0
     worker_timeout_s: float = 300.0
 
@@ -111,8 +112,11 @@ class Config:
 
     @property
     def pool_cap(self) -> int:
-        """/inference requests the thread pool holds at once: `pool_limit`, or half the threads when it is 0."""
-        return self.pool_limit or self.http_threads // 2
+        """/inference requests the thread pool holds at once: half the threads; past it the worker's event loop
+        answers (api/admission.py: TOP1, path `pool_full`). Each is a thread contending for the GIL with the event
+        loop that reads every request: measured at 3x the closed-loop capacity with 128 threads, a cap of 64
+        answered none late, 96 1.5 %, 128 4.8 % (docs/benchmarks.md); the threads above it serve the probes."""
+        return self.http_threads // 2
 
     @property
     def budget_s(self) -> float:
@@ -122,6 +126,10 @@ class Config:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Config:
         """Build the config from environment variables named after the fields in upper case."""
+        removed = [f"{name} was removed: {successor}" for name, successor in REMOVED_SETTINGS.items()
+                   if name in environ]
+        if removed:
+            raise ConfigError("; ".join(removed))
         raw = {name: environ[name.upper()] for name in _field_types() if name.upper() in environ}
         return cls().with_overrides(raw)
 
@@ -171,7 +179,6 @@ def _coerce(name: str, raw: str, kind: type) -> Any:
 
 def _validate(c: Config) -> None:
     _at_least(c, "port", 0)
-    _at_least(c, "pool_limit", 0)
     if c.port > 65535:
         raise ConfigError(f"port must be <= 65535, got {c.port}")
     for name in ("max_batch_size", "max_in_flight", "max_top1_chars", "max_hypotheses",
@@ -181,7 +188,7 @@ def _validate(c: Config) -> None:
         _at_least(c, name, 0)
     _at_least(c, "torch_threads", 0)
     for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s", "batch_stuck_after_s",
-                 "overload_interval_s", "overload_model_share", "request_read_timeout_s"):
+                 "request_read_timeout_s"):
         _positive(c, name)
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
@@ -218,18 +225,11 @@ def _validate(c: Config) -> None:
     if c.overload_target_s >= c.budget_s:
         # A queue that long already spends the whole budget: the control could never act in time.
         raise ConfigError(f"overload_target_s must be < budget_s ({c.budget_s:g}), got {c.overload_target_s:g}")
-    if c.overload_model_share >= 1:
-        # Model answers that take the whole budget are TOP1 at the deadline already: the signal would come too late.
-        raise ConfigError(f"overload_model_share must be < 1, got {c.overload_model_share:g}")
     if c.max_top1_chars > c.max_chars_per_hypothesis:
         raise ConfigError(
             f"max_top1_chars must be <= max_chars_per_hypothesis ({c.max_chars_per_hypothesis}),"
             f" got {c.max_top1_chars}"
         )
-    if c.pool_limit and not c.max_batch_size <= c.pool_limit <= c.http_threads:
-        # Under a batch's size a batch never fills; over the threads the pool queues what it cannot serve.
-        raise ConfigError(f"pool_limit must be 0 (half of http_threads) or between max_batch_size "
-                          f"({c.max_batch_size}) and http_threads ({c.http_threads}), got {c.pool_limit}")
     if c.http_threads < 2 * c.max_batch_size:
         # Fewer threads than two batches' worth of requests and a batch can never fill.
         raise ConfigError(

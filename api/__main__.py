@@ -1,7 +1,7 @@
 """Run the service on Flask's threaded development server: `python -m api [--port 8080] [...]`.
 
 Every setting of `config.Config` is a flag (`--max-batch-size 32`) that overrides its environment
-variable. For the judge, serve with gunicorn instead (`make run`, see api/gunicorn_conf.py).
+variable. For the judge, serve with gunicorn instead (`make run`, see server/gunicorn_conf.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The judge's timeout runs from when it sent the request, but a request can wait in the server before its view
 starts: while its bytes trickle in, for a free thread of the pool, for the GIL while batches run. Counting the
-budget from the view's start would hide that wait and answer late. `api.worker.StampingThreadWorker` stamps each
+budget from the view's start would hide that wait and answer late. `server.worker.ReadingThreadWorker` stamps each
 request with `time.monotonic()` when its worker's event loop starts reading it, which is the earliest moment the
 server knows of it:
 

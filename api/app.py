@@ -8,17 +8,17 @@ from functools import partial
 
 from flask import Flask
 
-from api.door import DOOR_KEY, Door
+from api.admission import Admission
+from api.answers import AnswerPolicy
 from api.errors import register_error_handlers
 from api.interfaces import Corrector, Engine, Prediction, batch_fn, size_of
 from api.loading import LoadingCorrector
 from api.logs import configure_logging
 from api.metrics import METRICS_KEY, Metrics, instrument
-from api.overload import OverloadControl
 from api.routes import register_routes
 from api.state import EXTENSION_KEY, AppState
 from batching import Batcher
-from cache import build_cache
+from cache import LayeredResultCache, build_cache
 from config import Config
 
 log = logging.getLogger("api.app")
@@ -31,7 +31,8 @@ def create_app(
     config: Config | None = None,
     corrector: Corrector | None = None,
     batcher: Engine | None = None,
-    overload: OverloadControl | None = None,
+    admission: Admission | None = None,
+    cache: LayeredResultCache | None = None,
 ) -> Flask:
     """Build the Flask app with its corrector, batcher, answer cache and metrics.
 
@@ -41,13 +42,14 @@ def create_app(
     must be set up already, or be a started `LoadingCorrector`. An injected batcher replaces the one built around
     the corrector. With `batcher_workers` > 1 and no injected corrector, the corrector is built in that many
     worker processes instead (`batching.process`), before this returns; the app then holds no corrector of its
-    own (`AppState.corrector` is None) and the engine describes the model. The overload control
-    (`api.overload`) is built from the config unless one is injected (tests inject one on a fake clock).
+    own (`AppState.corrector` is None) and the engine describes the model. The admission (`api.admission`) and
+    the answer cache are built from the config unless injected (tests inject an admission on a fake clock, a
+    cache on a fake Redis).
     """
     config = config or Config.from_env()
     configure_logging(config.log_level)
     metrics = Metrics()
-    cache = build_cache(config, observer=metrics)
+    cache = cache or build_cache(config, observer=metrics)
     loader = None
     if corrector is None and batcher is None and config.batcher_workers > 1:
         batcher = build_process_batcher(config, metrics, target=CORRECTOR_TARGET)
@@ -60,16 +62,13 @@ def create_app(
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False  # answers in UTF-8: shorter, and readable in logs
-    if overload is None:
-        overload = OverloadControl(config.max_in_flight, config.overload_target_s, config.overload_interval_s,
-                                   config.overload_model_share * config.budget_s)
-    metrics.watch_overload(overload)
+    admission = admission or Admission.from_config(config)
+    metrics.watch_admission(admission)
     metrics.watch_engine(batcher)
-    app.extensions[EXTENSION_KEY] = AppState(
-        config=config, corrector=corrector, batcher=batcher, cache=cache, overload=overload
-    )
+    answers = AnswerPolicy(config, cache, corrector, batcher, admission, metrics)
+    app.extensions[EXTENSION_KEY] = AppState(config=config, corrector=corrector, batcher=batcher, cache=cache,
+                                             admission=admission, answers=answers, metrics=metrics)
     app.extensions[METRICS_KEY] = metrics
-    app.extensions[DOOR_KEY] = Door(config, overload, metrics, local_cache=cache.local)
     register_error_handlers(app)
     register_routes(app)
     instrument(app)

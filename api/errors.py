@@ -1,7 +1,7 @@
 """The service's error types and the one place that turns errors into HTTP responses.
 
 Every error answer is a JSON object `{"error": <code>, "detail": <text>}`: never an HTML page, never a
-traceback. On the judge's path a model problem is not an error (it is a TOP1 answer, see `api.predict`);
+traceback. On the judge's path a model problem is not an error (it is a TOP1 answer, see `api.answers`);
 what reaches here is a request the service cannot read, a wrong URL or method, or a bug.
 """
 

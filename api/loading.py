@@ -4,7 +4,7 @@ Loading the model (importing torch, reading the weights, the warm-up batch) take
 it left `/healthz` unanswered that long (an orchestrator probing liveness would kill a booting replica) and, when
 gunicorn replaced a dead worker, every question waiting past its deadline. `LoadingCorrector` stands in for the
 corrector from the start instead: while `build()` runs it is not ready, so questions are answered TOP1 at once
-(path `model_loading`, `answer_model_unready`) and `/readyz` says 503 with the reason; once `build()`
+(path `model_loading`, `api.answers`) and `/readyz` says 503 with the reason; once `build()`
 has returned a set-up corrector, it answers through it. A failed build is logged and leaves it unready for good
 (TOP1 answers, `/readyz` 503 naming the error) until the process is restarted.
 """
@@ -19,14 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from api.guards import Outcome, top1
 from api.interfaces import Corrector
-from api.schemas import InferenceRequest
 from preprocess.text import NBest
 
 log = logging.getLogger("api.loading")
-# The path of a question answered TOP1 because the model is still loading.
-MODEL_LOADING = "model_loading"
 LOADING_SWITCH_INTERVAL_S = 0.0005
 
 
@@ -151,11 +147,3 @@ def corrector_trouble(corrector: Corrector | None) -> str | None:
 def corrector_loading(corrector: Corrector | None) -> bool:
     """Tell whether the corrector is still being built (not failed, not done)."""
     return isinstance(corrector, LoadingCorrector) and corrector.loading
-
-
-def answer_model_unready(req: InferenceRequest, corrector: Corrector | None) -> Outcome | None:
-    """Answer with TOP1 while the model loads (path model_loading) or when it failed to (error); else pass."""
-    trouble = corrector_trouble(corrector)
-    if trouble is None:
-        return None
-    return top1(req, MODEL_LOADING if corrector_loading(corrector) else "error", reason=trouble)

@@ -14,9 +14,9 @@ from typing import Any
 
 from gunicorn.glogging import Logger as GunicornBaseLogger
 
+from api.paths import AnswerPath
+
 REQUEST_LOG = logging.getLogger("api.requests")
-# Paths on which the answer is TOP1 because something went wrong, not by design.
-_DEGRADED_PATHS = frozenset({"model_loading", "late_accept", "shed", "pool_full", "deadline", "overload", "error"})
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,12 +45,12 @@ class JsonFormatter(logging.Formatter):
 class GunicornLogger(GunicornBaseLogger):
     """gunicorn's logger, writing an access line only when an access log is asked for (`accesslog`).
 
-    gunicorn turns its access log on whenever a `logconfig_dict` is given (api/gunicorn_conf.py gives one, to
+    gunicorn turns its access log on whenever a `logconfig_dict` is given (server/gunicorn_conf.py gives one, to
     make its own lines JSON), even with `accesslog = None`: every request was then logged twice, once by gunicorn
     (its atoms built from the whole environ, formatted, written under the handler's lock) and once by the app
     (`log_request`), which is the line that says how the request was answered. Measured on the HTTP path alone
     (a TOP1 answer, wrk -t1 -c64, 4 rounds of 8 s each way): 1,037-1,307 requests/s without gunicorn's line
-    against 760-905 with it. For api/gunicorn_conf.py to name as `logger_class`.
+    against 760-905 with it. For server/gunicorn_conf.py to name as `logger_class`.
     """
 
     def _compute_access_log_enabled(self) -> bool:
@@ -93,17 +93,17 @@ def configure_logging(level: str) -> None:
     logging.getLogger("service_streamer.service_streamer").setLevel(logging.WARNING)
 
 
-def log_request(esun_uuid: str, retry: int, path: str, latency_ms: float,
+def log_request(esun_uuid: str, retry: int, path: AnswerPath, latency_ms: float,
                 batch_size: int | None, reason: str | None, queued_ms: float | None = None) -> None:
     """Write the one line that describes an answered inference request.
 
     `latency_ms` counts from the request's accept (api.accept), `queued_ms` from there to its view's start.
     """
-    fields = {"esun_uuid": esun_uuid, "retry": retry, "path": path, "latency_ms": round(latency_ms, 2),
+    fields = {"esun_uuid": esun_uuid, "retry": retry, "path": path.value, "latency_ms": round(latency_ms, 2),
               "batch_size": batch_size}
     if queued_ms is not None:
         fields["queued_ms"] = round(queued_ms, 2)
     if reason:
         fields["reason"] = reason
-    level = logging.WARNING if path in _DEGRADED_PATHS else logging.INFO
+    level = logging.WARNING if path.degraded else logging.INFO
     REQUEST_LOG.log(level, "inference", extra={"fields": fields})

@@ -1,7 +1,7 @@
 """Prometheus metrics of one app, served at `/metrics` in the text exposition format.
 
 Each app has its own `CollectorRegistry` (built by `create_app`, kept in `app.extensions[METRICS_KEY]`), so
-test apps never share counters. gunicorn runs one worker process (api/gunicorn_conf.py), so one registry per
+test apps never share counters. gunicorn runs one worker process (server/gunicorn_conf.py), so one registry per
 process is the whole picture of a replica; Prometheus scrapes each replica. The series are listed in
 deploy/README.md.
 
@@ -9,7 +9,7 @@ Per-batch figures (size, run time, each question's queue wait from submit to the
 through the engine's one hook, `on_batch(BatchReport)` (`observe_batch`): measured by the engine, which keeps
 each job's submit time, in the threaded engine as in the process engine.
 
-The overload control's state (`api.overload`) is read at each scrape (`watch_overload`): its level, the limit it
+The admission's overload control (`api.admission`) is read at each scrape (`watch_admission`): its level, the limit it
 puts on model requests in flight, the signals it watches (the least queued time and model wait of its last
 interval) and how many requests it answered TOP1 (`shed`).
 """
@@ -25,21 +25,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from api.accept import budget_start
+from api.admission import Admission
 from api.interfaces import Engine
-from api.overload import OverloadControl
+from api.paths import REJECTED, AnswerPath
 from batching import BatchReport
 
 METRICS_KEY = "asr_correction_metrics"
 NAMESPACE = "esun"
 
-# How a request was answered: the `path` of the request log, plus "rejected" for a non-200 answer.
-REQUEST_PATHS = ("model", "cached", "retry_cached", "retry_top1", "too_long", "model_loading", "late_accept", "shed",
-                 "pool_full", "deadline", "overload", "error", "rejected")
-# Paths answered with TOP1 instead of the model's answer; a fallback's reason is its path.
-FALLBACK_REASONS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "pool_full", "deadline",
-                    "overload", "error")
 CACHE_LEVELS = ("local", "redis")
-REFUSAL_STATUSES = ("400", "413", "431")
+REFUSAL_STATUSES = ("400", "413", "431", "501")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")
 # Around the judge's 1 s timeout and the 0.75 s default budget.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0)
@@ -75,30 +70,32 @@ class Metrics:
         self.redis_circuit_open = Gauge(
             "redis_circuit_open", "1 while the Redis circuit breaker is open (Redis not asked).",
             namespace=NAMESPACE, registry=r)
-        # Connections the gunicorn worker's event loop dealt with before any thread (api.worker): slow clients.
+        # Connections the gunicorn worker's event loop dealt with before any thread (server.worker): slow clients.
         self.reads_timed_out = Counter(
             "request_reads_timed_out", "Connections closed unanswered because their request was not whole within "
             "REQUEST_READ_TIMEOUT_S.", namespace=NAMESPACE, registry=r)
         self.requests_refused = Counter(
             "requests_refused", "Requests answered by gunicorn's event loop before the app, by status (400 "
-            "unframeable, 413 body over MAX_BODY_BYTES, 431 head too large).", ["status"], namespace=NAMESPACE,
+            "unframeable, 413 body over MAX_BODY_BYTES, 431 head too large, 501 a transfer coding other than "
+            "chunked).", ["status"], namespace=NAMESPACE,
             registry=r)
         # Every label value exists from the start, so rates and alerts see zeros instead of missing series.
-        for path in REQUEST_PATHS:
-            self.request_seconds.labels(path)
-        for reason in FALLBACK_REASONS:
-            self.fallbacks.labels(reason)
+        for path in AnswerPath:
+            self.request_seconds.labels(path.value)
+            if path.fallback:
+                self.fallbacks.labels(path.value)
+        self.request_seconds.labels(REJECTED)
         for status in REFUSAL_STATUSES:
             self.requests_refused.labels(status)
         for level in CACHE_LEVELS:
             for result in CACHE_RESULTS:
                 self.cache_lookups.labels(level, result)
 
-    def observe_request(self, path: str, seconds: float) -> None:
+    def observe_request(self, path: AnswerPath, seconds: float) -> None:
         """Record one answered /inference request and, for a TOP1 answer, its fallback."""
-        self.request_seconds.labels(path).observe(seconds)
-        if path in FALLBACK_REASONS:
-            self.fallbacks.labels(path).inc()
+        self.request_seconds.labels(path.value).observe(seconds)
+        if path.fallback:
+            self.fallbacks.labels(path.value).inc()
 
     def observe_batch(self, report: BatchReport) -> None:
         """Record one call of the corrector and each of its questions' wait for it (the engine's on_batch hook)."""
@@ -123,9 +120,9 @@ class Metrics:
         """Count a request the worker's event loop answered itself with an error status."""
         self.requests_refused.labels(str(status)).inc()
 
-    def watch_overload(self, control: OverloadControl) -> None:
-        """Expose the overload control's state, read at each scrape."""
-        self.registry.register(_OverloadCollector(control))
+    def watch_admission(self, admission: Admission) -> None:
+        """Expose the admission's state (its overload control), read at each scrape."""
+        self.registry.register(_AdmissionCollector(admission))
 
     def watch_engine(self, engine: Engine) -> None:
         """Expose the batching engine's readiness and its replaced workers, read at each scrape."""
@@ -136,20 +133,20 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class _OverloadCollector(Collector):
-    """The overload control's series, from one snapshot of its state per scrape."""
+class _AdmissionCollector(Collector):
+    """The admission's series, from one snapshot of its state per scrape."""
 
-    def __init__(self, control: OverloadControl) -> None:
-        self._control = control
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        state = self._control.state()
+        state = self._admission.state()
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_level", "Overload control: 0 normal, 1 model share reduced, "
                                 "2 every new arrival answered TOP1 (shed).", value=state.level)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_limit", "Overload control: most /inference requests "
                                 "allowed to wait on the model at once (max_in_flight when normal).", value=state.limit)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_in_flight", "/inference requests admitted to the "
-                                "model and not yet answered.", value=state.in_flight)
+                                "model and not yet answered.", value=state.on_model)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_queued_min_seconds", "A signal of the overload control: the "
                                 "least time from accept to view of any request in its last interval.",
                                 value=state.queued_min_s)
@@ -175,12 +172,13 @@ class _EngineCollector(Collector):
 
 
 def instrument(app: Flask, endpoint: str = "inference") -> None:
-    """Time every request of `endpoint` and count it in flight; its view names the answer's path in g.answer_path."""
+    """Count every request of `endpoint` in flight, and time the ones answered with an error status (`rejected`):
+    an answered one is timed by its path where it is answered (`api.answers.AnswerPolicy.respond`)."""
 
     @app.before_request
     def _arrived() -> None:
         if request.endpoint == endpoint:
-            # From the accept stamp (api.accept), as the request log and the door's answers (api.door) count.
+            # From the accept stamp (api.accept), as the request log counts.
             g.metrics_arrival = budget_start(request.environ, time.monotonic())
             app_metrics().in_flight.inc()
 
@@ -191,8 +189,8 @@ def instrument(app: Flask, endpoint: str = "inference") -> None:
             return
         metrics = app_metrics()
         metrics.in_flight.dec()
-        # No path: the view raised (bad request, body too large, a bug) and the answer is an error status.
-        metrics.observe_request(g.get("answer_path", "rejected"), time.monotonic() - arrival)
+        if not g.get("answered", False):  # the view raised (bad request, body too large, a bug): an error status
+            metrics.request_seconds.labels(REJECTED).observe(time.monotonic() - arrival)
 
 
 def app_metrics() -> Metrics:

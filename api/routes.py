@@ -1,18 +1,15 @@
 """The HTTP routes. `/inference` reads as the chain of one request:
 
-`schemas.parse_request` → `guards.answer_retry` / `answer_too_long` / `answer_cached` →
-`loading.answer_model_unready` → `guards.answer_late` → `predict.answer_with_model` (admitted by the overload
-control, `api.overload`; `batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) →
-`schemas.build_response`, then one log line and the request's metrics (`api.metrics`). The deadline counts from
-the request's accept (`api.accept`), not from the view's start; the time between the two is what the overload
-control watches.
+`schemas.parse_request` → `answers.in_view` (the rules without the model, `admission.admit`, then
+`batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) → `answers.respond` (`schemas.build_response`,
+one log line, the request's metrics). The deadline counts from the request's accept (`api.accept`), not from the
+view's start; the time between the two is what the overload control watches.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
 import time
 import tomllib
 from typing import Any
@@ -21,46 +18,26 @@ from flask import Flask, g, redirect, request
 from spectree import Response, SpecTree
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from api import guards, schemas
+from api import schemas
 from api.accept import budget_start
 from api.errors import PayloadTooLarge
 from api.interfaces import Engine
-from api.loading import answer_model_unready, corrector_trouble
-from api.logs import log_request
+from api.loading import corrector_trouble
 from api.metrics import metrics_view
-from api.predict import answer_with_model
 from api.state import app_state
 from config import REPO_ROOT
-
-logger = logging.getLogger("api")
 
 
 def inference() -> dict[str, Any]:
     """Answer one question of the judge: the corrected sentence, or TOP1 when the model cannot in time."""
     view_start = time.monotonic()
-    arrival = budget_start(request.environ, view_start)
+    accepted_at = budget_start(request.environ, view_start)
     state = app_state()
-    deadline = arrival + state.config.budget_s
-    state.overload.observe(view_start - arrival)
     req = schemas.parse_request(read_body(state.config.max_body_bytes), state.config)
     g.esun_uuid = req.esun_uuid
-    try:
-        outcome = (
-            guards.answer_retry(req, state.cache)
-            or guards.answer_too_long(req, state.config.max_top1_chars)
-            or guards.answer_cached(req, state.cache)
-            or answer_model_unready(req, state.corrector)
-            or guards.answer_late(req, deadline, state.config.min_model_budget_s, now=time.monotonic())
-            or answer_with_model(req, state.batcher, state.cache, deadline=deadline, overload=state.overload)
-        )
-    except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
-        logger.exception("answering %s failed; answering TOP1", req.esun_uuid)
-        outcome = guards.top1(req, "error", reason=f"{type(exc).__name__}: {exc}")
-    g.answer_path = outcome.path  # for the request's metrics (api.metrics.instrument)
-    body = schemas.build_response(req.esun_uuid, outcome.answer, state.config, now=time.time())
-    log_request(req.esun_uuid, req.retry, outcome.path, (time.monotonic() - arrival) * 1000,
-                outcome.batch_size, outcome.reason, queued_ms=(view_start - arrival) * 1000)
-    return body
+    outcome = state.answers.in_view(req, accepted_at, view_start)
+    g.answered = True  # counted by the answer's path (api.answers), not as rejected (api.metrics.instrument)
+    return state.answers.respond(req, outcome, accepted_at, view_start)
 
 
 def read_body(max_body_bytes: int) -> bytes:

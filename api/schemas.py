@@ -18,7 +18,7 @@ Everything else is read leniently:
 - Later hypotheses: only the first `max_hypotheses` entries of `sentence_list` are read (TOP1 first); among
   them, a later one that is not a string, is blank, is longer than `max_chars_per_hypothesis` or holds
   control characters or lone surrogates is dropped. The corrector never sees one.
-- A TOP1 longer than `max_chars_per_hypothesis` is kept: the too-long guard (`api.guards.answer_too_long`)
+- A TOP1 longer than `max_chars_per_hypothesis` is kept: the too-long rule (`api.answers`)
   answers it with TOP1 at once when it has more than `max_top1_chars` characters besides whitespace; one
   with fewer is mostly whitespace, and the model reads only its Han characters (at most 64, linear work).
   Only a TOP1 of more than `MAX_TOP1_KEPT_CHARS` characters besides whitespace is cut after that many, so

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flask import current_app
+from flask import Flask, current_app
 
+from api.admission import Admission
+from api.answers import AnswerPolicy
 from api.interfaces import Corrector, Engine
-from api.overload import OverloadControl
-from cache import ResultCache
+from api.metrics import Metrics
+from cache import LayeredResultCache
 from config import Config
 
 EXTENSION_KEY = "asr_correction"
@@ -16,7 +18,8 @@ EXTENSION_KEY = "asr_correction"
 
 @dataclass
 class AppState:
-    """What the views of one app share: its config, corrector, batcher (the engine), answer cache and overload control.
+    """What the doors of one app share (the views, and the worker's event loop through `api.state.serving_state`):
+    its config, corrector, batcher (the engine), answer cache, admission, answer policy and metrics.
 
     corrector is None when the model runs in the engine's worker processes (`batching.process`), which set it up
     before the engine was built; the engine then describes it (`Engine.describe`).
@@ -25,10 +28,19 @@ class AppState:
     config: Config
     corrector: Corrector | None
     batcher: Engine
-    cache: ResultCache
-    overload: OverloadControl
+    cache: LayeredResultCache
+    admission: Admission
+    answers: AnswerPolicy
+    metrics: Metrics
 
 
 def app_state() -> AppState:
     """Return the state of the app handling the current request."""
     return current_app.extensions[EXTENSION_KEY]
+
+
+def serving_state(app: object) -> AppState | None:
+    """Return the state of an app built by `create_app` (for the worker's event loop), else None."""
+    extensions = app.extensions if isinstance(app, Flask) else {}
+    state = extensions.get(EXTENSION_KEY)
+    return state if isinstance(state, AppState) else None

@@ -29,8 +29,8 @@ Contract:
 - Deadlines. ``deadline`` is an absolute ``time.monotonic()``; Linux's monotonic clock is one clock for every process,
   so workers compare it with their own. An item whose deadline has passed when a worker takes it is not run: its
   future fails with ``DeadlineExceeded``. A queued item cannot be taken back from the other process, so a waiter
-  gives up by its own timeout (``future.result(timeout)``, as ``api.predict`` does). An item already running is not
-  interrupted: its late answer still resolves its future (``api.predict`` keeps it for the retry).
+  gives up by its own timeout (``future.result(timeout)``, as ``api.answers`` does). An item already running is not
+  interrupted: its late answer still resolves its future (``api.answers`` keeps it for the retry).
 - Failure. If ``predict`` raises, returns a result count that differs from its input count, or returns results that
   cannot be pickled, every item of that batch (and only that batch) fails with ``BatchFailed``; the worker goes on.
   If a worker process dies (even killed with SIGKILL while it held a shared queue's lock), the monitor replaces

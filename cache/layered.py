@@ -18,11 +18,11 @@ class LayeredResultCache:
     """The local cache first, then (if any) the shared one; answers found in the shared one are kept locally.
 
     `put` stores the answer locally at once, and hands the shared write to a `WriteBehind`: it never waits for
-    Redis. `put` runs on the batcher's worker thread (api.predict stores answers from a done-callback), where
+    Redis. `put` runs on the batcher's worker thread (api.answers stores answers from a done-callback), where
     one synchronous write per answer to a slow Redis would hold up the whole batch and the next. The answer is
     in Redis a moment after the response leaves (a retry on this replica reads the local cache first); a
     replica that stops drains its queue at exit (`close`), one that is killed loses the writes still queued.
-    A put of the answer the local cache already holds is not written again: api.predict stores each answer
+    A put of the answer the local cache already holds is not written again: api.answers stores each answer
     twice (from the request's thread and from the callback), and a slow Redis should take it once.
     """
 
@@ -35,10 +35,19 @@ class LayeredResultCache:
 
     def get(self, esun_uuid: str) -> str | None:
         """Return the answer from the local cache, else from the shared one, else None."""
+        answer = self.get_local(esun_uuid)
+        return answer if answer is not None else self.get_shared(esun_uuid)
+
+    def get_local(self, esun_uuid: str) -> str | None:
+        """Return the answer from the local cache alone (no network call), else None."""
         answer = self.local.get(esun_uuid)
         self._count("hit" if answer is not None else "miss")
-        if answer is not None or self.shared is None:
-            return answer
+        return answer
+
+    def get_shared(self, esun_uuid: str) -> str | None:
+        """Return the answer from the shared cache (kept locally once found), else None; None without one."""
+        if self.shared is None:
+            return None
         answer = self.shared.get(esun_uuid)
         if answer is not None:
             self.local.put(esun_uuid, answer)

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from testing.loadgen import CLIENT_TIMEOUT_S, Shot, four_keys_problem, fresh_payload
 
 T = TypeVar("T")
-# Well below gunicorn's keepalive (api/gunicorn_conf.py: 75 s), as nginx's upstream keepalive_timeout (4 s) is.
+# Well below gunicorn's keepalive (server/gunicorn_conf.py: 75 s), as nginx's upstream keepalive_timeout (4 s) is.
 IDLE_CLOSE_S = 4.0
 # How often the watchdog looks for requests past their timeout.
 WATCHDOG_S = 0.05

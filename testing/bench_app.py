@@ -1,6 +1,6 @@
 """The app the benchmark serves: the service's own app plus one read-only route with the batcher's counters.
 
-`gunicorn -c api/gunicorn_conf.py "testing.bench_app:create_bench_app()"` serves exactly what `make run` serves
+`gunicorn -c server/gunicorn_conf.py "testing.bench_app:create_bench_app()"` serves exactly what `make run` serves
 (`api:create_app()`: the shipped corrector, batcher and settings from the environment) and adds
 `GET /_bench/batcher`, the batcher's `stats()` (batches, items, padded waste, expired, overloaded), which no
 route of the service exposes. `create_bench_app(fake=True)` serves testing/fakes.py's FakeCorrector,

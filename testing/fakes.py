@@ -11,7 +11,7 @@ Test-only stand-ins: the served path (`api:create_app()`, `make run`) always run
 - `FakeCorrector`: answers MARK + TOP1's Han characters; slow, gated, failing or with another answer on demand.
 - `FaultCorrector` with `Raise`, `Hang`, `KillWorker`: fails chosen batches on purpose (tests/faults).
 - `FakeRedis` (the two calls the Redis cache makes, failing on demand) and `FakeCacheObserver` (tests/cache).
-- App factories for gunicorn (`gunicorn -c api/gunicorn_conf.py "testing.fakes:create_fake_app()"`), each the
+- App factories for gunicorn (`gunicorn -c server/gunicorn_conf.py "testing.fakes:create_fake_app()"`), each the
   real app with settings from the environment (`Config.from_env()`) around a fake:
   `create_fake_app` (FAKE_DELAY_S per batch, default 0.005: client tests, `python -m testing.bench --fake`),
   `create_replica_app` (FAKE_DELAY_S default 0.02, answers tagged with an `X-Replica: $REPLICA_NAME` header:

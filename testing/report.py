@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from api.paths import AnswerPath
 from testing.loadgen import JUDGE_TIMEOUT_S, Shot
 
 POLICIES = ("fixed", "adaptive")
 MIB = 1024 * 1024
-# The request log's paths answered with TOP1 instead of the model's answer (api.metrics.FALLBACK_REASONS): instant
+# The request log's paths answered with TOP1 instead of the model's answer (api.paths.AnswerPath.fallback): instant
 # answers that must not pass for the model's latency in a summary or a plot.
-FALLBACK_PATHS = ("retry_top1", "too_long", "model_loading", "late_accept", "shed", "pool_full", "deadline",
-                  "overload", "error")
+FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)
 
 
 def answer_kind(path: str | None) -> str:

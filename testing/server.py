@@ -1,7 +1,7 @@
 """Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs.
 
 `ServerProcess` is what the benchmark and the client tests use: `start_server({"MAX_BATCH_SIZE": "1"}, log)`
-runs `gunicorn -c api/gunicorn_conf.py "api:create_app()"` with those settings in its environment, waits for
+runs `gunicorn -c server/gunicorn_conf.py "api:create_app()"` with those settings in its environment, waits for
 `/readyz`, and writes the server's stderr (one JSON line per inference request) to `log`.
 """
 
@@ -43,7 +43,7 @@ def gunicorn_command(app: str = APP) -> list[str]:
     """Build the command `make run` uses, with this interpreter's gunicorn."""
     gunicorn = Path(sys.executable).parent / "gunicorn"
     runner = [str(gunicorn)] if gunicorn.exists() else [sys.executable, "-m", "gunicorn"]
-    return [*runner, "-c", "api/gunicorn_conf.py", app]
+    return [*runner, "-c", "server/gunicorn_conf.py", app]
 
 
 @dataclass

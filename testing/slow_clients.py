@@ -10,7 +10,7 @@ shows whether they still do:
 1. Server. Without --url it starts gunicorn as `make run` does (testing/server.py: the shipped model, on a free
    loopback port, settings from --server-setting), and stops it at the end.
 2. Slow connections. --slow connections each send `SLOW_HEAD` (the start of a POST's head) and then nothing. One
-   the server closes (its read timeout, api/worker.py) is opened again at once, so that --slow stay held for the
+   the server closes (its read timeout, server/worker.py) is opened again at once, so that --slow stay held for the
    whole run, as an attacker would keep them; the tool counts how often the server closed one and after how long.
 3. Clients. Once the slow connections are open, --clients closed-loop clients (each on a kept-alive connection,
    reopened if the server closes it) post testing.samples' bodies under fresh esun_uuids for --seconds; each

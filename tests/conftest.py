@@ -61,8 +61,8 @@ def make_app(config: Config) -> Iterator[Callable[..., Flask]]:
     """Build apps (default: the `config` fixture and a new FakeCorrector); close their batchers after."""
     apps: list[Flask] = []
 
-    def make(config: Config = config, corrector: Any = None, batcher: Any = None) -> Flask:
-        app = create_app(config, corrector=corrector or FakeCorrector(), batcher=batcher)
+    def make(config: Config = config, corrector: Any = None, batcher: Any = None, cache: Any = None) -> Flask:
+        app = create_app(config, corrector=corrector or FakeCorrector(), batcher=batcher, cache=cache)
         apps.append(app)
         return app
 

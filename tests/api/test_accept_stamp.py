@@ -1,6 +1,6 @@
 """The budget counts from the request's accept stamp (api.accept), when the server put one in the environ.
 
-gunicorn's worker (api.worker) stamps requests; here the Flask test client plays it through `environ_base`.
+gunicorn's worker (server.worker) stamps requests; here the Flask test client plays it through `environ_base`.
 Regression: the deadline was counted from the view's start, so a request that had waited for a thread answered
 after the judge's timeout (docs/benchmarks.md, the 3x overload).
 """

@@ -43,10 +43,10 @@ def test_gunicorn_conf_serves_one_gthread_worker_on_port(monkeypatch):
     monkeypatch.delenv("HOST", raising=False)
     monkeypatch.setenv("PORT", "9123")
     monkeypatch.setenv("MAX_BATCH_SIZE", "32")
-    settings = runpy.run_path(str(REPO_ROOT / "api" / "gunicorn_conf.py"))
+    settings = runpy.run_path(str(REPO_ROOT / "server" / "gunicorn_conf.py"))
     assert settings["bind"] == "0.0.0.0:9123"
     assert settings["workers"] == 1
-    assert settings["worker_class"] == "api.worker.StampingThreadWorker"  # gthread, stamping requests at accept
+    assert settings["worker_class"] == "server.worker.ReadingThreadWorker"  # gthread, stamping requests at accept
     assert settings["threads"] >= 2 * 32
     assert settings["graceful_timeout"] > 0
     assert settings["preload_app"] is False
@@ -56,7 +56,7 @@ GUNICORN = Path(sys.executable).parent / "gunicorn"
 
 
 @pytest.mark.parametrize("command", [
-    [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", "api:create_app()"],  # make run
+    [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", "api:create_app()"],  # make run
     [sys.executable, "-m", "api"],
 ], ids=["gunicorn", "python-m-api"])
 @pytest.mark.parametrize(("env", "message"), [

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from api.guards import cache_key
+from api.answers import cache_key
 from api.state import EXTENSION_KEY
 from preprocess.text import NBest, top1_answer
 
@@ -193,14 +193,13 @@ def test_inference_never_gives_a_reused_uuid_the_answer_of_another_question(clie
     assert request_paths() == ["model", "model"]
 
 
-def test_inference_answers_top1_when_a_guard_raises(make_app, make_body, request_paths, monkeypatch):
-    from api import guards
-
+def test_inference_answers_top1_when_a_rule_raises(make_app, make_body, request_paths, monkeypatch):
     def broken(*args, **kwargs):
-        raise RuntimeError("bug in a guard")
+        raise RuntimeError("bug in a rule")
 
-    monkeypatch.setattr(guards, "answer_cached", broken)
-    client = make_app().test_client()
+    app = make_app()
+    monkeypatch.setattr(app.extensions[EXTENSION_KEY].cache, "get_local", broken)
+    client = app.test_client()
     body = make_body()
     response = client.post("/inference", json=body)
     assert response.status_code == 200

@@ -1,6 +1,6 @@
 """cache writes to Redis on one writer thread: a slow Redis never holds up the thread that stores answers.
 
-The batcher's single worker thread stores every model answer (api.predict's done-callback); a Redis that takes
+The batcher's single worker thread stores every model answer (api.answers' done-callback); a Redis that takes
 30 ms a SET, too slow to be useful but never slow enough to trip the breaker, must not cost it 30 ms an answer.
 """
 
@@ -178,7 +178,7 @@ def test_a_redis_set_that_raises_does_not_kill_the_writer_thread(make_layered, e
 def test_an_answer_put_twice_is_written_to_redis_once(make_layered):
     client = FakeRedis()
     cache = make_layered(client)
-    cache.put("q1", "答")  # api.predict stores each answer from the request's thread and from the callback
+    cache.put("q1", "答")  # api.answers stores each answer from the request's thread and from the callback
     cache.put("q1", "答")
     assert cache.flush(timeout=2)
     assert client.calls == 1
@@ -221,10 +221,10 @@ def test_a_batch_of_16_gets_model_answers_within_budget_while_redis_is_slow(make
     config = dataclasses.replace(config, max_batch_size=16, max_batch_wait_s=0.1, batch_policy="fixed",
                                  http_threads=32)
     corrector = fake_corrector()
-    app = make_app(config=config, corrector=corrector)
     client = SlowRedis()
+    app = make_app(config=config, corrector=corrector,
+                   cache=LayeredResultCache(MemoryResultCache(max_entries=100, ttl_s=60), redis_cache(client)))
     state = app.extensions[EXTENSION_KEY]
-    state.cache = LayeredResultCache(MemoryResultCache(max_entries=100, ttl_s=60), redis_cache(client))
     bodies = [make_body(sentences=[f"喂 你好 第 {i} 句", f"喂 你好 第 {i} 具"], esun_uuid=f"{i:064x}")
               for i in range(16)]
     results: dict[int, tuple[float, dict]] = {}
@@ -249,7 +249,7 @@ def test_a_batch_of_16_gets_model_answers_within_budget_while_redis_is_slow(make
             assert answer["answer"] == corrector.expected(NBest(tuple(body["sentence_list"]))), i
             assert took < config.budget_s + 0.1, (i, took)
         assert state.cache.flush(timeout=5)
-        # Keyed by esun_uuid (api.guards may add a digest of the question to the key).
+        # Keyed by esun_uuid (api.answers.cache_key adds a digest of the question to the key).
         assert all(any(key.startswith("test:" + body["esun_uuid"]) for key in client.data) for body in bodies)
     finally:
         state.cache.close(timeout=2)

@@ -86,12 +86,12 @@ def readyz_status(port: int) -> int:
 @contextmanager
 def gunicorn(app: str, port: int, log: Path, settings: dict[str, str],
              preexec_fn: Callable[[], None] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """Serve `app` with gunicorn as `make run` does (api/gunicorn_conf.py) on a loopback port, with `settings` in
+    """Serve `app` with gunicorn as `make run` does (server/gunicorn_conf.py) on a loopback port, with `settings` in
     its environment and its stderr (the JSON log) in `log`; yield once /readyz is 200, stop it after."""
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "LOG_LEVEL": "INFO", **settings}
     with log.open("wb") as stderr:
         process = subprocess.Popen(
-            [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", app],
+            [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", app],
             cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=preexec_fn,
         )
     try:

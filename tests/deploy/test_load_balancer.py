@@ -1,4 +1,4 @@
-"""Two real replicas (gunicorn with api/gunicorn_conf.py) behind nginx (deploy/nginx/proxy.conf), sharing Redis.
+"""Two real replicas (gunicorn with server/gunicorn_conf.py) behind nginx (deploy/nginx/proxy.conf), sharing Redis.
 
 What docker-compose.yml runs, without Docker: one replica is killed with SIGKILL under load, and
 
@@ -106,7 +106,7 @@ def start_replica(name: str, redis_url: str, tmp: Path, app: str = "testing.fake
     }
     with open(tmp / f"replica-{name}.log", "wb") as log:  # a file, not a pipe: nobody must have to drain it
         process = subprocess.Popen(
-            [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", app],
+            [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", app],
             cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     return Replica(name, port, process)

@@ -1,4 +1,4 @@
-"""gunicorn for real (api/gunicorn_conf.py, one gthread worker), stopped with SIGTERM in the middle of load.
+"""gunicorn for real (server/gunicorn_conf.py, one gthread worker), stopped with SIGTERM in the middle of load.
 
 The clients open a new connection per request, as the judge's sender does, and tell apart:
 
@@ -57,7 +57,7 @@ def gunicorn_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
         "GRACEFUL_TIMEOUT_S": str(GRACEFUL_TIMEOUT_S), "FAULT_DELAY_S": str(BATCH_DELAY_S), "LOG_LEVEL": "WARNING",
     }
     process = subprocess.Popen(
-        [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket", "testing.fakes:create_slow_app()"],
+        [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", "testing.fakes:create_slow_app()"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     try:
@@ -122,7 +122,7 @@ def test_gunicorn_sigterm_finishes_requests_in_flight_and_exits_0(
     """Regression: gthread's stopping worker kept its listening socket open while it drained, so connections
     made after SIGTERM were completed by the kernel, never accepted, and reset when the worker exited: those
     clients waited the whole drain and then saw "connection reset" instead of an immediate "refused"
-    (fixed by api/gunicorn_conf.py's post_worker_init)."""
+    (fixed by server/gunicorn_conf.py's post_worker_init)."""
     process, port = gunicorn_server
     stop = threading.Event()
     attempts: list[Attempt] = []

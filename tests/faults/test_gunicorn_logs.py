@@ -1,4 +1,4 @@
-"""gunicorn with the repository's config (api/gunicorn_conf.py): every line it and the app write is JSON, and it
+"""gunicorn with the repository's config (server/gunicorn_conf.py): every line it and the app write is JSON, and it
 leaves no control socket behind in the user's home."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _serve(app: str, tmp_path: Path, during: Callable[[int], Any] = lambda _port
     port = free_port()
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "LOG_LEVEL": "INFO", "HOME": str(tmp_path)}
     env.pop("XDG_RUNTIME_DIR", None)
-    process = subprocess.Popen([str(GUNICORN), "-c", "api/gunicorn_conf.py", app], cwd=REPO_ROOT, env=env,
+    process = subprocess.Popen([str(GUNICORN), "-c", "server/gunicorn_conf.py", app], cwd=REPO_ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_until_ready(port, process)

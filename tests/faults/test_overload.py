@@ -100,7 +100,7 @@ def test_inference_answers_all_within_timeout_at_five_times_capacity_with_bounde
     by_model = [a for a, path in zip(answers, paths, strict=True) if path == "model"]
     assert all(a.answer == FaultCorrector.MARK + top1_of(a.body) for a in by_model)
     assert all(a.answer == top1_of(a.body) for a, path in zip(answers, paths, strict=True) if path != "model")
-    # shed: the overload control (api/overload.py) answered TOP1 while requests queued before their view.
+    # shed: the overload control (api/admission.py) answered TOP1 while requests queued before their view.
     assert set(paths) <= {"model", "shed", "overload", "deadline"}
     fallback_share = 1 - len(by_model) / sent
     record_property("fallback_share", round(fallback_share, 3))
@@ -111,7 +111,9 @@ def test_inference_answers_all_within_timeout_at_five_times_capacity_with_bounde
     assert peaks[0] <= MAX_IN_FLIGHT
     stats = batcher.stats()
     assert stats.in_flight == 0
-    assert stats.overloaded == paths.count("overload")
+    # The admission keeps a question from the model past MAX_IN_FLIGHT (path overload); the batcher's own bound
+    # refuses only questions whose requests gave up while their items still waited in it.
+    assert stats.overloaded <= paths.count("overload")
     assert threads[-1] <= threads[0] + 2, f"threads grew round after round: {threads}"
     assert rss[-1] - rss[1] < RSS_GROWTH_LIMIT_BYTES, f"RSS per round (MiB): {[r >> 20 for r in rss]}"
     print(f"\noverload: {sent} questions at {rate:g}/s over {ROUNDS} rounds; fallback share {fallback_share:.0%};"

@@ -59,7 +59,7 @@ def slow_loading_server() -> Iterator[Server]:
            "JUDGE_TIMEOUT_S": str(JUDGE_TIMEOUT_S), "LOAD_DELAY_S": str(LOAD_DELAY_S), "FAULT_DELAY_S": "0.02",
            "LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
-        [str(GUNICORN), "-c", "api/gunicorn_conf.py", "--no-control-socket",
+        [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket",
          "testing.fakes:create_slow_loading_app()"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -126,7 +126,7 @@ def test_an_incomplete_adapted_folder_stops_start_up_in_one_line(tmp_path):
     (out / DOMAIN_LM_FILE).unlink()
     with pytest.raises(ConfigError, match="incomplete adapted folder: its domain_lm file 'domain_lm.arpa' is missing"):
         Config.from_env({"WEIGHTS_DIR": str(out)})
-    command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "api/gunicorn_conf.py", "api:create_app()"]
+    command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "server/gunicorn_conf.py", "api:create_app()"]
     run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(out)},
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2

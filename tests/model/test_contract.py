@@ -71,7 +71,7 @@ def test_config_refuses_weights_trained_on_other_features(tmp_path):
 
 
 @pytest.mark.parametrize("command", [
-    [str(Path(sys.executable).parent / "gunicorn"), "-c", "api/gunicorn_conf.py", "api:create_app()"],
+    [str(Path(sys.executable).parent / "gunicorn"), "-c", "server/gunicorn_conf.py", "api:create_app()"],
     [sys.executable, "-m", "api"],
 ], ids=["gunicorn", "python-m-api"])
 def test_server_start_stops_in_one_line_on_weights_of_other_features(tmp_path, command):

@@ -1,4 +1,4 @@
-"""gunicorn for real (api/gunicorn_conf.py, api.worker): slow clients never hold one of its threads.
+"""gunicorn for real (server/gunicorn_conf.py, server.worker): slow clients never hold one of its threads.
 
 The worker's event loop reads each request whole before a thread serves it, and closes a connection whose request
 is not whole within REQUEST_READ_TIMEOUT_S. Regression (issue 14): a connection that sent a few bytes of headers,

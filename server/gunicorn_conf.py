@@ -1,4 +1,4 @@
-"""gunicorn settings: `gunicorn -c api/gunicorn_conf.py "api:create_app()"` (what `make run` does).
+"""gunicorn settings: `gunicorn -c server/gunicorn_conf.py "api:create_app()"` (what `make run` does).
 
 One worker process, because all requests must share one batcher (several processes would each batch a
 fraction of the traffic and each hold a copy of the model); many threads, because each waiting request
@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
-import select
 import sys
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +31,14 @@ except ConfigError as exc:
 bind = f"{_config.host}:{_config.port}"
 workers = 1
 # gthread that reads each request whole in its event loop before a thread serves it, with the time that reading
-# started in its WSGI environ: the start of its budget (api.worker, api.accept).
-worker_class = "api.worker.StampingThreadWorker"
+# started in its WSGI environ: the start of its budget (server.worker, api.accept).
+worker_class = "server.worker.ReadingThreadWorker"
 threads = _config.http_threads
 # Connections the worker holds at once (gthread's default is 1,000), threads' and event loop's together. A
-# connection waiting for its request costs no thread here (api.worker reads requests in the event loop), so the
+# connection waiting for its request costs no thread here (server.worker reads requests in the event loop), so the
 # cap is only memory and file descriptors: 1,000 slow clients held open (at most REQUEST_READ_TIMEOUT_S each)
 # leave room for the judge. At the cap the worker stops accepting and new connections wait in the kernel's
-# queue. The worker raises its open-file limit to fit (api.worker).
+# queue. The worker raises its open-file limit to fit (server.worker).
 worker_connections = 4096
 # The app is built in the worker, after the fork: its threads (batcher, model loader) do not survive one.
 preload_app = False
@@ -93,37 +90,9 @@ def on_starting(server: Any) -> None:
 
 def worker_exit(server: object, worker: object) -> None:
     """Stop the batcher's worker thread, then land the cache's queued Redis writes, when the worker stops."""
-    from api.state import EXTENSION_KEY
+    from server.worker import ReadingThreadWorker
 
-    app = getattr(worker, "wsgi", None)
-    state = getattr(app, "extensions", {}).get(EXTENSION_KEY)
+    state = worker.state if isinstance(worker, ReadingThreadWorker) else None
     if state is not None:
         state.batcher.close()
-        close_cache = getattr(state.cache, "close", None)
-        if close_cache is not None:
-            close_cache()
-
-
-def post_worker_init(worker: object) -> None:
-    """Make a stopping worker refuse new connections at once instead of resetting them after the drain."""
-    if hasattr(worker, "set_accept_enabled") and hasattr(worker, "accept"):
-        worker.set_accept_enabled = partial(_accept_until_stopped, worker, worker.set_accept_enabled)
-
-
-def _accept_until_stopped(worker: Any, set_accept_enabled: Callable[[bool], None], enabled: bool) -> None:
-    """On stop, take the connections already queued, then close the listeners.
-
-    gthread's worker stops accepting on SIGTERM but keeps its listening sockets open while it drains, and
-    closes them only on exit: the kernel goes on completing connections nobody will accept, and resets them
-    all at the close, after the clients waited the whole drain. Closing at once makes later connects fail
-    fast with "refused"; the connections already queued are accepted first, so they are served.
-    """
-    if enabled or worker.alive:
-        set_accept_enabled(enabled)  # start, or the connection limit was reached: nothing to do with stopping
-        return
-    for listener in worker.sockets:
-        while select.select([listener], [], [], 0)[0]:
-            worker.accept(listener)
-    set_accept_enabled(False)
-    for listener in worker.sockets:
-        listener.close()
+        state.cache.close()

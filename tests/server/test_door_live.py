@@ -1,7 +1,7 @@
-"""gunicorn for real (api.worker, api.door): with the pool full, the event loop answers a question itself, at once.
+"""gunicorn for real (server.worker, api.answers): with the pool full, the event loop answers a question at once.
 
 The app is testing/fakes.py's slow app: its corrector takes FAULT_DELAY_S per batch, far past the budget, so each
-question holds its thread until its deadline (TOP1, path `deadline`). POOL_LIMIT such questions fill the pool;
+question holds its thread until its deadline (TOP1, path `deadline`). POOL_CAP such questions fill the pool;
 another question is then answered by the worker's event loop within milliseconds (TOP1, path `pool_full`), on a
 connection that stays open for the next request, while the threads beyond the limit still serve /healthz.
 """
@@ -22,8 +22,8 @@ from tests.deploy.procs import LiveServer, free_port, gunicorn
 
 pytestmark = pytest.mark.live
 
-POOL_LIMIT = 4
-THREADS = 6
+THREADS = 8
+POOL_CAP = THREADS // 2  # the pool holds half the threads
 BUDGET_S = 0.75  # JUDGE_TIMEOUT_S 1.0 less the default 0.25 margin
 TOP1 = "喂你好密碼我要進去"
 
@@ -32,7 +32,7 @@ TOP1 = "喂你好密碼我要進去"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
-    settings = {"HTTP_THREADS": str(THREADS), "POOL_LIMIT": str(POOL_LIMIT), "MAX_BATCH_SIZE": "2",
+    settings = {"HTTP_THREADS": str(THREADS), "MAX_BATCH_SIZE": "2",
                 "JUDGE_TIMEOUT_S": "1.0", "FAULT_DELAY_S": "5",
                 "OVERLOAD_TARGET_S": "0"}  # the overload control off: only a full pool sends a question to the door
     with gunicorn("testing.fakes:create_slow_app()", port, log, settings):
@@ -74,10 +74,10 @@ def paths(log: Path, esun_uuid: str) -> list[str]:
 
 
 class BusyThreads:
-    """POOL_LIMIT questions that each hold a thread until their deadline, asked on their own connections."""
+    """POOL_CAP questions that each hold a thread until their deadline, asked on their own connections."""
 
     def __init__(self, port: int, tag: str) -> None:
-        self.socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(POOL_LIMIT)]
+        self.socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(POOL_CAP)]
         for i, sock in enumerate(self.socks):
             sock.sendall(request(f"{tag}-busy-{i}"))
         time.sleep(0.2)  # each reaches its thread and waits on the model
@@ -96,7 +96,7 @@ def test_with_the_pool_full_a_question_is_answered_at_once_and_the_connection_ke
         sock.sendall(request("at-the-door"))
         status, headers, body = read_answer(sock, buffered := bytearray())
         took_s = time.monotonic() - started
-        assert busy.finish() == [200] * POOL_LIMIT
+        assert busy.finish() == [200] * POOL_CAP
         # The same connection serves the next question, now by a thread (no thread is busy any more).
         sock.sendall(request("after-the-door"))
         assert read_answer(sock, buffered)[0] == 200
@@ -134,7 +134,7 @@ def test_a_question_asking_to_close_is_answered_at_the_door_then_the_connection_
     assert (status, headers["connection"], body["answer"]) == (200, "close", TOP1)
 
 
-def test_threads_beyond_the_pool_limit_still_serve_health_probes(server: LiveServer):
+def test_threads_beyond_the_pool_cap_still_serve_health_probes(server: LiveServer):
     busy = BusyThreads(server.port, "probe")
     try:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=BUDGET_S / 3)

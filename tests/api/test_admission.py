@@ -1,5 +1,7 @@
-"""The overload control (api/overload.py): sheds model work while requests queue before their view or on the model,
-recovers by itself, never sheds on a server that is not overloaded; its state in /metrics, its changes in the log."""
+"""The admission (api/admission.py): its gates in order (pool at the door, late accept, questions on the model, the
+overload control's share); the overload control sheds model work while requests queue before their view or on the
+model, recovers by itself, never sheds on a server that is not overloaded; its state in /metrics, its changes in the
+log."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 import pytest
 from flask import Flask
 
+from api.admission import NORMAL, RECOVERY_STEPS, REDUCED, SHEDDING, Admission
 from api.app import create_app
-from api.overload import NORMAL, RECOVERY_STEPS, REDUCED, SHEDDING, OverloadControl
+from api.paths import AnswerPath
 from api.state import EXTENSION_KEY
 from config import Config, ConfigError
 from testing.fakes import FakeClock, FaultCorrector
@@ -20,6 +23,8 @@ TARGET_S = 0.05
 INTERVAL_S = 0.1
 MODEL_TARGET_S = 0.4
 MAX_IN_FLIGHT = 96
+POOL_CAP = 64
+MIN_BUDGET_S = 0.1
 
 
 @pytest.fixture
@@ -28,24 +33,33 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def control(clock: FakeClock) -> OverloadControl:
-    return OverloadControl(MAX_IN_FLIGHT, TARGET_S, INTERVAL_S, MODEL_TARGET_S, clock=clock)
+def control(clock: FakeClock) -> Admission:
+    return make(clock)
 
 
-def run_interval(control: OverloadControl, clock: FakeClock, queued_s: list[float]) -> None:
+def make(clock: FakeClock, max_in_flight: int = MAX_IN_FLIGHT, target_s: float = TARGET_S) -> Admission:
+    return Admission(max_in_flight, POOL_CAP, MIN_BUDGET_S, target_s, MODEL_TARGET_S, INTERVAL_S, clock=clock)
+
+
+def take(control: Admission) -> AnswerPath | None:
+    """Ask for a model place for a request with its whole budget ahead (None: admitted)."""
+    return control.admit(deadline=10.0, now=0.0)
+
+
+def run_interval(control: Admission, clock: FakeClock, queued_s: list[float]) -> None:
     """Requests with these queued times arrive within one interval, which then ends."""
     for queued in queued_s:
-        control.observe(queued)
+        control.observe_queued(queued)
         clock.advance(INTERVAL_S / (len(queued_s) + 1))
     clock.advance(INTERVAL_S / (len(queued_s) + 1) + 1e-9)
 
 
-def admitted(control: OverloadControl, tries: int) -> int:
+def admitted(control: Admission, tries: int) -> int:
     """Count admissions out of `tries` requests that all keep their slot (none answered yet)."""
-    return sum(control.admit() for _ in range(tries))
+    return sum(take(control) is None for _ in range(tries))
 
 
-def overload(control: OverloadControl, clock: FakeClock, intervals: int) -> None:
+def overload(control: Admission, clock: FakeClock, intervals: int) -> None:
     for _ in range(intervals):
         run_interval(control, clock, [0.2, 0.3, 0.25])
 
@@ -56,7 +70,7 @@ def test_a_server_without_a_standing_queue_admits_every_request_up_to_max_in_fli
         run_interval(control, clock, [0.4, 0.002, 0.6, 0.3])
     assert control.state().level == NORMAL
     assert admitted(control, MAX_IN_FLIGHT) == MAX_IN_FLIGHT
-    assert control.state().shed_total == 0
+    assert take(control) is AnswerPath.OVERLOAD  # past max_in_flight: the bound on questions on the model, not a shed
 
 
 def test_single_stalls_between_calm_intervals_never_shed(control, clock):
@@ -82,19 +96,18 @@ def test_a_standing_queue_halves_the_model_share_each_interval_down_to_shedding_
     # The first interval over target may be a stall, not a queue: the share is halved from the second one on.
     assert limits == [96, 48, 24, 12, 6, 3, 1, 0, 0]
     assert control.state().level == SHEDDING
-    assert not control.admit()
-    assert control.state().shed_total == 1
+    assert take(control) is AnswerPath.SHED
 
 
 def test_reduced_share_admits_up_to_the_limit_and_frees_slots_on_release(control, clock):
     overload(control, clock, 4)  # limit 12
     state = control.state()
     assert (state.level, state.limit) == (REDUCED, 12)
-    assert admitted(control, 20) == 12
-    assert control.state().shed_total == 8
+    assert admitted(control, 12) == 12
+    assert [take(control) for _ in range(8)] == [AnswerPath.SHED] * 8
     control.release(0.2)
-    assert control.admit()
-    assert not control.admit()
+    assert take(control) is None
+    assert take(control) is AnswerPath.SHED
 
 
 def test_the_share_grows_back_step_by_step_once_the_queue_is_gone(control, clock):
@@ -112,7 +125,7 @@ def test_the_share_grows_back_step_by_step_once_the_queue_is_gone(control, clock
 def test_an_idle_spell_counts_as_calm_intervals_so_the_first_request_after_a_lull_is_admitted(control, clock):
     overload(control, clock, 10)
     clock.advance(60.0)  # nobody came for a minute
-    assert control.admit()
+    assert take(control) is None
     assert control.state().level == NORMAL
 
 
@@ -123,21 +136,22 @@ def test_a_short_lull_recovers_only_as_many_steps_as_intervals_passed(control, c
 
 
 def test_a_target_of_zero_turns_the_control_off(clock):
-    control = OverloadControl(4, 0.0, INTERVAL_S, MODEL_TARGET_S, clock=clock)
+    control = make(clock, max_in_flight=4, target_s=0.0)
     overload(control, clock, 10)
-    assert admitted(control, 50) == 50
+    assert admitted(control, 4) == 4
+    assert take(control) is AnswerPath.OVERLOAD  # the bound on questions on the model holds; nothing is shed
     state = control.state()
-    assert (state.enabled, state.level, state.shed_total) == (False, NORMAL, 0)
+    assert (state.enabled, state.level, state.on_model) == (False, NORMAL, 4)
 
 
 def test_each_change_of_level_is_logged_once_as_a_json_line(control, clock, caplog):
-    with caplog.at_level(logging.INFO, logger="api.overload"):
+    with caplog.at_level(logging.INFO, logger="api.admission"):
         overload(control, clock, 10)  # normal -> reduced -> shedding
         for _ in range(RECOVERY_STEPS + 2):  # shedding -> reduced -> normal
             run_interval(control, clock, [0.0])
         control.state()
     changes = [(r.fields["overload_level_before"], r.fields["overload_level"]) for r in caplog.records
-               if r.name == "api.overload"]
+               if r.name == "api.admission"]
     assert changes == [("normal", "reduced"), ("reduced", "shedding"), ("shedding", "reduced"),
                        ("reduced", "normal")]
     shedding = next(r for r in caplog.records if r.fields["overload_level"] == "shedding")
@@ -147,19 +161,42 @@ def test_each_change_of_level_is_logged_once_as_a_json_line(control, clock, capl
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="interval_s"):
-        OverloadControl(4, TARGET_S, 0.0, MODEL_TARGET_S)
+        Admission(4, 2, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, 0.0)
     with pytest.raises(ValueError, match="target_s"):
-        OverloadControl(4, -1.0, INTERVAL_S, MODEL_TARGET_S)
+        Admission(4, 2, MIN_BUDGET_S, -1.0, MODEL_TARGET_S, INTERVAL_S)
     with pytest.raises(ValueError, match="model_target_s"):
-        OverloadControl(4, TARGET_S, INTERVAL_S, 0.0)
+        Admission(4, 2, MIN_BUDGET_S, TARGET_S, 0.0, INTERVAL_S)
     with pytest.raises(ConfigError, match="overload_target_s must be < budget_s"):
         Config(overload_target_s=0.75)
-    with pytest.raises(ConfigError, match="overload_interval_s must be > 0"):
-        Config(overload_interval_s=0)
-    with pytest.raises(ConfigError, match="overload_model_share must be < 1"):
-        Config(overload_model_share=1.0)
-    with pytest.raises(ConfigError, match="overload_model_share must be > 0"):
-        Config(overload_model_share=0)
+
+
+@pytest.mark.parametrize(("name", "successor"), [("POOL_LIMIT", "HTTP_THREADS"),
+                                                 ("OVERLOAD_INTERVAL_S", "OVERLOAD_TARGET_S"),
+                                                 ("OVERLOAD_MODEL_SHARE", "OVERLOAD_TARGET_S")])
+def test_a_removed_setting_stops_the_start_in_one_line_naming_its_successor(name, successor):
+    with pytest.raises(ConfigError, match=f"{name} was removed: .*{successor}"):
+        Config.from_env({name: "1"})
+
+
+def test_a_full_thread_pool_refuses_at_the_door_only(control):
+    for _ in range(POOL_CAP):
+        control.enter_pool()
+    assert control.refusal(deadline=10.0, now=0.0, at_door=True) is AnswerPath.POOL_FULL
+    assert control.refusal(deadline=10.0, now=0.0) is None  # a view's request is in the pool already
+    control.leave_pool()
+    assert control.refusal(deadline=10.0, now=0.0, at_door=True) is None
+
+
+def test_a_request_with_less_than_a_batch_of_its_budget_left_is_refused_late(control):
+    assert control.admit(deadline=1.0, now=1.0 - MIN_BUDGET_S / 2) is AnswerPath.LATE_ACCEPT
+    assert control.admit(deadline=1.0, now=1.0 - 2 * MIN_BUDGET_S) is None
+    assert control.state().on_model == 1
+
+
+def test_the_door_asks_without_taking_a_place(control):
+    for _ in range(5):
+        assert control.refusal(deadline=10.0, now=0.0, at_door=True) is None
+    assert control.state().on_model == 0
 
 
 # --- Through the app: the view's path, /metrics, the request log
@@ -167,8 +204,8 @@ def test_bad_settings_are_refused():
 
 @pytest.fixture
 def app(clock: FakeClock) -> Flask:
-    control = OverloadControl(8, TARGET_S, INTERVAL_S, MODEL_TARGET_S, clock=clock)
-    app = create_app(dataclasses.replace(Config(), max_in_flight=8), corrector=FaultCorrector(), overload=control)
+    control = make(clock, max_in_flight=8)
+    app = create_app(dataclasses.replace(Config(), max_in_flight=8), corrector=FaultCorrector(), admission=control)
     yield app
     app.extensions[EXTENSION_KEY].batcher.close()
 
@@ -186,7 +223,7 @@ def logged_paths(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def test_shedding_answers_new_arrivals_top1_at_once_with_path_shed(app, clock, caplog):
     assert ask(app, 1)["answer"] == FaultCorrector.MARK + "今天天氣很好"
-    overload(app.extensions[EXTENSION_KEY].overload, clock, 10)
+    overload(app.extensions[EXTENSION_KEY].admission, clock, 10)
     caplog.clear()
     assert ask(app, 2)["answer"] == "今天天氣很好"
     assert logged_paths(caplog) == ["shed"]
@@ -200,7 +237,7 @@ def test_a_server_answering_normally_never_sheds(app, clock, caplog):
 
 
 def test_metrics_expose_level_limit_signal_and_shed_count(app, clock):
-    overload(app.extensions[EXTENSION_KEY].overload, clock, 10)
+    overload(app.extensions[EXTENSION_KEY].admission, clock, 10)
     ask(app, 3)
     text = app.test_client().get("/metrics").get_data(as_text=True)
     series = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("esun_overload"))
@@ -212,10 +249,10 @@ def test_metrics_expose_level_limit_signal_and_shed_count(app, clock):
     assert 'esun_fallbacks_total{reason="shed"} 1.0' in text
 
 
-def model_interval(control: OverloadControl, clock: FakeClock, waits_s: list[float]) -> None:
+def model_interval(control: Admission, clock: FakeClock, waits_s: list[float]) -> None:
     """Requests admitted earlier are answered within one interval after waiting this long on the model."""
     for wait in waits_s:
-        assert control.admit()
+        assert take(control) is None
         control.release(wait)
     clock.advance(INTERVAL_S + 1e-9)
 
@@ -239,7 +276,7 @@ def test_a_model_that_answers_within_its_target_keeps_the_full_share_whatever_th
     assert control.state().limit == MAX_IN_FLIGHT
 
 
-def test_at_the_full_limit_the_batchers_own_bound_decides_not_the_control(control, clock):
+def test_at_the_full_share_only_the_bound_on_questions_on_the_model_refuses(control, clock):
     run_interval(control, clock, [0.001])
-    assert admitted(control, 2 * MAX_IN_FLIGHT) == 2 * MAX_IN_FLIGHT
-    assert control.state().shed_total == 0
+    assert admitted(control, 2 * MAX_IN_FLIGHT) == MAX_IN_FLIGHT
+    assert take(control) is AnswerPath.OVERLOAD

@@ -1,0 +1,55 @@
+"""The gthread internals server.worker relies on are where it read them (gunicorn 27.0.1): this fails when a gunicorn
+upgrade moves one, before a live test meets it as a hang or a traceback."""
+
+from __future__ import annotations
+
+import inspect
+import socket
+
+import gunicorn
+from gunicorn.config import Config as GunicornConfig
+from gunicorn.http.message import Request
+from gunicorn.http.unreader import Unreader
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from server.worker import GTHREAD_INTERNALS, GUNICORN_VERSION, ReadingThreadWorker
+
+
+def test_the_pinned_gunicorn_is_the_one_the_internals_were_read_from():
+    assert gunicorn.__version__ == GUNICORN_VERSION
+
+
+def test_every_overridden_or_called_threadworker_method_exists_with_the_arguments_used():
+    for name in GTHREAD_INTERNALS["ThreadWorker methods"]:
+        assert callable(getattr(ThreadWorker, name, None)), name
+    assert list(inspect.signature(ThreadWorker.enqueue_req).parameters) == ["self", "conn"]
+    assert list(inspect.signature(ThreadWorker.handle).parameters) == ["self", "conn"]
+    assert list(inspect.signature(ThreadWorker.handle_request).parameters) == ["self", "req", "conn"]
+    assert list(inspect.signature(ThreadWorker.set_accept_enabled).parameters) == ["self", "enabled"]
+    assert list(inspect.signature(ThreadWorker.on_client_socket_readable).parameters) == ["self", "conn", "client"]
+
+
+def test_every_threadworker_attribute_read_is_set_by_its_constructor_or_init_process():
+    source = inspect.getsource(ThreadWorker) + inspect.getsource(ThreadWorker.__mro__[1])
+    for name in GTHREAD_INTERNALS["ThreadWorker attributes"]:
+        assert f"self.{name} =" in source or f"self.{name}=" in source, name
+
+
+def test_every_tconn_attribute_read_is_set_by_tconn():
+    with socket.socket() as sock:
+        conn = TConn(GunicornConfig(), sock, ("127.0.0.1", 0), ("127.0.0.1", 0))
+        for name in GTHREAD_INTERNALS["TConn attributes"]:
+            assert hasattr(conn, name), name
+
+
+def test_the_unreader_and_request_internals_exist():
+    for name in GTHREAD_INTERNALS["Unreader methods"]:
+        assert callable(getattr(Unreader, name, None)), name
+    for name in GTHREAD_INTERNALS["Request attributes"]:
+        assert hasattr(Request, name), name
+
+
+def test_the_worker_overrides_nothing_beyond_the_listed_methods():
+    own = {name for name, value in vars(ReadingThreadWorker).items()
+           if callable(value) and not name.startswith("_") and hasattr(ThreadWorker, name)}
+    assert own <= set(GTHREAD_INTERNALS["ThreadWorker methods"])
