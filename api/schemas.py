@@ -43,6 +43,7 @@ import hashlib
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import (
@@ -79,7 +80,19 @@ LAST_ATTEMPT = 0
 # Python refuses to read an int of more than 4,300 digits (sys.get_int_max_str_digits) and reading one is
 # quadratic; no field the service uses needs more than a few digits, so a longer integer is read as a float.
 _MAX_INT_DIGITS = 20
-_DEFAULT_CONFIG = Config()
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """What reading a request needs of the config: how many hypotheses, and how long a later one may be."""
+
+    max_hypotheses: int
+    max_chars_per_hypothesis: int
+
+
+# Config's defaults, read from its fields without building one (that reads the weights folder and the LM file).
+_DEFAULT_LIMITS = ReadLimits(**{name: Config.__dataclass_fields__[name].default
+                                for name in ("max_hypotheses", "max_chars_per_hypothesis")})
 # The same rules as JSON Schema patterns, so that /openapi.json promises only what parse_request accepts
 # (schemathesis sends requests the document allows and expects them answered). Lone surrogates are not
 # Unicode text, so a JSON Schema string cannot hold one and the patterns need not (and cannot) name them.
@@ -136,7 +149,7 @@ def _usable_later(value: Any, max_chars: int) -> bool:
             and not _FORBIDDEN_CHARS.search(value))
 
 
-def _hypotheses_schema(config: Config) -> dict[str, Any]:
+def _hypotheses_schema(config: Config | ReadLimits) -> dict[str, Any]:
     """Document sentence_list as `_usable_hypotheses` reads it: only TOP1 can make a request refused."""
     return {
         "type": "array",
@@ -156,7 +169,7 @@ def _hypotheses_schema(config: Config) -> dict[str, Any]:
     }
 
 
-Hypotheses = Annotated[list[StrictStr], WithJsonSchema(_hypotheses_schema(_DEFAULT_CONFIG))]
+Hypotheses = Annotated[list[StrictStr], WithJsonSchema(_hypotheses_schema(_DEFAULT_LIMITS))]
 Retry = Annotated[
     int,
     BeforeValidator(_as_retry),
@@ -315,9 +328,9 @@ def _read_int(digits: str) -> int | float:
     return int(digits) if len(digits) <= _MAX_INT_DIGITS else float(digits)
 
 
-def _config_of(info: ValidationInfo) -> Config:
+def _config_of(info: ValidationInfo) -> Config | ReadLimits:
     context = info.context or {}
-    return context.get("config", _DEFAULT_CONFIG)
+    return context.get("config", _DEFAULT_LIMITS)
 
 
 def _describe(exc: ValidationError) -> str:
