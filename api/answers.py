@@ -85,6 +85,7 @@ class AnswerPolicy:
     def __init__(self, config: Config, cache: LayeredResultCache, corrector: Corrector | None, engine: Engine,
                  admission: Admission, metrics: Metrics) -> None:
         self._config = config
+        self._budget_s = config.budget_s
         self._cache = cache
         self._corrector = corrector
         self._engine = engine
@@ -94,7 +95,7 @@ class AnswerPolicy:
     def at_door(self, body: bytes, accepted_at: float) -> bytes | None:
         """The event loop's question: the JSON body of a 200 answer given now, or None: a thread serves it."""
         now = time.monotonic()
-        deadline = accepted_at + self._config.budget_s
+        deadline = accepted_at + self._budget_s
         refusal = self._admission.refusal(deadline, now, at_door=True)
         if refusal is None:
             return None
@@ -111,7 +112,7 @@ class AnswerPolicy:
     def in_view(self, req: InferenceRequest, accepted_at: float, view_start: float) -> Outcome:
         """The view's question: answer without the model, or ask the model within the request's budget."""
         self._admission.observe_queued(view_start - accepted_at)
-        deadline = accepted_at + self._config.budget_s
+        deadline = accepted_at + self._budget_s
         try:
             outcome = self._without_model(req, at_door=False)
             assert outcome is not _LEAVE
