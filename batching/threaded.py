@@ -1,13 +1,15 @@
 """The threaded engine: single items batched into calls of a plain ``list -> list`` function on one worker thread.
 
-The engine is service-streamer 0.1.2's ``ThreadedStreamer`` (one worker thread fed by an input queue). Its known
-defects are made harmless here and on the worker thread (``batching.threaded_worker``); the lifecycle it shares
-with the process engine is ``batching.core``'s:
+The engine is service-streamer 0.1.2's ``ThreadedStreamer``: its input queue and one worker thread that gathers
+batches from it. Each item has one future, settled on the worker thread; the library's output side (a second
+future per item in ``_future_cache``, an output queue and a collector thread that resolves those futures) is not
+used (``_Streamer``). Its known defects are made harmless here and on the worker thread
+(``batching.threaded_worker``); the lifecycle it shares with the process engine is ``batching.core``'s:
 
 1. an exception in the batch function killed the worker thread: the batch function is wrapped so it never raises,
    and a worker thread that dies anyway (a ``BaseException``) is replaced by a monitor thread;
-2. a caller that timed out left its future in ``_future_cache`` forever: every finished item forgets its entry;
-3. ``_input`` incremented ``_task_id`` without a lock: ``_input`` runs under a lock;
+2. a caller that timed out left its future in ``_future_cache`` forever, and
+3. ``_input`` incremented ``_task_id`` without a lock: both belong to the output side, which is not used;
 4. the queues were unbounded: at most ``max_in_flight`` items are admitted, past that ``submit`` raises;
 5. items past their deadline still reached the batch function: they are dropped first;
 6. the batch window could reach twice ``max_latency``: the window is bounded by ``max_wait_s``.
@@ -41,6 +43,7 @@ Contract (in the manner of Ray Serve's ``batching.py``):
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -51,7 +54,6 @@ from typing import Any, Generic, TypeVar
 
 from service_streamer.service_streamer import ThreadedStreamer
 
-from batching import core
 from batching.core import Core, Job, settle, validate_limits
 from batching.errors import BatcherStats, BatchFailed, BatchReport
 from batching.policy import POLICIES, RunTimes, Traffic
@@ -66,30 +68,29 @@ logger = logging.getLogger(__name__)
 
 
 class _Streamer(ThreadedStreamer):
-    """ThreadedStreamer with a replaceable worker, a locked _input and a collector that tolerates forgotten tasks.
+    """ThreadedStreamer's input side: its queue, and a worker thread that can be replaced.
 
-    ThreadedStreamer.__init__ builds a plain ThreadedWorker and starts its thread at once, so it cannot be given
-    another worker; this __init__ repeats its few lines with the worker built by make_worker.
+    Read from service-streamer 0.1.2. ``ThreadedStreamer.__init__`` builds a plain ``ThreadedWorker`` and starts its
+    thread at once, so it cannot be given another worker: this ``__init__`` repeats its few lines with the worker
+    built by ``make_worker``. The library's output side is not used: its ``submit``/``_input`` make a second future
+    per item (``_future_cache``) that a collector thread resolves with what the batch function returns, through an
+    output queue. Here each item has one future, its job's, settled on the batch thread itself; ``queue`` puts the
+    job on the input queue with ``_send_request``, no collector thread is started, and nothing comes back through a
+    queue. tests/batching/test_batcher.py pins the library members this relies on.
     """
 
-    def __init__(
-        self, make_worker: Callable[[Queue[Any], Queue[Any], threading.Event], BatchWorker], name: str
-    ) -> None:
-        super(ThreadedStreamer, self).__init__()  # _BaseStreamer's: ids, _future_cache, collector thread
+    def __init__(self, make_worker: Callable[[Queue[Any], threading.Event], BatchWorker], name: str) -> None:
+        super(ThreadedStreamer, self).__init__()  # _BaseStreamer's: a client id; its collector thread stays unstarted
         self._name = name
         self._input_queue: Queue[Any] = Queue()
-        self._output_queue: Queue[Any] = Queue()
         self._worker_destroy_event = threading.Event()
-        self._input_lock = threading.Lock()
-        self._collector_stop = threading.Event()
         self._make_worker = make_worker
+        self._task_ids = itertools.count()
         self.start_worker()
-        self.back_thread.name = f"{name}-collect"
-        self._delay_setup()
 
     def start_worker(self) -> None:
-        """Start a fresh worker thread on the shared queues."""
-        self._worker = self._make_worker(self._input_queue, self._output_queue, self._worker_destroy_event)
+        """Start a fresh worker thread on the input queue."""
+        self._worker = self._make_worker(self._input_queue, self._worker_destroy_event)
         self._worker_thread = threading.Thread(
             target=serve, args=(self._worker,), name=f"{self._name}-worker", daemon=True
         )
@@ -105,49 +106,21 @@ class _Streamer(ThreadedStreamer):
         return 0.0 if since is None else time.monotonic() - since
 
     def queue(self, job: Job[Any, Any]) -> int:
-        """Queue one job and return its task id."""
-        self.submit([job])
-        return job.task_id
-
-    def _input(self, batch: list[Any]) -> int:
-        """Queue a batch under a lock: the library reads and bumps _task_id unlocked, so ids could collide."""
-        with self._input_lock:
-            return super()._input(batch)
-
-    def _send_request(self, task_id: int, request_id: int, model_input: Job[Any, Any]) -> None:
-        """Stamp the job with its task id before the worker can see it, then queue it."""
-        model_input.task_id = task_id
-        super()._send_request(task_id, request_id, model_input)
-
-    def forget(self, job: Job[Any, Any]) -> None:
-        """Drop a finished task's future: the library drops it only when someone calls result() in time."""
-        self._future_cache.pop(job.task_id, None)
+        """Put one job on the input queue and return its id (next() on a count is atomic: ids never collide)."""
+        task_id = next(self._task_ids)
+        self._send_request(task_id, 0, job)
+        return task_id
 
     def queued_jobs(self) -> set[Job[Any, Any]]:
         """Return the jobs still in the input queue, i.e. not yet taken by any worker."""
         with self._input_queue.mutex:
             return {message[3] for message in self._input_queue.queue}
 
-    def _loop_collect_result(self) -> None:
-        """Deliver responses as the library does, skipping forgotten tasks (it raised KeyError) until stopped."""
-        while not self._collector_stop.is_set():
-            message = self._recv_response(timeout=core.POLL_S)
-            if message is None:
-                continue
-            task_id, request_id, output = message
-            future = self._future_cache.get(task_id)
-            if future is not None:
-                future._append_result(request_id, output)
-                if future.done():
-                    self._future_cache.pop(task_id, None)
-
     def stop(self, timeout: float) -> None:
-        """Stop the worker after its current batch and the collector, waiting up to timeout for each."""
+        """Stop the worker after its current batch, waiting up to timeout."""
         self._worker_destroy_event.set()
-        self._collector_stop.set()
-        for thread in (self._worker_thread, self.back_thread):
-            if thread is not threading.current_thread():  # close() may be called from a done-callback
-                thread.join(timeout)
+        if self._worker_thread is not threading.current_thread():  # close() may be called from a done-callback
+            self._worker_thread.join(timeout)
 
 
 class Batcher(Generic[T, R]):
@@ -179,14 +152,14 @@ class Batcher(Generic[T, R]):
         self._run_times = RunTimes()
         self._traffic = Traffic()
         self._core: Core[T, R] = Core(max_in_flight=max_in_flight, name=name, on_batch=on_batch,
-                                      on_count=self._traffic.note_count, on_release=self._forget)
+                                      on_count=self._traffic.note_count)
         self._runner: BatchRunner[T, R] = BatchRunner(fn, self._core, self._run_times)
         self._streamer = _Streamer(self._new_worker, name)
         self._core.watch(self._watch_round)
 
     @property
     def streamer(self) -> ThreadedStreamer:
-        """The service-streamer object underneath (for inspection: its task ids and future cache)."""
+        """The service-streamer object underneath (for inspection: its input queue and worker thread)."""
         return self._streamer
 
     def submit(self, item: T, deadline: float) -> Future[R]:
@@ -226,14 +199,9 @@ class Batcher(Generic[T, R]):
         self._traffic.note_arrival(job.enqueued_at)
         return self._streamer.queue(job)
 
-    def _new_worker(self, requests: Queue[Any], responses: Queue[Any], destroy: threading.Event) -> BatchWorker:
+    def _new_worker(self, requests: Queue[Any], destroy: threading.Event) -> BatchWorker:
         """Build a worker that shares this batcher's measurements and counters."""
-        return BatchWorker(self._runner, self._config, self._core, self._run_times, self._traffic, requests,
-                            responses, destroy)
-
-    def _forget(self, job: Job[T, R]) -> None:
-        """Drop a released job's streamer future."""
-        self._streamer.forget(job)
+        return BatchWorker(self._runner, self._config, self._core, self._run_times, self._traffic, requests, destroy)
 
     def _watch_round(self) -> None:
         """Replace a dead worker and expire waiting items whose deadline passed (monitor thread, every poll)."""

@@ -48,13 +48,12 @@ class BatchRunner(Generic[T, R]):
         self._core = lifecycle
         self._run_times = run_times
 
-    def __call__(self, jobs: list[Job[T, R]]) -> list[None]:
-        """Run the jobs still wanted and in time; return placeholders, the answers go to the futures."""
+    def __call__(self, jobs: list[Job[T, R]]) -> None:
+        """Run the jobs still wanted and in time, settling each one's future with its answer or the failure."""
         now = time.monotonic()
         live = [job for job in jobs if self._core.start(job, now)]
         if live:
             self._run(live)
-        return [None] * len(jobs)
 
     def _run(self, jobs: list[Job[T, R]]) -> None:
         """Call the batch function once and resolve each job with its result or the batch's failure."""
@@ -98,16 +97,13 @@ class BatchWorker(ThreadedWorker):
     The library's _run_once pulls items one by one, each with a max_latency timeout, and checks the total only
     after each pull, so its window can reach twice max_latency; it also can only take items in arrival order.
     Dispatch-when-idle, the deadline-aware window and length grouping all need to see every waiting item
-    before choosing, so _run_once is the one method replaced; run_forever, _recv_request, model_predict and
-    _send_response are the library's.
+    before choosing, so _run_once is the one method replaced; run_forever, _recv_request and model_predict are the
+    library's. The runner settles each job's future itself, so the worker sends nothing back (no response queue).
     """
 
     def __init__(self, runner: BatchRunner[Any, Any], config: WorkerConfig, lifecycle: Core[Any, Any],
-                 run_times: RunTimes, traffic: Traffic, requests: Queue[Any], responses: Queue[Any],
-                 destroy_event: threading.Event) -> None:
-        super().__init__(
-            runner, config.max_batch_size, config.max_wait_s, requests, responses, destroy_event=destroy_event
-        )
+                 run_times: RunTimes, traffic: Traffic, requests: Queue[Any], destroy_event: threading.Event) -> None:
+        super().__init__(runner, config.max_batch_size, config.max_wait_s, requests, None, destroy_event=destroy_event)
         self._config = config
         self._core = lifecycle
         self._run_times = run_times
@@ -118,7 +114,7 @@ class BatchWorker(ThreadedWorker):
         self.running_since: float | None = None
 
     def _run_once(self) -> int:
-        """Gather a batch by the configured policy, run it, and publish placeholders to the streamer."""
+        """Gather a batch by the configured policy and run it (the runner settles each job's future)."""
         self._collect(0.0 if self._waiting else core.POLL_S)
         if not self._waiting:
             return 0
@@ -130,12 +126,10 @@ class BatchWorker(ThreadedWorker):
             return 0
         self.running_since = time.monotonic()
         try:
-            placeholders = self.model_predict(batch)
+            self.model_predict(batch)
         finally:
             self.running_since = None
             self._last_batch_end = time.monotonic()
-        for job, placeholder in zip(batch, placeholders, strict=True):
-            self._send_response(0, job.task_id, 0, placeholder)
         return len(batch)
 
     def _collect(self, timeout: float) -> bool:
