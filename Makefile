@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev install-gpu tools lint corpus train tune evaluate bench soak adapt standin
+.PHONY: run test install install-dev install-gpu tools lint corpus train tune evaluate bench adapt standin
 
 # Python 3.11 or newer (transformers 5 and the pinned wheels need it). A .venv made by an older Python (a first try
 # with Ubuntu 22.04's 3.10, say) is rebuilt with $(PYTHON) instead of being reused broken.
@@ -84,5 +84,3 @@ evaluate: install-dev
 bench: install-dev
 	$(PY) -m testing.bench
 
-soak: install-dev
-	$(PY) -m testing.soak

@@ -1,13 +1,12 @@
-"""A lean load generator on one asyncio event loop: open and closed loop, keep-alive HTTP/1.1.
+"""The benchmark's open-loop generator, on one asyncio event loop, keep-alive HTTP/1.1 (closed loops are wrk's).
 
-Why not testing/loadgen.py's threads: on this 2-core machine the server and the load generator share the CPUs,
-and a thread plus a `requests.Session` per in-flight request took 68-93 % of one core in the open-loop overload
-points (docs/benchmarks.md), so the figures said as much about the generator as about the server. Here there are
+Why not a thread per request: on this 2-core machine the server and the load generator share the CPUs, and a
+thread plus a `requests.Session` per in-flight request took 68-93 % of one core in the open-loop overload points
+(docs/benchmarks.md), so the figures said as much about the generator as about the server. Here there are
 no threads, no tasks and no streams per request: the schedule calls `send`, which writes a pre-serialised body on
 an idle connection's transport; the connection's protocol parses the answer as its bytes arrive (Content-Length,
 chunked, or until close) and records the request. Only opening a connection is a coroutine. One watchdog, not a
 timer per request, ends the requests past their timeout. On uvloop when it is installed (requirements-dev.txt).
-`python -m testing.loadgen_cost` measures what each generator costs (docs/bench/loadgen_cost.md).
 
 - `open_loop`: Poisson arrivals whatever the answers do. Latency counts from when each request was *due* (its
   scheduled time), so a server that makes a queue, or a generator that falls behind, shows as latency; how late
@@ -15,7 +14,6 @@ timer per request, ends the requests past their timeout. On uvloop when it is in
   a new one (no cap: an open loop never waits for a connection) and gives it back once its answer is read whole,
   unless the server said `Connection: close`. Connections idle longer than `IDLE_CLOSE_S` are closed rather than
   reused, well below gunicorn's keep-alive (75 s), so that a connection the server is closing is never picked.
-- `closed_loop`: `clients` connections, each sending its next request as soon as the previous is answered.
 
 Every request is one `testing.loadgen.Shot`: status 0 when no answer came, with a problem that says why:
 `connection: ...` (refused, reset, cut mid-answer, closed before answering) or `timeout: ...`.
@@ -24,16 +22,16 @@ Every request is one `testing.loadgen.Shot`: status 0 when no answer came, with 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from testing.loadgen import CLIENT_TIMEOUT_S, Shot, four_keys_problem, fresh_payload
+from testing.loadgen import CLIENT_TIMEOUT_S, Shot, fresh_payload
+from testing.samples import check_answer
 
 T = TypeVar("T")
 # Well below gunicorn's keepalive (server/gunicorn_conf.py: 75 s), as nginx's upstream keepalive_timeout (4 s) is.
@@ -57,34 +55,13 @@ def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-# Event loops to run on: asyncio's own, and uvloop (libuv, in C) when installed, the default then.
-LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop] | None] = {"asyncio": None}
-if (_uvloop := _uvloop_factory()) is not None:
-    LOOP_FACTORIES["uvloop"] = _uvloop
-LOOPS = tuple(LOOP_FACTORIES)
-_loop_name = "uvloop" if "uvloop" in LOOP_FACTORIES else "asyncio"
-
-
-def loop_name() -> str:
-    """Name the event loop the generators run on now."""
-    return _loop_name
-
-
-@contextlib.contextmanager
-def using_loop(name: str) -> Iterator[None]:
-    """Run the generators on this event loop (one of LOOPS) within the block."""
-    global _loop_name
-    if name not in LOOP_FACTORIES:
-        raise ValueError(f"unknown event loop {name!r}: choose from {', '.join(LOOPS)}")
-    previous, _loop_name = _loop_name, name
-    try:
-        yield
-    finally:
-        _loop_name = previous
+# The event loop to run on: uvloop (libuv, in C) when installed, else asyncio's own.
+_loop_factory = _uvloop_factory()
+_loop_name = "asyncio" if _loop_factory is None else "uvloop"
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    with asyncio.Runner(loop_factory=LOOP_FACTORIES[_loop_name]) as runner:
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
         return runner.run(coro)
 
 
@@ -181,12 +158,12 @@ def _chunked(buffer: bytearray, at: int) -> tuple[bytes | None, int]:
 
 
 def answer_problem(answer: Answer, sent_uuid: str) -> str | None:
-    """Say whether an answer is a four-key answer to this question (the benchmark's check, as the threads')."""
+    """Say what is wrong with an answer to this question (`testing.samples.check_answer`), None when valid."""
     try:
         data: object = json.loads(answer.body)
     except ValueError:
         data = answer.body[:200].decode("utf-8", "replace")
-    return four_keys_problem(answer.status, data, sent_uuid)
+    return check_answer(answer.status, data, sent_uuid)
 
 
 class Connection(asyncio.Protocol):
@@ -199,14 +176,6 @@ class Connection(asyncio.Protocol):
         self.request: Request | None = None
         self.idle_since = 0.0
         self.closed = False
-        self.client = -1  # the closed loop's client this connection serves (-1: the open loop's pool)
-
-    @classmethod
-    def unopened(cls, generator: Generator, client: int) -> Connection:
-        """A connection that never opened (or failed to): the closed loop's client opens a new one."""
-        conn = cls(generator)
-        conn.closed, conn.client = True, client
-        return conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -287,7 +256,6 @@ class Generator:
         self.opening = 0
         self.opened = 0
         self.reused = 0
-        self.on_done: Callable[[Connection, int], None] | None = None  # the closed loop's next request
 
     def wall(self, loop_time: float) -> float:
         return self.t0_wall + (loop_time - self.t0)
@@ -312,7 +280,7 @@ class Generator:
         self.busy.add(conn)
         conn.send(request, self.target.request(payload))
 
-    async def _open_and_send(self, request: Request, data: bytes, client: int = -1) -> None:
+    async def _open_and_send(self, request: Request, data: bytes) -> None:
         # The request's timeout covers opening its connection: a server whose listen queue is full leaves a
         # connect waiting on the kernel's SYN retries for tens of seconds.
         try:
@@ -323,12 +291,9 @@ class Generator:
             self.opening -= 1
             self._record(request, 0, f"{TIMEOUT_PROBLEM}no connection in time" if isinstance(exc, TimeoutError)
                          else f"{CONNECTION_PROBLEM}{type(exc).__name__}")
-            if self.on_done is not None:  # the closed loop's client tries again a little later, not in a spin
-                self.loop.call_later(0.01, self.on_done, Connection.unopened(self, client), client)
             return
         self.opening -= 1
         self.opened += 1
-        conn.client = client
         self.busy.add(conn)
         request.sent = self.loop.time()
         conn.send(request, data)
@@ -336,17 +301,13 @@ class Generator:
     def answered(self, conn: Connection, request: Request, answer: Answer) -> None:
         self._record(request, answer.status, answer_problem(answer, request.esun_uuid))
         self.busy.discard(conn)
-        if self.on_done is not None:
-            self.on_done(conn, conn.client)
-        elif not conn.closed:
+        if not conn.closed:
             conn.idle_since = self.loop.time()
             self.idle.append(conn)
 
     def failed(self, conn: Connection, request: Request, problem: str) -> None:
         self._record(request, 0, problem)
         self.busy.discard(conn)
-        if self.on_done is not None:
-            self.on_done(conn, conn.client)
 
     def _record(self, request: Request, status: int, problem: str | None) -> None:
         now = self.loop.time()
@@ -408,38 +369,6 @@ async def _open_loop(target: Target, rate_rps: float, duration_s: float, warmup_
     return measured, start, end, generator
 
 
-async def _closed_loop(target: Target, clients: int, duration_s: float, warmup_s: float, templates: list[str],
-                       timeout_s: float) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    gen = Generator(target, templates, timeout_s)
-    stop_at = gen.t0 + warmup_s + duration_s
-    sent = [index * 7919 for index in range(clients)]  # each client walks the bodies from its own place
-
-    def next_request(conn: Connection, client: int) -> None:
-        now = gen.loop.time()
-        if now >= stop_at:
-            return
-        sent[client] += 1
-        if conn.closed:
-            gen.opening += 1
-            esun_uuid, payload = fresh_payload(templates[sent[client] % len(templates)])
-            request = Request(gen.wall(now), now, now, esun_uuid, now + timeout_s)
-            gen.loop.create_task(gen._open_and_send(request, target.request(payload), client))
-        else:
-            gen.send(now, sent[client], conn)
-
-    gen.on_done = next_request
-    watchdog = asyncio.create_task(gen.watchdog())
-    for client in range(clients):
-        next_request(Connection.unopened(gen, client), client)
-    await asyncio.sleep(max(0.0, stop_at - gen.loop.time()))
-    await gen.drain()
-    watchdog.cancel()
-    gen.close()
-    start, end = gen.t0_wall + warmup_s, gen.t0_wall + warmup_s + duration_s
-    return ([s for s in gen.shots if start <= s.due < end], start, end,
-            {"connections_opened": gen.opened, "connections_reused": gen.reused, "event_loop": _loop_name})
-
-
 def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
               timeout_s: float = CLIENT_TIMEOUT_S, seed: int = 0) -> tuple[list[Shot], float, float, dict[str, Any]]:
     """Send Poisson arrivals at rate_rps for warmup_s + duration_s on keep-alive connections, whatever the answers
@@ -447,10 +376,3 @@ def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, tem
     window (latency from due), its wall-clock start and end, and the generator's figures (rates scheduled and
     sent, connections opened and reused)."""
     return _run(_open_loop(Target.from_url(url), rate_rps, duration_s, warmup_s, templates, timeout_s, seed))
-
-
-def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
-                timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run `clients` connections, each sending its next request when the previous is answered, for warmup_s +
-    duration_s; return the shots due in the measured window, its start and end, and connection counts."""
-    return _run(_closed_loop(Target.from_url(url), clients, duration_s, warmup_s, templates, timeout_s))

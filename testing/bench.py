@@ -1,7 +1,7 @@
 """The benchmark: the corrector's offline ceiling, then the served service under closed- and open-loop load.
 
     .venv/bin/python -m testing.bench [--sections a,b,c,d,e,f] [--duration S] [--quick] [--out docs/bench]
-                                      [--profile] [--generator lean|threads]
+                                      [--profile]
 
 Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep a+b+c+d+f under about
 10 minutes on 2 cores):
@@ -11,11 +11,6 @@ b. closed loop: 1, 10 and 64 clients (each sends its next request when the previ
    (the defaults) and off (MAX_BATCH_SIZE=1: one corrector call per request);
 c. open-loop overload: Poisson arrivals at 2x, 3x and 5x the capacity measured in b (batching on), latency counted
    from each request's due time, a request unanswered 10 s after it was due counted as no answer;
-d. batch policy: BATCH_POLICY=fixed vs adaptive, both servers up at once, latency at 1, 2, 4, 10, 64 clients
-   (the policies alternate at each point) and throughput at 64 in 8 ABBA rounds, compared by median;
-e. (only when named) replicas on one host: 1, 2, 3 replicas behind nginx, 64 closed-loop clients through nginx,
-   throughput, p50/p99 and each replica's memory (testing/replicas.py); as make run starts them, then again with
-   TORCH_THREADS=1 in each;
 f. slow clients: 1,000 connections that send the start of a head and then nothing, held open (reopened when the
    server closes them), while 10 closed-loop clients ask the batching-on server (testing/slow_clients.py): the
    share answered validly within 1 s.
@@ -23,16 +18,15 @@ f. slow clients: 1,000 connections that send the start of a head and then nothin
 Every server is gunicorn started as `make run` starts it (testing/server.py), serving testing/bench_app.py:
 the service's own app plus a read-only route with the batcher's counters (batches, padded waste). Answers are
 counted by path from the server's own request log (stderr, one JSON line per request). The load generator runs
-on the same machine as the server, so it is the leanest measured here (testing/loadgen_cost.py): wrk with
+on the same machine as the server, so it is the leanest measured here (docs/bench/loadgen_cost.md): wrk with
 testing/wrk.lua for closed loops (testing/wrkload.py), testing/aioload.py's one event loop for open loops; its
-own CPU share of one core is reported beside every point. `--generator threads` runs the generator before
-(testing/loadgen.py: a thread and a requests.Session per client or in-flight request), to compare.
+own CPU share of one core is reported beside every point.
 
 Writes bench.json (summaries, machine, exact command), bench_raw.json (every request), bench.md (the tables
 printed) and PNG plots into --out.
 
 This module holds the inputs, the servers, the sections and the command line; the load itself is
-testing/wrkload.py's, testing/aioload.py's (or testing/loadgen.py's), the summaries and tables testing/report.py's,
+testing/wrkload.py's and testing/aioload.py's, the summaries and tables testing/report.py's,
 the plots testing/plots.py's.
 """
 
@@ -65,13 +59,11 @@ with cli.dev_requirements("testing.bench"):
 
     from config import Config
     from preprocess.text import NBest, han_only, strip_spaces
-    from testing import aioload, loadgen, slow_clients, wrkload
+    from testing import aioload, slow_clients, wrkload
     from testing.bench_app import STATS_ROUTE
-    from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, OPEN_LOOP_TIMEOUT_S, Shot, payload_templates
+    from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
     from testing.plots import draw_bench
-    from testing.replicas import replica_section
     from testing.report import (
-        POLICIES,
         count_paths,
         latency_stats,
         markdown,
@@ -85,17 +77,14 @@ with cli.dev_requirements("testing.bench"):
     from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SECTIONS = ("a", "b", "c", "d", "e", "f")
-DEFAULT_SECTIONS = "a,b,c,d,f"
-# The load generators: "lean" (wrk and testing/wrk.lua for closed loops, testing/aioload.py for open loops: the
-# least CPU per request measured here, docs/bench/loadgen_cost.md), or "threads" (testing/loadgen.py's threads
-# and requests.Session, the generator before, to compare with earlier runs).
-GENERATORS = ("lean", "threads")
-# Open loop with the lean generator: a request unanswered this long after it was due counts as no answer (at 5x
-# the question is whether every request is answered within 10 s).
+SECTIONS = ("a", "b", "c", "f")
+DEFAULT_SECTIONS = "a,b,c,f"
+# The load generators: wrk and testing/wrk.lua for closed loops, testing/aioload.py for open loops (the least CPU
+# per request measured here, docs/bench/loadgen_cost.md). Open loop: a request unanswered this long after it was
+# due counts as no answer (at 5x the question is whether every request is answered within 10 s).
 OPEN_LOOP_ANSWER_S = 10.0
 # Per-point durations (s) of a default run; --duration replaces them all.
-DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 15.0, "e": 15.0, "f": 20.0}
+DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
@@ -215,48 +204,30 @@ def generator_cpu() -> Iterator[dict[str, float]]:
         out["generator_cpu_s"], out["generator_wall_s"] = round(cpu, 3), round(wall, 2)
 
 
-def run_closed(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
-               generator: str) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run one closed-loop point with the chosen generator; return its shots, window and the generator's figures
-    (name, CPU share of one core, connection errors it counted)."""
-    if generator == "threads":
-        with generator_cpu() as cpu:
-            shots, start, end = loadgen.closed_loop(url, clients, duration_s, warmup_s, templates)
-        return shots, start, end, {"generator": "threads", **cpu}
-    if wrkload.wrk_path() is not None:
-        shots, start, end, info = wrkload.closed_loop(url, clients, duration_s, warmup_s, templates)
-        errors = info["wrk_errors"]
-        return shots, start, end, {"generator": "wrk", "generator_cpu_pct": info["generator_cpu_pct"],
-                                   "generator_cpu_s": info["generator_cpu_s"],
-                                   "generator_wall_s": info["generator_wall_s"], "wrk_errors": errors}
-    print("bench: wrk is not installed (bash testing/install_tools.sh): closed loops run on testing/aioload.py",
-          flush=True)
-    with generator_cpu() as cpu:
-        shots, start, end, info = aioload.closed_loop(url, clients, duration_s, warmup_s, templates)
-    return shots, start, end, {"generator": f"aioload ({info['event_loop']})", **cpu}
+def run_closed(url: str, clients: int, duration_s: float, warmup_s: float,
+               templates: list[str]) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    """Run one closed-loop point with wrk; return its shots, window and the generator's figures (CPU share of one
+    core, connection errors it counted)."""
+    shots, start, end, info = wrkload.closed_loop(url, clients, duration_s, warmup_s, templates)
+    return shots, start, end, {"generator": "wrk", "generator_cpu_pct": info["generator_cpu_pct"],
+                               "generator_cpu_s": info["generator_cpu_s"],
+                               "generator_wall_s": info["generator_wall_s"], "wrk_errors": info["wrk_errors"]}
 
 
-def run_open(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
-             generator: str) -> tuple[list[Shot], float, float, dict[str, Any], float]:
-    """Run one open-loop point with the chosen generator; return its shots, window, the generator's figures and
-    the time after which an unanswered request counts as no answer."""
-    if generator == "threads":
-        with generator_cpu() as cpu:
-            shots, start, end, info = loadgen.open_loop(url, rate_rps, duration_s, warmup_s, templates)
-        return shots, start, end, {"generator": "threads", **info, **cpu}, OPEN_LOOP_TIMEOUT_S
+def run_open(url: str, rate_rps: float, duration_s: float, warmup_s: float,
+             templates: list[str]) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    """Run one open-loop point with testing/aioload.py; return its shots, window and the generator's figures."""
     with generator_cpu() as cpu:
         shots, start, end, info = aioload.open_loop(url, rate_rps, duration_s, warmup_s, templates,
                                                     timeout_s=OPEN_LOOP_ANSWER_S)
-    return (shots, start, end, {"generator": f"aioload ({info.pop('event_loop')})", **info, **cpu},
-            OPEN_LOOP_ANSWER_S)
+    return shots, start, end, {"generator": f"aioload ({info.pop('event_loop')})", **info, **cpu}
 
 
-def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str],
-                   generator: str = "lean") -> dict[str, Any]:
+def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
     """Run one closed-loop point against a server and summarise it, with its raw shots."""
     warmup_s = min(1.0, duration_s / 5)
     before = batcher_stats(server)
-    shots, start, end, info = run_closed(server.url, clients, duration_s, warmup_s, templates, generator)
+    shots, start, end, info = run_closed(server.url, clients, duration_s, warmup_s, templates)
     after = batcher_stats(server)
     log = server.request_log()
     shots = tag_paths(shots, paths_by_uuid(log))
@@ -265,12 +236,12 @@ def measure_closed(server: ServerProcess, clients: int, duration_s: float, templ
             **server_latency(log, start, end), **info, "_shots": shots, "_start": start}
 
 
-def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str],
-                 generator: str = "lean") -> dict[str, Any]:
+def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:
     """Run one open-loop point against a server and summarise it, with its raw shots."""
     warmup_s = min(1.0, duration_s / 5)
     before = batcher_stats(server)
-    shots, start, end, info, answer_s = run_open(server.url, rate_rps, duration_s, warmup_s, templates, generator)
+    shots, start, end, info = run_open(server.url, rate_rps, duration_s, warmup_s, templates)
+    answer_s = OPEN_LOOP_ANSWER_S
     after = batcher_stats(server)
     # Answers may come up to the generator's timeout after the window: count their paths too.
     log = server.request_log()
@@ -303,18 +274,10 @@ class Plan:
     b_clients: tuple[int, ...] = (1, 10, 64)
     c_factors: tuple[float, ...] = (2.0, 3.0, 5.0)
     capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
-    d_clients: tuple[int, ...] = (1, 2, 4, 10, 64)
-    d_rounds: int = 8
-    e_replicas: tuple[int, ...] = (1, 2, 3)
-    e_clients: int = 64
-    # Replicas as make run starts them, then with one torch thread each: with torch's default (one thread per
-    # core) every replica's batches compete for both cores.
-    e_settings: tuple[dict[str, str], ...] = ({}, {"TORCH_THREADS": "1"})
     f_slow: int = 1000  # slow connections held open (testing/slow_clients.py) ...
     f_clients: int = 10  # ... while this many closed-loop clients ask
     fake: bool = False
     profile: bool = False
-    generator: str = "lean"
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -347,12 +310,12 @@ def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
     info = getattr(corrector, "info", {})
     return {"rows": rows, "ceiling_items_per_s": max(r["items_per_s"] for r in rows),
             "model": json.loads(json.dumps(dict(info), default=str)), "inputs": len(items),
-            "torch_threads": _torch_threads()}
+            "torch_threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None}
 
 
 def _offline_corrector(fake: bool) -> Any:
     if fake:
-        from testing.fakes import FakeCorrector
+        from tests.fakes import FakeCorrector
 
         return FakeCorrector(delay_s=0.005)
     from model.corrector import Corrector
@@ -367,14 +330,6 @@ def _padded_waste(batch: list[NBest]) -> int:
     return max(sizes) * len(sizes) - sum(sizes)
 
 
-def _torch_threads() -> int | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch.get_num_threads()
-
-
 def section_b(plan: Plan, servers: Servers, templates: list[str], out: Path) -> dict[str, Any]:
     """Closed loop at 1, 10, 64 clients, batching on (the defaults) and off (MAX_BATCH_SIZE=1)."""
     result: dict[str, Any] = {}
@@ -384,7 +339,7 @@ def section_b(plan: Plan, servers: Servers, templates: list[str], out: Path) -> 
         for clients in plan.b_clients:
             profiling = _start_profile(server, out, f"b-{mode}-{clients}", plan.durations["b"]) \
                 if plan.profile and mode == "on" and clients == max(plan.b_clients) else None
-            point = measure_closed(server, clients, plan.durations["b"], templates, plan.generator)
+            point = measure_closed(server, clients, plan.durations["b"], templates)
             _finish_profile(profiling)
             points.append(point)
             print_point(f"b batching {mode}", f"{clients} clients", point)
@@ -402,12 +357,12 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
     run."""
     server = servers.get("batching-on", SETTINGS_ON)
     if capacity_rps is None:
-        probe = measure_closed(server, 64, max(3.0, plan.durations["c"] / 2), templates, plan.generator)
+        probe = measure_closed(server, 64, max(3.0, plan.durations["c"] / 2), templates)
         capacity_rps = probe["model_rps"]
         print(f"bench c: capacity probe (64 clients): {capacity_rps} req/s", flush=True)
     points = []
     for factor in plan.c_factors:
-        point = measure_open(server, factor * capacity_rps, plan.durations["c"], templates, plan.generator)
+        point = measure_open(server, factor * capacity_rps, plan.durations["c"], templates)
         point["factor"] = factor
         points.append(point)
         print_point("c overload", f"{factor:g}x = {point['target_rps']} req/s", point)
@@ -428,40 +383,6 @@ def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     print(f"bench f slow clients: {result['slow']['held_min']} of {plan.f_slow} held, {q['within_1s']} of "
           f"{q['sent']} questions answered validly within 1 s, p50 {q['p50_ms']} p99 {q['p99_ms']} ms, tool "
           f"{result['tool_cpu_share'] * 100:.1f} % of a core", flush=True)
-    return result
-
-
-# Order of the throughput rounds at the most clients: ABBA cancels a linear drift of the shared machine.
-ABBA = (0, 1, 1, 0)
-
-
-def section_d(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, Any]:
-    """Batch policy fixed vs adaptive, both servers up at once: latency by clients (the policies alternate at each
-    point), then throughput at the most clients in `d_rounds` ABBA rounds, compared by median."""
-    # Fresh servers for both policies: the batching-on server of b and c may still be busy with the overload's
-    # abandoned requests, which would handicap whichever policy it serves.
-    servers.release("batching-on")
-    names = {policy: f"policy-{policy}" for policy in POLICIES}
-    running = {policy: servers.get(name, {"BATCH_POLICY": policy}) for policy, name in names.items()}
-    result: dict[str, Any] = {policy: [] for policy in POLICIES}
-    for clients in plan.d_clients:
-        for policy in POLICIES:
-            point = measure_closed(running[policy], clients, plan.durations["d"], templates, plan.generator)
-            result[policy].append(point)
-            print_point(f"d {policy}", f"{clients} clients", point)
-    most = max(plan.d_clients)
-    rounds: dict[str, list[float]] = {policy: [] for policy in POLICIES}
-    for i in range(plan.d_rounds):
-        policy = POLICIES[ABBA[i % len(ABBA)]]
-        point = measure_closed(running[policy], most, plan.durations["d"], templates, plan.generator)
-        rounds[policy].append(point["throughput_rps"])
-        print_point(f"d round {i + 1} {policy}", f"{most} clients", point)
-    medians = {policy: statistics.median(r) if r else None for policy, r in rounds.items()}
-    ratio = medians["adaptive"] / medians["fixed"] if medians["adaptive"] and medians["fixed"] else None
-    result["throughput_rounds"] = {"clients": most, "rounds": rounds, "median_rps": medians,
-                                   "adaptive_over_fixed": None if ratio is None else round(ratio, 3)}
-    for name in names.values():
-        servers.release(name)
     return result
 
 
@@ -536,14 +457,9 @@ def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testing.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default=DEFAULT_SECTIONS,
-                        help=f"which sections to run, e.g. b,c (default {DEFAULT_SECTIONS}; e, replicas behind "
-                             "nginx, runs only when named)")
+                        help=f"which sections to run, e.g. b,c (default {DEFAULT_SECTIONS})")
     parser.add_argument("--duration", type=float, default=None,
-                        help="seconds measured per point, for every section (default a 2, b 10, c 10, d 15, e 15, "
-                             "f 20)")
-    parser.add_argument("--generator", choices=GENERATORS, default="lean",
-                        help="load generator: lean (wrk for closed loops, testing/aioload.py for open loops; "
-                             "default) or threads (testing/loadgen.py's, the generator before)")
+                        help="seconds measured per point, for every section (default a 2, b 10, c 10, f 20)")
     parser.add_argument("--quick", action="store_true",
                         help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run of the whole benchmark")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
@@ -551,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sample the server with py-spy at the most clients of b (batching on), if installed")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs in OUT/logs")
     parser.add_argument("--fake", action="store_true",
-                        help="serve testing/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
+                        help="serve tests/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
                              "its figures mean nothing)")
     parser.add_argument("--pool", type=int, default=400, help="how many different request bodies (default 400)")
     parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
@@ -570,8 +486,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
         return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,), f_slow=200,
-                    d_clients=(1, 10, 64), d_rounds=2, e_replicas=(1, 2), e_settings=({},), fake=args.fake,
-                    profile=args.profile, generator=args.generator, capacity_rps=args.capacity)
+                    fake=args.fake,
+                    profile=args.profile, capacity_rps=args.capacity)
     return Plan(sections, durations, fake=args.fake, profile=args.profile, generator=args.generator,
                 capacity_rps=args.capacity)
 
@@ -580,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     plan = make_plan(args)
+    if set(plan.sections) - {"a"} and wrkload.wrk_path() is None:
+        print("bench: wrk is not installed (bash testing/install_tools.sh installs it)", file=sys.stderr)
+        return 2
     if not args.fake and (missing := missing_weights()):
         print(f"bench: model/weights/ lacks {', '.join(missing)}: train the model first (make train)", file=sys.stderr)
         return 2
@@ -596,8 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         "durations_s": {s: plan.durations[s] for s in plan.sections},
         "judge_timeout_s": JUDGE_TIMEOUT_S,
         "client_timeout_s": CLIENT_TIMEOUT_S,
-        "open_loop_timeout_s": OPEN_LOOP_TIMEOUT_S if plan.generator == "threads" else OPEN_LOOP_ANSWER_S,
-        "generator": plan.generator,
+        "open_loop_timeout_s": OPEN_LOOP_ANSWER_S,
     }
     if plan.fake:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
@@ -629,22 +547,8 @@ def main(argv: list[str] | None = None) -> int:
             results["c"] = section_c(plan, servers, templates, capacity)
             for p in results["c"]["points"]:
                 raw[f"c/overload/{p['factor']:g}x"] = _raw_series(p)
-        if "d" in plan.sections:
-            results["d"] = section_d(plan, servers, templates)
-            for policy in POLICIES:
-                for p in results["d"][policy]:
-                    raw[f"d/{policy}/{p['clients']} clients"] = _raw_series(p)
         if "f" in plan.sections:
             results["f"] = section_f(plan, servers)
-        if "e" in plan.sections:
-            servers.close()  # the replicas get the machine to themselves
-            results["e"] = {"runs": [replica_section(plan.e_replicas, plan.e_clients, plan.durations["e"], templates,
-                                                     log_dir, plan.fake, settings)
-                                     for settings in plan.e_settings]}
-            for run in results["e"]["runs"]:
-                for p in run["points"]:
-                    p.pop("_shots", None)
-                    p.pop("_start", None)
         results["servers"] = servers.info
     finally:
         servers.close()

@@ -3,7 +3,7 @@
 `gunicorn -c server/gunicorn_conf.py "testing.bench_app:create_bench_app()"` serves exactly what `make run` serves
 (`api:create_app()`: the shipped corrector, batcher and settings from the environment) and adds
 `GET /_bench/batcher`, the batcher's `stats()` (batches, items, padded waste, expired, overloaded), which no
-route of the service exposes. `create_bench_app(fake=True)` serves testing/fakes.py's FakeCorrector,
+route of the service exposes. `create_bench_app(fake=True)` serves tests/fakes.py's FakeCorrector,
 to smoke-test the benchmark on a checkout without weights (`python -m testing.bench --fake`).
 """
 
@@ -22,7 +22,7 @@ STATS_ROUTE = "/_bench/batcher"
 def create_bench_app(fake: bool = False) -> Flask:
     """Build the service's app (or the fake-corrector one) and add the batcher's counters at STATS_ROUTE."""
     if fake:
-        from testing.fakes import create_fake_app
+        from tests.fakes import create_fake_app
 
         app = create_fake_app()
     else:

@@ -38,9 +38,9 @@ from typing import Any, Literal
 import requests
 
 from preprocess.labelled import Labelled, LabelledFormatError, read_labelled
+from testing.samples import check_answer
 
 Outcome = Literal["answered", "late", "non_200", "connection_error", "malformed"]
-RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
 MAX_RESPONSE_CHARS = 10_240  # the judge's sender truncates longer bodies, which then fail to parse
 RETRIES = (2, 1, 0)
 
@@ -109,12 +109,7 @@ def valid_answer(text: str, esun_uuid: str) -> str | None:
         data = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(data, dict) or set(data) != RESPONSE_KEYS or data["esun_uuid"] != esun_uuid:
-        return None
-    stamp = data["server_timestamp"]
-    if not isinstance(data["server_uuid"], str) or isinstance(stamp, bool) or not isinstance(stamp, int | float):
-        return None
-    return data["answer"] if isinstance(data["answer"], str) else None
+    return data["answer"] if check_answer(200, data, esun_uuid) is None else None
 
 
 class _Sessions:

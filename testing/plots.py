@@ -1,4 +1,4 @@
-"""The load tools' pictures (matplotlib, imported only when drawing): the benchmark's and the soak run's PNGs.
+"""The benchmark's pictures (matplotlib, imported only when drawing).
 
 Wherever latencies are drawn, the model's answers and the TOP1 fallbacks (`testing.report.FALLBACK_PATHS`: answers
 made at once, without the model) are told apart: per request in their own colours and markers, per point as
@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from testing.loadgen import JUDGE_TIMEOUT_S, Shot
-from testing.report import MIB, POLICIES, answer_kind, fallback_share
+from testing.loadgen import JUDGE_TIMEOUT_S
+from testing.report import answer_kind, fallback_share
 
 # Model answers in cool colours and dots, TOP1 fallbacks in warm colours and crosses (one of each per series).
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:cyan", "tab:olive")
@@ -168,83 +167,7 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
             _from_zero(ax)
         save(fig, "b_throughput_and_p99_by_clients.png")
 
-    if "d" in results:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-        ringed = False
-        for policy, color in (("fixed", "C0"), ("adaptive", "C1")):
-            points = results["d"].get(policy, [])
-            ringed = _latency_lines(left, points, policy, color, keys=("p50_ms", "p99_ms")) or ringed
-            rounds = (results["d"].get("throughput_rounds") or {}).get("rounds", {}).get(policy)
-            if rounds:
-                right.bar(policy, statistics.median(rounds), color=color)
-                right.plot([policy] * len(rounds), rounds, "k.", label=None)
-            else:
-                right.bar(policy, points[-1]["throughput_rps"] if points else 0, color=color)
-        _fallback_legend_entry(left, ringed)
-        left.set(xscale="log", xlabel="clients", ylabel="latency (ms)",
-                 title="d. Latency by clients, fixed vs adaptive")
-        ticks = sorted({p["clients"] for policy in POLICIES for p in results["d"].get(policy, [])})
-        left.set_xticks(ticks, [str(x) for x in ticks])
-        left.legend(fontsize=7)
-        left.grid(alpha=0.3)
-        _from_zero(left)
-        top = max(results["d"]["fixed"][-1]["clients"] if results["d"].get("fixed") else 0,
-                  results["d"]["adaptive"][-1]["clients"] if results["d"].get("adaptive") else 0)
-        right.set(ylabel="answers/s", title=f"d. Throughput at {top} clients (median, dots: rounds)")
-        _from_zero(right)
-        save(fig, "d_policy_latency_by_clients.png")
     return written
-
-
-def draw_soak(path: Path, shots: list[Shot], rss: list[tuple[float, int, int]], table: list[dict[str, Any]],
-              budget_s: float | None, title: str) -> None:
-    """Draw latency (model answers and TOP1 fallbacks apart), throughput and server RSS over time into a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_lat, ax_rate, ax_rss) = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
-    mids = [(b["start_s"] + b["end_s"]) / 2 / 60 for b in table]
-    answered = [s for s in shots if s.status]
-    for kind, color, marker, size, alpha in (("model", "tab:gray", "o", 2, 0.25),
-                                             ("unknown", "tab:gray", "o", 2, 0.25),
-                                             ("fallback", FALLBACK_COLOR, "x", 12, 0.8)):
-        mine = [s for s in answered if answer_kind(s.path) == kind]
-        if mine:
-            ax_lat.scatter([s.due / 60 for s in mine], [s.latency_s * 1000 for s in mine], s=size, alpha=alpha,
-                           color=color, marker=marker, label=f"{KIND_LABELS[kind]} ({len(mine)})")
-    for name, color in (("p50", "tab:blue"), ("p95", "tab:orange"), ("p99", "tab:purple")):
-        ax_lat.plot(mids, [b["latency_ms"][name] for b in table], color=color, label=f"{name}, all answers")
-    ax_lat.axhline(JUDGE_TIMEOUT_S * 1000, color="black", linestyle="--", label="judge timeout")
-    if budget_s:
-        ax_lat.axhline(budget_s * 1000, color="tab:green", linestyle=":", label="answer budget")
-    ax_lat.set_ylabel("latency (ms)")
-    ax_lat.legend(loc="upper right", fontsize="small", markerscale=3)
-    widths = [(b["end_s"] - b["start_s"]) or 1 for b in table]
-    ax_rate.plot(mids, [b["sent"] / w for b, w in zip(table, widths, strict=True)], label="sent/s")
-    ax_rate.plot(mids, [b["answered"] / w for b, w in zip(table, widths, strict=True)], label="valid answers/s")
-    if any(b.get("fallback") is not None for b in table):
-        ax_rate.plot(mids, [(b.get("fallback") or 0) / w for b, w in zip(table, widths, strict=True)],
-                     color=FALLBACK_COLOR, linestyle="--", label="TOP1 fallback answers/s")
-    ax_rate.plot(mids, [(b["failed"] + b["late"]) / w for b, w in zip(table, widths, strict=True)],
-                 color="black", label="failed or late/s")
-    ax_rate.set_ylabel("requests/s")
-    ax_rate.legend(loc="upper right", fontsize="small")
-    if rss:
-        ax_rss.plot([t / 60 for t, _, _ in rss], [total / MIB for _, total, _ in rss], label="all processes")
-        ax_rss.plot([t / 60 for t, _, _ in rss], [big / MIB for _, _, big in rss], label="largest (the worker)")
-        ax_rss.legend(loc="lower right", fontsize="small")
-    else:
-        ax_rss.text(0.5, 0.5, "server processes unknown: no RSS", ha="center", transform=ax_rss.transAxes)
-    ax_rss.set_ylabel("server RSS (MiB)")
-    ax_rss.set_xlabel("minutes into the run")
-    for ax in (ax_lat, ax_rate, ax_rss):
-        _from_zero(ax, x=True)
-    fig.suptitle(no_address(title))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def redraw(directory: Path) -> list[str]:

@@ -1,27 +1,21 @@
-"""What the load tools' shots add up to: percentiles, per-point summaries, markdown tables, soak buckets.
+"""What the load tools' shots add up to: percentiles, per-point summaries, markdown tables.
 
 One percentile for both tools (`percentile`, nearest rank: a percentile is a latency some request really had).
-The benchmark's point summaries and tables (`summarise`, `markdown`) and the soak run's windows and memory
-(`buckets`, `rss_summary`, `print_summary`) are here; testing/plots.py draws them.
+The benchmark's point summaries and tables (`summarise`, `markdown`) are here; testing/plots.py draws them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from api.paths import AnswerPath
 from testing.loadgen import JUDGE_TIMEOUT_S, Shot
 
-POLICIES = ("fixed", "adaptive")
-MIB = 1024 * 1024
 # The request log's paths answered with TOP1 instead of the model's answer (api.paths.AnswerPath.fallback): instant
 # answers that must not pass for the model's latency in a summary or a plot.
 FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)
@@ -218,34 +212,8 @@ def markdown(results: dict[str, Any]) -> str:
                   "server logged; client lag: how late the load generator sent a request after its scheduled time "
                   "(it shares the machine with the server); generator CPU %: the load generator's own CPU time "
                   "over the point, as a share of one core (of the machine's two).", ""]
-    if "d" in results:
-        lines += ["## d. Batch policy: fixed vs adaptive", "",
-                  _generator_line(results["d"].get("fixed", []) + results["d"].get("adaptive", [])), "",
-                  _CLOSED_HEAD.replace("| name |", "| policy |"), _CLOSED_RULE]
-        for policy in POLICIES:
-            for p in results["d"].get(policy, []):
-                lines.append(_row(policy, p["clients"], p))
-        lines += ["", "| policy | clients | batches | mean batch | padded chars per item (TOP1, spaces removed) |",
-                  "|---|---:|---:|---:|---:|"]
-        for policy in POLICIES:
-            for p in results["d"].get(policy, []):
-                b = p.get("batcher") or {}
-                lines.append(f"| {policy} | {p['clients']} | {_fmt(b.get('batches'))} | "
-                             f"{_fmt(b.get('mean_batch_size'))} | {_fmt(b.get('padded_waste_per_item'))} |")
-        tr = results["d"].get("throughput_rounds")
-        if tr:
-            lines += ["", f"Throughput at {tr['clients']} clients, ABBA rounds (answers/s):", "",
-                      "| policy | rounds | median |", "|---|---|---:|"]
-            for policy in POLICIES:
-                lines.append(f"| {policy} | {', '.join(_fmt(x) for x in tr['rounds'][policy])} | "
-                             f"{_fmt(tr['median_rps'][policy])} |")
-            lines += ["", f"Adaptive over fixed (medians): {_fmt(tr['adaptive_over_fixed'])}."]
-        lines.append("")
     if "f" in results:
         lines += slow_clients_markdown(results["f"])
-    if "e" in results:
-        for run in results["e"]["runs"]:
-            lines += replica_markdown(run)
     return "\n".join(lines)
 
 
@@ -284,119 +252,3 @@ def _row(name: str, clients: int, p: dict[str, Any]) -> str:
             f"{_paths_text(p['paths'])} |")
 
 
-def replica_markdown(e: dict[str, Any]) -> list[str]:
-    """Render section e (replicas behind nginx) as a table, memory per replica beside the throughput."""
-    settings = ", ".join(f"{k}={v}" for k, v in (e.get("replica_settings") or {}).items())
-    lines = [f"## e. Replicas on one host behind nginx ({e['clients']} closed-loop clients through nginx"
-             f"{'; every replica with ' + settings if settings else ''})", "",
-             _generator_line(e["points"]), "",
-             "| replicas | req/s | model req/s | p50 ms | p99 ms | non-200 | connection errors | late > 1 s | "
-             "RSS per replica MiB | RSS total MiB | PSS total MiB | nginx CPU % | generator CPU % | answers by path |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
-    for p in e["points"]:
-        lines.append(f"| {p['replicas']} | {p['throughput_rps']} | {p['model_rps']} | {_fmt(p['p50_ms'])} | "
-                     f"{_fmt(p['p99_ms'])} | {p['non_200']} | {p.get('connection_errors', '-')} | "
-                     f"{p['late_over_1s']} of {p['requests']} | "
-                     f"{', '.join(_fmt(m) for m in p['rss_mib_per_replica'])} | {_fmt(p['rss_mib_total'])} | "
-                     f"{_fmt(p['pss_mib_total'])} | {_fmt(p.get('nginx_cpu_pct'))} | "
-                     f"{_fmt(p.get('generator_cpu_pct'))} | {_paths_text(p['paths'])} |")
-    lines += ["", "Each replica is gunicorn as `make run` starts it (master + worker; RSS and PSS of both, after "
-              "the point). RSS counts the pages a worker shares with its master (torch, imported before the fork) "
-              "in both; PSS splits them, so the PSS total is what the replicas really take together.", ""]
-    return lines
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The soak run
-
-
-def request_log_paths(log_path: Path | None, since: float, until: float) -> Counter[str] | None:
-    """Count the server's answers by path in a window of wall-clock time, from its JSON request log."""
-    if log_path is None or not log_path.exists():
-        return None
-    paths: Counter[str] = Counter()
-    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.startswith("{"):
-            continue
-        with contextlib.suppress(json.JSONDecodeError):
-            record = json.loads(line)
-            if record.get("logger") == "api.requests" and since <= record.get("ts", 0) <= until:
-                paths[record.get("path", "?")] += 1
-    return paths
-
-
-def request_log_by_uuid(log_path: Path | None, since: float, until: float) -> dict[str, str] | None:
-    """Map each esun_uuid answered in a window of wall-clock time to its path, from the server's JSON request log."""
-    if log_path is None or not log_path.exists():
-        return None
-    lines = []
-    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                record = json.loads(line)
-                if record.get("logger") == "api.requests" and since <= record.get("ts", 0) <= until:
-                    lines.append(record)
-    return paths_by_uuid(lines)
-
-
-def latency_ms(shots: list[Shot]) -> dict[str, float | None]:
-    """Summarise the latencies of the answered shots in milliseconds."""
-    values = [s.latency_s * 1000 for s in shots if s.status]
-    return {name: (None if (v := percentile(values, q)) is None else round(v, 1))
-            for name, q in (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))}
-
-
-def late(shot: Shot) -> bool:
-    return shot.latency_s > JUDGE_TIMEOUT_S
-
-
-def buckets(shots: list[Shot], rss: list[tuple[float, int, int]], seconds: float,
-            bucket_s: float) -> list[dict[str, Any]]:
-    """Summarise the run per window of bucket_s seconds: counts, latency, lag and server RSS."""
-    out = []
-    for k in range(math.ceil(seconds / bucket_s)):
-        start, end = k * bucket_s, min((k + 1) * bucket_s, seconds)
-        inside = [s for s in shots if start <= s.due < end]
-        memory = [total for t, total, _ in rss if start <= t < end]
-        out.append({
-            "start_s": round(start, 2), "end_s": round(end, 2), "sent": len(inside),
-            "answered": sum(1 for s in inside if s.problem is None),
-            "failed": sum(1 for s in inside if s.problem is not None),
-            "late": sum(1 for s in inside if late(s)),
-            "latency_ms": latency_ms(inside),
-            "lag_ms_max": round(max((s.lag_s for s in inside), default=0.0) * 1000, 1),
-            # TOP1 fallbacks among the answers, when the server's log told each request's path (else None).
-            "fallback": (None if all(s.path is None for s in inside) else
-                         sum(1 for s in inside if s.status and answer_kind(s.path) == "fallback")),
-            "rss_mib": round(max(memory) / MIB, 1) if memory else None,
-        })
-    return out
-
-
-def rss_summary(rss: list[tuple[float, int, int]], seconds: float) -> dict[str, float | None]:
-    """Describe the server's memory: start, end, max and slope (least squares, MiB/min) after the first 10 %."""
-    if not rss:
-        return {"start_mib": None, "end_mib": None, "max_mib": None, "slope_mib_per_min": None}
-    settled = [(t, total) for t, total, _ in rss if t >= 0.1 * seconds] or [(t, total) for t, total, _ in rss]
-    slope = None
-    if len(settled) >= 2:
-        mean_t = sum(t for t, _ in settled) / len(settled)
-        mean_m = sum(m for _, m in settled) / len(settled)
-        var = sum((t - mean_t) ** 2 for t, _ in settled)
-        if var > 0:
-            slope = sum((t - mean_t) * (m - mean_m) for t, m in settled) / var * 60 / MIB
-    return {"start_mib": round(rss[0][1] / MIB, 1), "end_mib": round(rss[-1][1] / MIB, 1),
-            "max_mib": round(max(total for _, total, _ in rss) / MIB, 1),
-            "slope_mib_per_min": None if slope is None else round(slope, 3)}
-
-
-def print_summary(report: dict[str, Any]) -> None:
-    totals, rss = report["totals"], report["rss"]
-    print(f"sent {totals['sent']}, valid {totals['answered']}, failed {totals['failed']}, late {totals['late']};"
-          f" latency ms {totals['latency_ms']}; client lag max {totals['lag_ms_max']} ms")
-    if totals["paths"]:
-        print(f"paths: {totals['paths']}")
-    print(f"server RSS MiB: start {rss['start_mib']}, end {rss['end_mib']}, max {rss['max_mib']},"
-          f" slope {rss['slope_mib_per_min']} MiB/min")
-    for problem, count in report["failures"]:
-        print(f"  {count} x {problem}")

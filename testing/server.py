@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,17 +115,6 @@ def start_server(
         server.stop(timeout_s=5)
         raise
     return server
-
-
-@contextlib.contextmanager
-def running_server(settings: Mapping[str, str] | None = None, log_path: Path | None = None,
-                   app: str = APP) -> Iterator[ServerProcess]:
-    """Run a server for the duration of a with-block."""
-    server = start_server(settings, log_path, app)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _wait_ready(server: ServerProcess, timeout_s: float) -> None:

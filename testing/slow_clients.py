@@ -47,6 +47,7 @@ from testing import cli
 with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
+    from testing.aioload import parse_answer
     from testing.report import percentile
     from testing.samples import check_answer, request_bodies, with_fresh_uuid
     from testing.server import ServerProcess, start_server
@@ -139,15 +140,19 @@ class Client:
         return Shot(started, latency_s, check_answer(status, answer, body["esun_uuid"]))
 
     async def _exchange(self, request: bytes) -> tuple[int, bool, bytes]:
+        """Send the request and read its answer with the benchmark's one parser (`testing.aioload.parse_answer`)."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         self.writer.write(request)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status_line, *lines = head.decode("latin-1").split("\r\n")
-        headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
-        data = await self.reader.readexactly(int(headers.get("content-length", "0")))
-        return int(status_line.split()[1]), headers.get("connection", "").lower() == "close", data
+        buffer = bytearray()
+        while (parsed := parse_answer(buffer)) is None:
+            data = await self.reader.read(65536)
+            if not data:
+                raise asyncio.IncompleteReadError(bytes(buffer), None)
+            buffer += data
+        answer = parsed[0]
+        return answer.status, not answer.keep_alive, answer.body
 
     def close(self) -> None:
         if self.writer is not None:

@@ -1,9 +1,9 @@
 """The benchmark's closed loop through Debian's `wrk` (C, epoll, one thread) and testing/wrk.lua.
 
 Why wrk: on this 2-core machine the load generator takes CPU from the server it measures; wrk sends and reads on
-one event-loop thread in C, and its Lua script (LuaJIT) only builds each body and notes each answer. Measured with
-`python -m testing.loadgen_cost` against the same server, it costs the least CPU per request of the generators
-tried (docs/bench/loadgen_cost.md). wrk has no open loop (that is testing/aioload.py's).
+one event-loop thread in C, and its Lua script (LuaJIT) only builds each body and notes each answer. Of the
+generators measured against the same server (docs/bench/loadgen_cost.md), it cost the least CPU per request.
+wrk has no open loop (that is testing/aioload.py's).
 
 What the script records per request (esun_uuid, sent, answered, status) becomes the same `Shot`s the other
 generators make, so the summaries, the paths from the server's log and the plots are the same. wrk's own

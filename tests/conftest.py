@@ -1,6 +1,6 @@
 """Shared fixtures: `config`, `app`, `client` (Flask test client) and `live_server` (real HTTP on loopback).
 
-Every app here serves a `FakeCorrector` (testing/fakes.py, where the fakes the tests and the load tools share
+Every app here serves a `FakeCorrector` (tests/fakes.py, where the fakes the tests and the load tools share
 live): these tests cover the plumbing (HTTP, guards, batching, cache), not the model, and need no weights. The
 served default is always the real corrector. Only fixtures live here (and the hook that marks the tests
 using the live ones `live`).
@@ -21,8 +21,8 @@ from werkzeug.serving import make_server
 from api import create_app
 from api.state import EXTENSION_KEY
 from config import Config
-from testing.fakes import FakeCorrector
 from testing.samples import real_bodies
+from tests.fakes import FakeCorrector
 
 # Fixtures that serve over real sockets: a test that uses one is `live` even if it forgets the mark, so that
 # `pytest -m "not live"` (the fast local run) never starts a server.

@@ -17,7 +17,7 @@ from api.app import create_app
 from api.paths import AnswerPath
 from api.state import EXTENSION_KEY
 from config import Config, ConfigError
-from testing.fakes import FakeClock, FaultCorrector
+from tests.fakes import FakeClock, FaultCorrector
 
 TARGET_S = 0.05
 INTERVAL_S = 0.1

@@ -18,7 +18,7 @@ from api.app import create_app
 from api.schemas import parse_request
 from api.state import EXTENSION_KEY, AppState
 from config import Config
-from testing.fakes import FakeClock, FaultCorrector
+from tests.fakes import FakeClock, FaultCorrector
 
 TOP1 = "喂你好密碼我要進去"
 MAX_IN_FLIGHT = 8

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from cache import CircuitBreaker, LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
-from testing.fakes import FakeCacheObserver, FakeRedis
+from tests.fakes import FakeCacheObserver, FakeRedis
 
 
 class Clock:

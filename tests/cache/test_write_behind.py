@@ -18,8 +18,8 @@ import redis
 from api.state import EXTENSION_KEY
 from cache import LayeredResultCache, MemoryResultCache, WriteBehind
 from preprocess.text import NBest
-from testing.fakes import FakeRedis
 from tests.cache.test_result_cache import redis_cache
+from tests.fakes import FakeRedis
 
 SET_DELAY_S = 0.03
 

@@ -1,7 +1,7 @@
 """Fixtures of the client tests: a served service (`served`) and the tools that drive it (JMeter, newman).
 
 `served` is gunicorn with the shipped corrector, started as `make run` starts it, on a free loopback port, once
-per session. With CLIENT_TESTS_SERVER=fake it serves testing/fakes.py's FakeCorrector instead (for a checkout
+per session. With CLIENT_TESTS_SERVER=fake it serves tests/fakes.py's FakeCorrector instead (for a checkout
 without model/weights/); nothing falls back to the fake on its own. A missing tool or missing weights fail the
 test with what to run, never skip it: `make test` installs the tools first (testing/install_tools.sh).
 """
@@ -18,7 +18,7 @@ import pytest
 from testing.server import APP, REPO_ROOT, ServerProcess, missing_weights, start_server
 
 SERVER_MODE_ENV = "CLIENT_TESTS_SERVER"
-FAKE_APP = "testing.fakes:create_fake_app()"
+FAKE_APP = "tests.fakes:create_fake_app()"
 TESTING_DIR = REPO_ROOT / "testing"
 INSTALL_HINT = "run `bash testing/install_tools.sh` (make test runs it before the tests)"
 

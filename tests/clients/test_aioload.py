@@ -1,4 +1,4 @@
-"""testing/aioload.py: the lean open- and closed-loop generator counts every request once, with its status, and
+"""testing/aioload.py: the lean open-loop generator counts every request once, with its status, and
 tells connection errors from timeouts. Against tiny servers in the test's own threads (tests/clients/fake_http.py)."""
 
 from __future__ import annotations
@@ -55,14 +55,6 @@ def test_open_loop_records_every_due_request_once_with_its_answer_on_reused_conn
     assert {s.esun_uuid for s in shots} <= set(served) and len({s.esun_uuid for s in shots}) == len(shots)
     assert generator["connections_reused"] > 0  # keep-alive: not a connection per request
     assert all(s.latency_s >= s.lag_s for s in shots)  # counted from the due time, the send lag included
-
-
-def test_closed_loop_keeps_each_client_on_one_connection():
-    with serving("answer") as (url, served):
-        shots, _, _, generator = aioload.closed_loop(url, 4, 0.8, 0.2, TEMPLATES, timeout_s=2.0)
-    assert shots and all(s.status == 200 and s.valid for s in shots)
-    assert generator["connections_opened"] == 4
-    assert len(served) >= len(shots)
 
 
 def test_non_200_answers_are_counted_with_their_status():

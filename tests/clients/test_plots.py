@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 
 from testing import plots  # noqa: E402
 from testing.loadgen import Shot  # noqa: E402
-from testing.report import FALLBACK_PATHS, buckets, kind_latency, paths_by_uuid, tag_paths  # noqa: E402
+from testing.report import FALLBACK_PATHS, kind_latency, tag_paths  # noqa: E402
 from testing.server import REPO_ROOT  # noqa: E402
 
 ADDRESS = re.compile(r"https?://|localhost|\d+\.\d+\.\d+\.\d+|:\d{4,5}\b")
@@ -53,9 +53,6 @@ def synthetic_bench() -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
         "b": {side: [point(1, 10, 15, {"model": 100}), point(64, 250, 760, mixed, model_p50_ms=240,
                                                                  model_p99_ms=500, fallback_p99_ms=760)]
               for side in ("on", "off")},
-        "d": {**{policy: [point(1, 9, 14, {"model": 50}), point(64, 220, 700, mixed, model_p50_ms=210,
-                                                               model_p99_ms=450)] for policy in ("fixed", "adaptive")},
-              "throughput_rounds": {"clients": 64, "rounds": {"fixed": [250.0, 255.0], "adaptive": [270.0, 275.0]}}},
     }
     model_rows = [[i / 10, 20.0 + i, 200, 1, 0.1, "model"] for i in range(20)]
     fallback_rows = [[i / 10, 2.0, 200, 1, 0.1, "overload"] for i in range(5)]
@@ -87,7 +84,7 @@ def test_bench_plots_tell_model_answers_from_fallbacks_from_zero_without_ports(t
     results, raw = synthetic_bench()
     written = plots.draw_bench(results, raw, tmp_path)
     assert set(written) == {"a_offline_throughput_by_batch_size.png", "response_time_over_time.png",
-                            "b_throughput_and_p99_by_clients.png", "d_policy_latency_by_clients.png"}
+                            "b_throughput_and_p99_by_clients.png"}
     for name in written:
         assert (tmp_path / name).stat().st_size > 0
         check_axes_and_titles(figures[name])
@@ -113,30 +110,6 @@ def test_bench_plots_tell_model_answers_from_fallbacks_from_zero_without_ports(t
     model_only = next(line for line in p99.get_lines() if line.get_label() == "batching on p99, model answers only")
     assert list(model_only.get_ydata()) == [15, 500]  # the model's own p99 where fallbacks were mixed in
 
-    latency, throughput = figures["d_policy_latency_by_clients.png"].axes
-    legend = {t.get_text() for t in latency.get_legend().get_texts()}
-    assert {"adaptive p50, model answers only", "fixed p99, all answers", "includes TOP1 fallbacks (share)"} <= legend
-
-
-def test_soak_plot_tells_fallbacks_apart_from_zero_without_the_port(tmp_path: Path, figures: Any):
-    shots = [Shot(i / 10, 0.05, 200, None, esun_uuid=f"u{i}") for i in range(60)]
-    shots += [Shot(3 + i / 10, 0.001, 200, None, esun_uuid=f"f{i}") for i in range(7)]
-    log = [{"esun_uuid": f"u{i}", "path": "model"} for i in range(60)]
-    log += [{"esun_uuid": f"f{i}", "path": "overload"} for i in range(7)]
-    shots = tag_paths(shots, paths_by_uuid(log))
-    rss = [(t, 500 * 2**20 + t, 400 * 2**20) for t in range(7)]
-    table = buckets(shots, rss, 7.0, 1.0)
-    assert sum(b["fallback"] or 0 for b in table) == 7
-    path = tmp_path / "soak.png"
-    plots.draw_soak(path, shots, rss, table, 0.75, "soak: 9.6 req/s for 0.1 min, http://127.0.0.1:57663")
-    assert path.stat().st_size > 0
-    fig = figures["soak.png"]
-    check_axes_and_titles(fig)
-    assert fig._suptitle.get_text() == "soak: 9.6 req/s for 0.1 min"
-    latency, rate, _ = fig.axes
-    assert scatter_labels(latency) == {"model answer (60)": 60, "TOP1 fallback (7)": 7}
-    assert "TOP1 fallback answers/s" in [line.get_label() for line in rate.get_lines()]
-
 
 def test_summaries_keep_model_and_fallback_latency_apart():
     assert {"deadline", "overload", "shed", "pool_full"} <= set(FALLBACK_PATHS) and "model" not in FALLBACK_PATHS
@@ -150,7 +123,7 @@ def test_summaries_keep_model_and_fallback_latency_apart():
 
 def test_saved_benchmarks_redraw_from_their_json(tmp_path: Path, figures: Any):
     """The committed bench.json files (summaries only, no per-request paths) still draw."""
-    for sub in ("", "policy", "overload"):
+    for sub in ("", "overload"):  # policy/ holds section d only, which the benchmark no longer has
         source = REPO_ROOT / "docs" / "bench" / sub / "bench.json"
         target = tmp_path / (sub or "main")
         target.mkdir()

@@ -26,8 +26,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from testing.fakes import FakeCorrector
 from tests.deploy.procs import REPO_ROOT, find_tool, free_port, stop, wait_for
+from tests.fakes import FakeCorrector
 
 pytestmark = pytest.mark.live
 
@@ -96,7 +96,7 @@ class Attempt:
     replica: str | None = None
 
 
-def start_replica(name: str, redis_url: str, tmp: Path, app: str = "testing.fakes:create_replica_app()") -> Replica:
+def start_replica(name: str, redis_url: str, tmp: Path, app: str = "tests.fakes:create_replica_app()") -> Replica:
     """Start gunicorn with the repository's config serving `app` on a free port, in its own process group."""
     port = free_port()
     env = {

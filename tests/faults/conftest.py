@@ -13,7 +13,7 @@ from flask import Flask
 
 from api.logs import JsonFormatter
 from config import Config
-from testing.fakes import FaultCorrector
+from tests.fakes import FaultCorrector
 from tests.faults.judge import JudgeClient
 
 

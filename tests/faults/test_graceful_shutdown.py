@@ -57,7 +57,7 @@ def gunicorn_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
         "GRACEFUL_TIMEOUT_S": str(GRACEFUL_TIMEOUT_S), "FAULT_DELAY_S": str(BATCH_DELAY_S), "LOG_LEVEL": "WARNING",
     }
     process = subprocess.Popen(
-        [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", "testing.fakes:create_slow_app()"],
+        [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", "tests.fakes:create_slow_app()"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     try:

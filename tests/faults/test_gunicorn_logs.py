@@ -44,7 +44,7 @@ def _serve(app: str, tmp_path: Path, during: Callable[[int], Any] = lambda _port
 def test_gunicorn_writes_every_line_as_json_and_no_control_socket(tmp_path: Path):
     """Regression: gunicorn's own lines were plain text beside the app's JSON lines, and gunicorn 27 opened a
     control socket in ~/.gunicorn/ that a second instance took over and deleted on exit."""
-    _, lines, master = _serve("testing.fakes:create_slow_app()", tmp_path)
+    _, lines, master = _serve("tests.fakes:create_slow_app()", tmp_path)
     gunicorn = [line for line in lines if line["logger"] == "gunicorn.error"]
     messages = " | ".join(line["msg"] for line in gunicorn)
     assert "Starting gunicorn" in messages and "Booting worker" in messages and "Shutting down" in messages
@@ -57,7 +57,7 @@ def test_gunicorn_writes_a_failing_batch_as_json_lines_too(tmp_path: Path):
     """Regression: the batcher's records (`batching.*`) were not configured: plain text among the JSON lines, INFO
     lost, and an exception would print a bare traceback."""
     body = {"esun_uuid": "fails", "esun_timestamp": 1, "retry": 2, "sentence_list": ["喂 你好"]}
-    answer, lines, _ = _serve("testing.fakes:create_failing_app()", tmp_path, lambda port: requests.post(
+    answer, lines, _ = _serve("tests.fakes:create_failing_app()", tmp_path, lambda port: requests.post(
         f"http://127.0.0.1:{port}/inference", json=body, timeout=2))
     assert answer.status_code == 200 and answer.json()["answer"] == "喂你好"
     failed = [line for line in lines if line["logger"].startswith("batching.")]

@@ -20,7 +20,7 @@ import batching.core
 from api.state import EXTENSION_KEY
 from config import Config
 from preprocess.text import han_only
-from testing.fakes import FaultCorrector, Hang, KillWorker, Raise, WorkerKilled
+from tests.fakes import FaultCorrector, Hang, KillWorker, Raise, WorkerKilled
 from tests.faults.judge import Answer, CountingBatcher, JudgeClient, question, request_lines, top1_of, wait_until
 
 pytestmark = pytest.mark.live

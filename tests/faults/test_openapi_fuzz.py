@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from config import Config
-from testing.fakes import FaultCorrector
+from tests.fakes import FaultCorrector
 
 pytestmark = pytest.mark.live
 

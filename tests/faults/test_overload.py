@@ -20,7 +20,7 @@ import pytest
 
 from api.state import EXTENSION_KEY
 from config import Config
-from testing.fakes import FaultCorrector
+from tests.fakes import FaultCorrector
 from tests.faults.judge import Answer, CountingBatcher, JudgeClient, question, request_lines, top1_of
 
 pytestmark = pytest.mark.live
@@ -34,7 +34,7 @@ ROUND_S = 2.0
 MAX_IN_FLIGHT = 4
 # Generous, as allocator and thread warm-up move RSS by a few MiB: it catches a gross leak (about 64 KiB per
 # request over the 400 sent after the first round) and a queue that grows without bound; small leaks are
-# for testing/soak.py, which runs for minutes. In-flight and thread counts are checked exactly.
+# for the benchmark, which runs for minutes. In-flight and thread counts are checked exactly.
 RSS_GROWTH_LIMIT_BYTES = 24 * 1024 * 1024
 
 

@@ -1,6 +1,6 @@
 """gunicorn for real while the model loads (api.loading): at boot, and when a worker is SIGKILLed under load.
 
-The app is testing/fakes.py's `create_slow_loading_app()`: a fake corrector that takes LOAD_DELAY_S to load
+The app is tests/fakes.py's `create_slow_loading_app()`: a fake corrector that takes LOAD_DELAY_S to load
 on a thread, as the real one does. Regression for both tests: the model was loaded before the worker served,
 so /healthz hung for the whole load, and a worker that replaced a dead one left every question waiting (past the
 judge's timeout) until its model was loaded.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import psutil
 import pytest
 
-from testing.fakes import FaultCorrector
+from tests.fakes import FaultCorrector
 from tests.faults.test_graceful_shutdown import GUNICORN, REPO_ROOT, free_port
 
 pytestmark = pytest.mark.live
@@ -60,7 +60,7 @@ def slow_loading_server() -> Iterator[Server]:
            "LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
         [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket",
-         "testing.fakes:create_slow_loading_app()"],
+         "tests.fakes:create_slow_loading_app()"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

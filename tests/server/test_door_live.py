@@ -1,6 +1,6 @@
 """gunicorn for real (server.worker, api.answers): with the pool full, the event loop answers a question at once.
 
-The app is testing/fakes.py's slow app: its corrector takes FAULT_DELAY_S per batch, far past the budget, so each
+The app is tests/fakes.py's slow app: its corrector takes FAULT_DELAY_S per batch, far past the budget, so each
 question holds its thread until its deadline (TOP1, path `deadline`). POOL_CAP such questions fill the pool;
 another question is then answered by the worker's event loop within milliseconds (TOP1, path `pool_full`), on a
 connection that stays open for the next request, while the threads beyond the limit still serve /healthz.
@@ -35,7 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     settings = {"HTTP_THREADS": str(THREADS), "MAX_BATCH_SIZE": "2",
                 "JUDGE_TIMEOUT_S": "1.0", "FAULT_DELAY_S": "5",
                 "OVERLOAD_TARGET_S": "0"}  # the overload control off: only a full pool sends a question to the door
-    with gunicorn("testing.fakes:create_slow_app()", port, log, settings):
+    with gunicorn("tests.fakes:create_slow_app()", port, log, settings):
         yield LiveServer(port, log)
 
 

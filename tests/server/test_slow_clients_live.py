@@ -3,7 +3,7 @@
 The worker's event loop reads each request whole before a thread serves it, and closes a connection whose request
 is not whole within REQUEST_READ_TIMEOUT_S. Regression (issue 14): a connection that sent a few bytes of headers,
 then nothing, held a gunicorn thread while its request was read; as many such connections as threads stopped the
-service. Here 300 of them are held open against 16 threads. The app is testing/fakes.py's fake corrector (answers
+service. Here 300 of them are held open against 16 threads. The app is tests/fakes.py's fake corrector (answers
 MARK + TOP1 within milliseconds), so the server starts in a second.
 """
 
@@ -53,7 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
     settings = {"HTTP_THREADS": str(THREADS), "MAX_BATCH_SIZE": "8", "JUDGE_TIMEOUT_S": "1.0",
                 "REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S), "MAX_BODY_BYTES": str(MAX_BODY_BYTES)}
-    with gunicorn("testing.fakes:create_fake_app()", port, log, settings, preexec_fn=_low_open_file_limit) as process:
+    with gunicorn("tests.fakes:create_fake_app()", port, log, settings, preexec_fn=_low_open_file_limit) as process:
         yield Server(port, log, process.pid)
 
 

@@ -1,22 +1,20 @@
 """The fakes the tests and the load tools share: fake correctors and the gunicorn app factories around them.
 
-Why here, in `testing/`, and not in `tests/fakes.py`: the load tools (testing/bench.py's `--fake`,
-testing/bench_app.py) serve these fakes too, and a tool must not import the test suite: tests depend on tools
-(tests/clients drives testing/*.py), never the other way round, and `tests/` is not a package a tool can rely on
-(pytest puts it on the path, `python -m testing.bench` does not). `testing/` is not collected by pytest
-(testpaths = tests), so nothing here runs as a test. tests/conftest.py keeps only fixtures, built from these.
+Here, with the tests, because fakes belong to them; the benchmark's smoke mode (`python -m testing.bench --fake`,
+testing/bench_app.py) serves them too, run from the repository root like every tool, where `tests` imports as a
+namespace package. tests/conftest.py keeps only fixtures, built from these.
 
 Test-only stand-ins: the served path (`api:create_app()`, `make run`) always runs the real corrector.
 
 - `FakeCorrector`: answers MARK + TOP1's Han characters; slow, gated, failing or with another answer on demand.
 - `FaultCorrector` with `Raise`, `Hang`, `KillWorker`: fails chosen batches on purpose (tests/faults).
 - `FakeRedis` (the two calls the Redis cache makes, failing on demand) and `FakeCacheObserver` (tests/cache).
-- App factories for gunicorn (`gunicorn -c server/gunicorn_conf.py "testing.fakes:create_fake_app()"`), each the
+- App factories for gunicorn (`gunicorn -c server/gunicorn_conf.py "tests.fakes:create_fake_app()"`), each the
   real app with settings from the environment (`Config.from_env()`) around a fake:
   `create_fake_app` (FAKE_DELAY_S per batch, default 0.005: client tests, `python -m testing.bench --fake`),
   `create_replica_app` (FAKE_DELAY_S default 0.02, answers tagged with an `X-Replica: $REPLICA_NAME` header:
   the load-balancer test), `create_slow_app` (a FaultCorrector taking FAULT_DELAY_S per batch, default 0.05:
-  shutdown and log tests, soak smoke runs), `create_slow_loading_app` (the same, loading for LOAD_DELAY_S,
+  shutdown and log tests), `create_slow_loading_app` (the same, loading for LOAD_DELAY_S,
   default 3, on a thread as the real corrector does: the worker-boot tests).
 
 The process engine's picklable fakes stay in tests/deploy/fake_models.py: spawned workers import them by name
@@ -290,7 +288,7 @@ def create_failing_app() -> Flask:
 def create_slow_app() -> Flask:
     """Build the service around a FaultCorrector that sleeps FAULT_DELAY_S per batch and never faults."""
     delay_s = float(os.environ.get("FAULT_DELAY_S", "0.05"))
-    # record=False: a soak run sends this server hundreds of thousands of questions.
+    # record=False: a long benchmark run sends this server hundreds of thousands of questions.
     return create_app(Config.from_env(), corrector=FaultCorrector(delay_s=delay_s, record=False))
 
 
