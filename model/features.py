@@ -44,12 +44,13 @@ MIN_BIGRAM_COUNT = 2
 BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
 # Segments (one or two characters, or none) whose ids and log frequency are memoised at once.
 MAX_MEMO_SEGMENTS = 100_000
-# Character bigrams whose LM term is memoised at once (the vocabulary's characters make far more pairs).
-MAX_MEMO_BIGRAMS = 200_000
 # The columns in the order Featurizer._candidate_rows writes them (plain tuples, for speed): the contract's.
 _CANDIDATE_ROW = ("keep", "vote_share", "best_rank_inverse", "deletion", "insertion", "same_tone", "other_tone",
                   "near_syllable", "not_offered", "log_freq", "offered_by_second", "lm_delta", "left_edge_count",
                   "right_edge_count")
+_NO_COUNTS: dict[str, int] = {}
+# The columns that depend on a position's neighbours (lm_delta and the two edge counts), in order.
+_LM_COLUMNS = slice(_CANDIDATE_ROW.index("lm_delta"), _CANDIDATE_ROW.index("right_edge_count") + 1)
 if _CANDIDATE_ROW != CANDIDATE_FEATURES:
     raise FeatureContractError(f"model/features.py writes candidate columns {_CANDIDATE_ROW}, the contract names "
                                f"{CANDIDATE_FEATURES}: update Featurizer._candidate_rows with the contract")
@@ -150,11 +151,20 @@ class Featurizer:
         total, n_types = vocab._total, vocab._n_types
         self._prior = {c: 5.0 * (n + 1) / (total + n_types) for c, n in vocab.counts.items()}
         self._prior_unk = 5.0 / (total + n_types)
+        self._log_prior = {c: math.log(p) for c, p in self._prior.items()}
+        self._log_prior_unk = math.log(self._prior_unk)
         self._log_den = {c: math.log(n + 5.0) for c, n in vocab.counts.items()}
         self._log_den_unk = math.log(5.0)
         self._similar_cache: dict[str, dict[str, int]] = {}
+        self._unanimous_memo: dict[str, tuple | None] = {}
+        # The bigram counts by their first character and by their second: a position's two neighbours look up
+        # every candidate's bigrams with them (`_unanimous_rows`).
+        self._after: dict[str, dict[str, int]] = {}
+        self._before: dict[str, dict[str, int]] = {}
+        for pair, n in vocab.bigrams.items():
+            self._after.setdefault(pair[0], {})[pair[1]] = n
+            self._before.setdefault(pair[1], {})[pair[0]] = n
         self._segment_memo: dict[str, tuple[list[int], float]] = {}
-        self._bigram_memo: dict[str, tuple[float, float]] = {}
 
     def _char_ids(self, seg: str) -> list[int]:
         if not seg:
@@ -170,35 +180,26 @@ class Featurizer:
     def _lm(self, left: str, seg: str, right: str) -> tuple[float, float, float]:
         """Score a segment between its TOP1 neighbours: log P(left seg right), and its two edge bigrams.
 
-        Vocab.bigram_logp, summed left to right, with each bigram's term memoised (`_bigram`): this runs for
-        every candidate of every position of every request.
+        Vocab.bigram_logp, summed left to right: log(count(ab) + prior(b)) - log_den(a) per bigram, with the log
+        of the prior taken once per character for the unseen bigrams (most of them): this runs for every candidate
+        of every position of every request.
         """
         text = left + seg + right
-        memo = self._bigram_memo
-        score = 0.0
-        first = last = 0.0
+        bigrams, log_prior, log_den = self.vocab.bigrams, self._log_prior, self._log_den
+        score = first = last = 0.0
         for k in range(len(text) - 1):
-            pair = text[k : k + 2]
-            term = memo.get(pair)
-            if term is None:
-                term = self._bigram(pair)
+            a, b = text[k], text[k + 1]
+            n = bigrams.get(text[k : k + 2], 0)
+            if n:
+                term = math.log(n + self._prior.get(b, self._prior_unk)) - log_den.get(a, self._log_den_unk)
+                last = math.log1p(n)
+            else:
+                term = log_prior.get(b, self._log_prior_unk) - log_den.get(a, self._log_den_unk)
+                last = 0.0
             if k == 0:
-                first = term[1]
-            last = term[1]
-            score += term[0]
+                first = last
+            score += term
         return score, first, last
-
-    def _bigram(self, pair: str) -> tuple[float, float]:
-        """Return a bigram's term of `_lm` (log(count + prior of its second character) - log of the first's
-        denominator) and log1p(count), memoised; the memo is emptied when it reaches MAX_MEMO_BIGRAMS."""
-        a, b = pair[0], pair[1]
-        n = self.vocab.bigrams.get(pair, 0)
-        term = (math.log(n + self._prior.get(b, self._prior_unk)) - self._log_den.get(a, self._log_den_unk),
-                math.log1p(n))
-        if len(self._bigram_memo) >= MAX_MEMO_BIGRAMS:
-            self._bigram_memo.clear()
-        self._bigram_memo[pair] = term
-        return term
 
     def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
             list[str], list[list[int]], list[tuple[float, ...]]]:
@@ -251,6 +252,60 @@ class Featurizer:
             ))
         return cands, ids, feats
 
+    def _unanimous_rows(self, i: int, top1: str) -> tuple[list[str], np.ndarray, np.ndarray] | None:
+        """`_candidate_rows` for a position every hypothesis agrees on (about 70 % of them), or None where it does
+        not apply. Its candidates are TOP1's character and its similar characters, none offered, so every column
+        but the three LM ones is the character's own (`_unanimous_block`, memoised); those three are computed here
+        as `_lm` computes them, with each candidate's two bigrams looked up by their neighbour. The same values
+        as the general path, to the bit (tests/model/test_features.py)."""
+        block = self._unanimous_block(top1[i])
+        if block is None:
+            return None
+        cands, ids, static, priors, log_priors, log_dens = block
+        left = top1[i - 1] if i > 0 else BOS
+        right = top1[i + 1] if i + 1 < len(top1) else EOS
+        after_left = self._after.get(left, _NO_COUNTS)
+        before_right = self._before.get(right, _NO_COUNTS)
+        den_left = self._log_den.get(left, self._log_den_unk)
+        prior_right = self._prior.get(right, self._prior_unk)
+        log_prior_right = self._log_prior.get(right, self._log_prior_unk)
+        dynamic, keep_lm = [], 0.0
+        for k, seg in enumerate(cands):
+            n = after_left.get(seg, 0)
+            term_l = (math.log(n + priors[k]) if n else log_priors[k]) - den_left
+            edge_l = math.log1p(n) if n else 0.0
+            n = before_right.get(seg, 0)
+            term_r = (math.log(n + prior_right) if n else log_prior_right) - log_dens[k]
+            edge_r = math.log1p(n) if n else 0.0
+            score = term_l + term_r
+            if k == 0:
+                keep_lm = score
+            dynamic.append((max(-3.0, min(3.0, (score - keep_lm) / LM_DELTA_SCALE)), edge_l / EDGE_COUNT_SCALE,
+                            edge_r / EDGE_COUNT_SCALE))
+        feats = static.copy()
+        feats[:, _LM_COLUMNS] = dynamic
+        return cands, ids, feats
+
+    def _unanimous_block(self, char: str) -> tuple | None:
+        """A character's candidates where no hypothesis offers another segment, their ids, the feature columns
+        that do not depend on the neighbours (the LM ones left 0) and each candidate's prior terms; memoised and
+        bounded like the segments. None when a candidate is not a single character (the general path then)."""
+        if char in self._unanimous_memo:
+            return self._unanimous_memo[char]
+        cands, ids, rows = self._candidate_rows(0, char, {char: [0]}, 1)
+        value = None
+        if all(len(seg) == 1 for seg in cands):
+            feats = np.array(rows, dtype=np.float32)
+            feats[:, _LM_COLUMNS] = 0.0
+            value = (cands, np.array(ids, dtype=np.int64), feats,
+                     [self._prior.get(c, self._prior_unk) for c in cands],
+                     [self._log_prior.get(c, self._log_prior_unk) for c in cands],
+                     [self._log_den.get(c, self._log_den_unk) for c in cands])
+        if len(self._unanimous_memo) >= MAX_MEMO_SEGMENTS:
+            self._unanimous_memo.clear()
+        self._unanimous_memo[char] = value
+        return value
+
     def _segment(self, seg: str) -> tuple[list[int], float]:
         """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
         alone; the memo is emptied when it reaches MAX_MEMO_SEGMENTS, so it stays bounded whatever comes in)."""
@@ -278,7 +333,8 @@ class Featurizer:
         tags = boundary_tags(nbest.sentences[0].split())[: len(top1)]
         tags += [BOUNDARY["S"]] * (len(top1) - len(tags))
         L = len(top1)
-        chars = np.array([self.vocab.char_id.get(c, UNK) for c in top1], dtype=np.int64)
+        char_ids = [self.vocab.char_id.get(c, UNK) for c in top1]
+        chars = np.array(char_ids, dtype=np.int64)
         syl = np.zeros(L, dtype=np.int64)
         tone = np.zeros(L, dtype=np.int64)
         pos_rows = []
@@ -286,22 +342,26 @@ class Featurizer:
         cand_feats = np.zeros((L, MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
         cand_mask = np.zeros((L, MAX_CANDIDATES), dtype=bool)
         candidates: list[list[str]] = []
+        columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
         for i, char in enumerate(top1):
             s = char_syllable(char)
             if s is not None:
                 syl[i] = self.vocab.syl_id.get(s.toneless, UNK)
                 tone[i] = s.tone
-            votes: dict[str, list[int]] = {char: [0]}
-            for rank, row in enumerate(rows, start=1):
-                votes.setdefault(row[i], []).append(rank)
-            pos_rows.append(PositionFeatures(
-                agreement=len(votes[char]) / n_hyps,
-                alternatives=(len(votes) - 1) / ALTERNATIVES_SCALE,
-                hypotheses=n_hyps / HYPOTHESES_SCALE,
-                unknown_char=chars[i] == UNK,
-                position=i / MAX_LEN,
-            ))
-            cands, ids, feats = self._candidate_rows(i, top1, votes, n_hyps)
+            column = columns[i]
+            rows_here = None
+            if column.count(char) == len(column):  # every hypothesis agrees: votes {char: all ranks}
+                agreement, alternatives = 1.0, 0.0
+                rows_here = self._unanimous_rows(i, top1)
+            if rows_here is None:
+                votes: dict[str, list[int]] = {char: [0]}
+                for rank, seg in enumerate(column, start=1):
+                    votes.setdefault(seg, []).append(rank)
+                agreement, alternatives = len(votes[char]) / n_hyps, (len(votes) - 1) / ALTERNATIVES_SCALE
+                rows_here = self._candidate_rows(i, top1, votes, n_hyps)
+            pos_rows.append(PositionFeatures(agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK,
+                                             i / MAX_LEN))
+            cands, ids, feats = rows_here
             candidates.append(cands)
             n = len(cands)
             cand_ids[i, :n] = ids

@@ -79,3 +79,17 @@ def test_featurize_never_offers_an_orthographic_variant_of_top1():
     ex = feat.featurize(NBest(("台灣", "臺灣", "抬灣")))
     assert "臺" not in ex.candidates[0]
     assert "抬" in ex.candidates[0]
+
+
+def test_a_position_every_hypothesis_agrees_on_gets_the_general_paths_rows_to_the_bit():
+    sentences = ["我發現新元", "投資機構不同的地方", "央行進場買回調", "你好密碼要進去"]
+    bigrams = {s[i:i + 2]: 3 for s in sentences for i in range(len(s) - 1)}
+    featurizer = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    for top1 in sentences:
+        for i in range(len(top1)):
+            fast = featurizer._unanimous_rows(i, top1)
+            assert fast is not None
+            cands, ids, feats = featurizer._candidate_rows(i, top1, {top1[i]: [0, 1, 2]}, 3)
+            assert fast[0] == cands
+            assert np.array_equal(fast[1], np.array(ids, dtype=np.int64))
+            assert np.array_equal(fast[2], np.array(feats, dtype=np.float32))  # float32, as the network sees them
