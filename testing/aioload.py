@@ -22,18 +22,16 @@ Every request is one `testing.loadgen.Shot`: status 0 when no answer came, with 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
-from testing.loadgen import CLIENT_TIMEOUT_S, Shot, fresh_payload
+from testing.loadgen import CLIENT_TIMEOUT_S, CONNECTION_PROBLEM, TIMEOUT_PROBLEM, Shot, cpu_figures, fresh_payload
 from testing.samples import check_answer
 
-T = TypeVar("T")
 # Well below gunicorn's keepalive (server/gunicorn_conf.py: 75 s), as nginx's upstream keepalive_timeout (4 s) is.
 IDLE_CLOSE_S = 4.0
 # How often the watchdog looks for requests past their timeout.
@@ -43,26 +41,15 @@ WATCHDOG_S = 0.05
 MIN_SLEEP_S = 0.001
 # An answer to /inference is a few hundred bytes; a header block over this is not one.
 MAX_HEADER_BYTES = 64 * 1024
-CONNECTION_PROBLEM = "connection: "
-TIMEOUT_PROBLEM = "timeout: "
-
-
-def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
 
 # The event loop to run on: uvloop (libuv, in C) when installed, else asyncio's own.
-_loop_factory = _uvloop_factory()
-_loop_name = "asyncio" if _loop_factory is None else "uvloop"
+try:
+    import uvloop
 
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    with asyncio.Runner(loop_factory=_loop_factory) as runner:
-        return runner.run(coro)
+    _loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+except ImportError:
+    _loop_factory = None
+LOOP_NAME = "asyncio" if _loop_factory is None else "uvloop"
 
 
 @dataclass
@@ -155,15 +142,6 @@ def _chunked(buffer: bytearray, at: int) -> tuple[bytes | None, int]:
             return None, 0
         chunks.append(bytes(buffer[eol + 2:eol + 2 + size]))
         at = eol + 2 + size + 2
-
-
-def answer_problem(answer: Answer, sent_uuid: str) -> str | None:
-    """Say what is wrong with an answer to this question (`testing.samples.check_answer`), None when valid."""
-    try:
-        data: object = json.loads(answer.body)
-    except ValueError:
-        data = answer.body[:200].decode("utf-8", "replace")
-    return check_answer(answer.status, data, sent_uuid)
 
 
 class Connection(asyncio.Protocol):
@@ -299,7 +277,7 @@ class Generator:
         conn.send(request, data)
 
     def answered(self, conn: Connection, request: Request, answer: Answer) -> None:
-        self._record(request, answer.status, answer_problem(answer, request.esun_uuid))
+        self._record(request, answer.status, check_answer(answer.status, answer.body, request.esun_uuid))
         self.busy.discard(conn)
         if not conn.closed:
             conn.idle_since = self.loop.time()
@@ -362,10 +340,9 @@ async def _open_loop(target: Target, rate_rps: float, duration_s: float, warmup_
     gen.close()
     start, end = gen.t0_wall + warmup_s, gen.t0_wall + warmup_s + duration_s
     measured = [s for s in gen.shots if start <= s.due < end]
-    generator = {"scheduled_rps": round(len(offsets) / max(dispatch_s, 1e-9), 2),
+    generator = {"generator": f"aioload ({LOOP_NAME})", "scheduled_rps": round(len(offsets) / max(dispatch_s, 1e-9), 2),
                  "sent_rps": round(sum(1 for s in gen.shots if start <= s.due + s.lag_s < end) / duration_s, 2),
-                 "connections_opened": gen.opened, "connections_reused": gen.reused, "not_sent": 0,
-                 "event_loop": _loop_name}
+                 "connections_opened": gen.opened, "connections_reused": gen.reused}
     return measured, start, end, generator
 
 
@@ -374,5 +351,9 @@ def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, tem
     """Send Poisson arrivals at rate_rps for warmup_s + duration_s on keep-alive connections, whatever the answers
     do; wait for every answer or its timeout (counted from its due time). Return the shots due in the measured
     window (latency from due), its wall-clock start and end, and the generator's figures (rates scheduled and
-    sent, connections opened and reused)."""
-    return _run(_open_loop(Target.from_url(url), rate_rps, duration_s, warmup_s, templates, timeout_s, seed))
+    sent, connections opened and reused, its own CPU share of one core, wait for the last answers included)."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        shots, start, end, generator = runner.run(
+            _open_loop(Target.from_url(url), rate_rps, duration_s, warmup_s, templates, timeout_s, seed))
+    return shots, start, end, generator | cpu_figures(time.process_time() - cpu0, time.perf_counter() - wall0)

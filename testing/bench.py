@@ -1,10 +1,10 @@
 """The benchmark: the corrector's offline ceiling, then the served service under closed- and open-loop load.
 
-    .venv/bin/python -m testing.bench [--sections a,b,c,d,e,f] [--duration S] [--quick] [--out docs/bench]
-                                      [--profile]
+    .venv/bin/python -m testing.bench [--sections a,b,c,f] [--duration S] [--quick] [--out docs/bench] [--profile]
+                                      [--keep-logs] [--fake] [--pool N] [--capacity RPS]
 
-Sections (each point runs `--duration` seconds after a short warm-up; defaults below keep a+b+c+d+f under about
-10 minutes on 2 cores):
+Sections (each point runs `--duration` seconds after a short warm-up; the defaults keep a run under about 8
+minutes on 2 cores):
 
 a. offline: the corrector alone (no HTTP), items/s by batch size 1..64 on the same inputs: the ceiling;
 b. closed loop: 1, 10 and 64 clients (each sends its next request when the previous is answered), batching on
@@ -47,7 +47,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,75 +187,41 @@ def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
     return {k: int(after[k]) - int(before[k]) for k in _COUNTERS if k in after and k in before}
 
 
-@contextlib.contextmanager
-def generator_cpu() -> Iterator[dict[str, float]]:
-    """Measure the load generator's own CPU time (this process, all its threads) over a point, as a share of one
-    core: on this 2-core machine the generator and the server share the CPUs, and readers must see how much it
-    took. Fills {"generator_cpu_pct": ..., "generator_cpu_s": ..., "generator_wall_s": ...} when the block ends
-    (the wall time includes the warm-up and, in an open loop, the wait for the last answers)."""
-    out: dict[str, float] = {}
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    try:
-        yield out
-    finally:
-        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-        out["generator_cpu_pct"] = round(100 * cpu / wall, 1) if wall > 0 else 0.0
-        out["generator_cpu_s"], out["generator_wall_s"] = round(cpu, 3), round(wall, 2)
-
-
-def run_closed(url: str, clients: int, duration_s: float, warmup_s: float,
-               templates: list[str]) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run one closed-loop point with wrk; return its shots, window and the generator's figures (CPU share of one
-    core, connection errors it counted)."""
-    shots, start, end, info = wrkload.closed_loop(url, clients, duration_s, warmup_s, templates)
-    return shots, start, end, {"generator": "wrk", "generator_cpu_pct": info["generator_cpu_pct"],
-                               "generator_cpu_s": info["generator_cpu_s"],
-                               "generator_wall_s": info["generator_wall_s"], "wrk_errors": info["wrk_errors"]}
-
-
-def run_open(url: str, rate_rps: float, duration_s: float, warmup_s: float,
-             templates: list[str]) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run one open-loop point with testing/aioload.py; return its shots, window and the generator's figures."""
-    with generator_cpu() as cpu:
-        shots, start, end, info = aioload.open_loop(url, rate_rps, duration_s, warmup_s, templates,
-                                                    timeout_s=OPEN_LOOP_ANSWER_S)
-    return shots, start, end, {"generator": f"aioload ({info.pop('event_loop')})", **info, **cpu}
-
-
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one closed-loop point against a server and summarise it, with its raw shots."""
-    warmup_s = min(1.0, duration_s / 5)
+    """Run one closed-loop point against a server with wrk and summarise it, with its raw shots."""
     before = batcher_stats(server)
-    shots, start, end, info = run_closed(server.url, clients, duration_s, warmup_s, templates)
-    after = batcher_stats(server)
-    log = server.request_log()
-    shots = tag_paths(shots, paths_by_uuid(log))
+    shots, start, end, info = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5),
+                                                  templates)
     return {"clients": clients, "duration_s": duration_s,
-            **summarise(shots, (start, end), count_paths(log, start, end), stats_delta(before, after)),
-            **server_latency(log, start, end), **info, "_shots": shots, "_start": start}
+            **_summary(server, shots, (start, end), 0.0, before), **info}
 
 
 def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one open-loop point against a server and summarise it, with its raw shots."""
-    warmup_s = min(1.0, duration_s / 5)
+    """Run one open-loop point against a server with testing/aioload.py and summarise it, with its raw shots."""
     before = batcher_stats(server)
-    shots, start, end, info = run_open(server.url, rate_rps, duration_s, warmup_s, templates)
-    answer_s = OPEN_LOOP_ANSWER_S
-    after = batcher_stats(server)
-    # Answers may come up to the generator's timeout after the window: count their paths too.
-    log = server.request_log()
-    shots = tag_paths(shots, paths_by_uuid(log))
-    paths = count_paths(log, start, end + answer_s)
+    shots, start, end, info = aioload.open_loop(server.url, rate_rps, duration_s, min(1.0, duration_s / 5),
+                                                templates, timeout_s=OPEN_LOOP_ANSWER_S)
     lags = latency_stats([s.lag_s for s in shots])
     if info["sent_rps"] < 0.9 * rate_rps:
         print(f"bench c: the load generator put {info['sent_rps']} req/s on the wire of the {rate_rps:.0f} asked "
               f"(lag p50 {lags['p50_ms']} ms, p99 {lags['p99_ms']} ms): a generator short of CPU lags every "
               f"request; a server slow to accept connections (a full listen queue) delays those that needed a new "
               f"one", flush=True)
-    return {"target_rps": round(rate_rps, 2), **info, "duration_s": duration_s, "no_answer_after_s": answer_s,
-            "latency_from": "due" if shots and shots[0].from_due else "sent",
+    return {"target_rps": round(rate_rps, 2), **info, "duration_s": duration_s,
+            "no_answer_after_s": OPEN_LOOP_ANSWER_S, "latency_from": "due",
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
-            **summarise(shots, (start, end), paths, stats_delta(before, after)),
+            **_summary(server, shots, (start, end), OPEN_LOOP_ANSWER_S, before)}
+
+
+def _summary(server: ServerProcess, shots: list[Shot], window: tuple[float, float], answer_s: float,
+             before: dict[str, Any] | None) -> dict[str, Any]:
+    """Summarise a point from its shots and the server's log and counters; answers may come up to answer_s after
+    the window (an open loop's timeout): their paths count too. Keeps the raw shots for bench_raw.json."""
+    after = batcher_stats(server)
+    log = server.request_log()
+    shots = tag_paths(shots, paths_by_uuid(log))
+    start, end = window
+    return {**summarise(shots, window, count_paths(log, start, end + answer_s), stats_delta(before, after)),
             **server_latency(log, start, end + answer_s), "_shots": shots, "_start": start}
 
 
@@ -373,11 +338,10 @@ def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     """Slow clients (testing/slow_clients.py): f_slow connections stalled mid-head, held open (reopened when the
     server closes them), while f_clients closed-loop clients ask the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
-    host, port = server.url.removeprefix("http://").rsplit(":", 1)
     slow_clients.raise_open_file_limit(plan.f_slow + plan.f_clients + 64)
     log_start = len(server.request_log())
-    result = asyncio.run(slow_clients.run(host, int(port), plan.f_slow, plan.f_clients, plan.durations["f"],
-                                          ramp_s=10.0, timeout_s=5.0))
+    result = asyncio.run(slow_clients.run(aioload.Target.from_url(server.url), plan.f_slow, plan.f_clients,
+                                          plan.durations["f"], ramp_s=10.0, timeout_s=5.0))
     result["server_paths"] = dict(server.paths(since=log_start))
     q = result["questions"]
     print(f"bench f slow clients: {result['slow']['held_min']} of {plan.f_slow} held, {q['within_1s']} of "
@@ -486,10 +450,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
         return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,), f_slow=200,
-                    fake=args.fake,
-                    profile=args.profile, capacity_rps=args.capacity)
-    return Plan(sections, durations, fake=args.fake, profile=args.profile, generator=args.generator,
-                capacity_rps=args.capacity)
+                    fake=args.fake, profile=args.profile, capacity_rps=args.capacity)
+    return Plan(sections, durations, fake=args.fake, profile=args.profile, capacity_rps=args.capacity)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,13 +79,9 @@ def _result(index: int, body: dict, response: requests.Response | None, error: B
     uuid = body["esun_uuid"]
     if response is None:
         return Result(index, uuid, 0, float("nan"), "", f"no answer: {type(error).__name__}: {error}")
-    try:
-        data: object = response.json()
-    except ValueError:
-        data = response.text[:200]
-    answer = data.get("answer", "") if isinstance(data, dict) else ""
-    problem = check_answer(response.status_code, data, uuid)
-    return Result(index, uuid, response.status_code, response.elapsed.total_seconds(), str(answer), problem)
+    problem = check_answer(response.status_code, response.content, uuid)
+    answer = response.json()["answer"] if problem is None else ""
+    return Result(index, uuid, response.status_code, response.elapsed.total_seconds(), answer, problem)
 
 
 def report(results: list[Result], total_s: float) -> str:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import csv
 import io
-import statistics
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 from testing import cli
+from testing.loadgen import percentile
 
 # JMeter 2.13's CSV columns when the file has no header line (jmeter.properties defaults).
 _DEFAULT_CSV_COLUMNS = ("timeStamp", "elapsed", "label", "responseCode", "responseMessage", "threadName",
@@ -74,13 +74,13 @@ def summary(samples: list[Sample]) -> str:
     """Describe a run: samples, failures, throughput and latency percentiles."""
     if not samples:
         return "no samples"
-    elapsed = sorted(s.elapsed_ms for s in samples)
+    elapsed = [s.elapsed_ms for s in samples]
     span_s = max((max(s.timestamp_ms + s.elapsed_ms for s in samples) - min(s.timestamp_ms for s in samples)) / 1000,
                  1e-3)
     failed = [s for s in samples if not s.success]
-    cuts = statistics.quantiles(elapsed, n=100, method="inclusive") if len(elapsed) > 1 else elapsed * 99
+    p50, p95, p99 = (percentile(elapsed, q) for q in (50, 95, 99))
     lines = [f"{len(samples)} samples in {span_s:.1f} s ({len(samples) / span_s:.1f}/s), {len(failed)} failed; "
-             f"latency ms p50 {cuts[49]:.0f} p95 {cuts[94]:.0f} p99 {cuts[98]:.0f} max {elapsed[-1]}"]
+             f"latency ms p50 {p50} p95 {p95} p99 {p99} max {max(elapsed)}"]
     lines += [f"  FAIL {s.label} {s.code}: {' '.join(s.message.split())}" for s in failed[:10]]
     return "\n".join(lines)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import secrets
 import threading
 import time
@@ -38,6 +37,7 @@ from typing import Any, Literal
 import requests
 
 from preprocess.labelled import Labelled, LabelledFormatError, read_labelled
+from testing.loadgen import percentile
 from testing.samples import check_answer
 
 Outcome = Literal["answered", "late", "non_200", "connection_error", "malformed"]
@@ -103,13 +103,9 @@ def esun_uuid_of(item_id: str, salt: str) -> str:
 
 def valid_answer(text: str, esun_uuid: str) -> str | None:
     """Return the answer of a 200's body when the judge can read it, else None."""
-    if len(text) > MAX_RESPONSE_CHARS:
+    if len(text) > MAX_RESPONSE_CHARS or check_answer(200, text, esun_uuid) is not None:
         return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data["answer"] if check_answer(200, data, esun_uuid) is None else None
+    return json.loads(text)["answer"]
 
 
 class _Sessions:
@@ -198,7 +194,7 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
 def summarise(answers: list[JudgedAnswer], wall_s: float) -> JudgeRun:
     """Count failed attempts by kind and take the latency percentiles of the counted answers."""
     outcomes = [o for a in answers for o in a.outcomes]
-    latencies = sorted(a.latency_s for a in answers if a.latency_s is not None)
+    latencies = [a.latency_s for a in answers if a.latency_s is not None]
     return JudgeRun(
         answers=answers,
         late=outcomes.count("late"),
@@ -206,14 +202,9 @@ def summarise(answers: list[JudgedAnswer], wall_s: float) -> JudgeRun:
         connection_errors=outcomes.count("connection_error"),
         malformed=outcomes.count("malformed"),
         unanswered=sum(a.answer is None for a in answers),
-        latency=Latency(*(_nearest_rank(latencies, q) for q in (50, 90, 99, 100))),
+        latency=Latency(*(percentile(latencies, q) for q in (50, 90, 99, 100))),
         wall_s=wall_s,
     )
-
-
-def _nearest_rank(ordered: list[float], q: float) -> float | None:
-    # nearest rank: a percentile is a latency some answer really had
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else None
 
 
 def main(argv: list[str] | None = None) -> int:

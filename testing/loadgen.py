@@ -1,13 +1,15 @@
-"""What the benchmark's load generators share (testing/wrkload.py: wrk, closed loops; testing/aioload.py: open
-loops): one `Shot` per request, the payload templates every request is made from, and the timeouts. What the shots
-add up to is testing/report.py's; the pictures are testing/plots.py's; whether an answer is valid is
-`testing.samples.check_answer`'s, the one check every client uses.
+"""What the load tools share (testing/wrkload.py: wrk, closed loops; testing/aioload.py: open loops; the slow
+clients, the judge, the JMeter results): one `Shot` per request, the payload templates every request is made from,
+the timeouts, and the one percentile. What the shots add up to is testing/report.py's; the pictures are
+testing/plots.py's; whether an answer is valid is `testing.samples.check_answer`'s, the one check every client uses.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,10 @@ JUDGE_TIMEOUT_S = 1.0
 # Clients wait longer than the judge, to see how late a late answer is.
 CLIENT_TIMEOUT_S = 5.0
 UUID_MARK = "@@ESUN_UUID@@"
+# How a Shot's problem starts when no answer came: its connection failed (refused, reset, cut mid-answer, closed
+# before answering), or nothing came within the client's timeout.
+CONNECTION_PROBLEM = "connection: "
+TIMEOUT_PROBLEM = "timeout: "
 
 
 @dataclass(frozen=True)
@@ -55,3 +61,18 @@ def fresh_payload(template: str) -> tuple[str, bytes]:
     """Return a new esun_uuid (64 hex, like the judge's) and the template's body under it."""
     esun_uuid = uuid.uuid4().hex + uuid.uuid4().hex
     return esun_uuid, template.replace(UUID_MARK, esun_uuid).encode("utf-8")
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Return the q-th percentile (nearest rank: a latency some request really had) of values, None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def cpu_figures(cpu_s: float, wall_s: float) -> dict[str, float]:
+    """Describe a load generator's own CPU time over a run, as a share of one core: on a 2-core machine it shares
+    the CPUs with the server it measures, and readers must see how much it took."""
+    return {"generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
+            "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2)}

@@ -1,20 +1,16 @@
-"""What the load tools' shots add up to: percentiles, per-point summaries, markdown tables.
-
-One percentile for both tools (`percentile`, nearest rank: a percentile is a latency some request really had).
-The benchmark's point summaries and tables (`summarise`, `markdown`) are here; testing/plots.py draws them.
+"""What the benchmark's shots add up to: latency figures (`latency_stats`, on `testing.loadgen.percentile`),
+per-point summaries (`summarise`), markdown tables (`markdown`); testing/plots.py draws them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from api.paths import AnswerPath
-from testing.loadgen import JUDGE_TIMEOUT_S, Shot
+from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, Shot, percentile
 
 # The request log's paths answered with TOP1 instead of the model's answer (api.paths.AnswerPath.fallback): instant
 # answers that must not pass for the model's latency in a summary or a plot.
@@ -48,21 +44,7 @@ def paths_by_uuid(log: list[dict[str, Any]]) -> dict[str, str]:
 def connection_error(shot: Shot) -> bool:
     """Say whether a request got no answer because its connection failed (refused, reset, cut mid-answer, closed
     before answering), as opposed to no answer within the generator's timeout."""
-    if shot.status or shot.problem is None:
-        return False
-    return shot.problem.startswith("connection: ") or shot.problem.startswith(("ConnectionError", "ChunkedEncoding"))
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Return the q-th percentile (nearest rank) of values, None when there are none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The benchmark
+    return not shot.status and shot.problem is not None and shot.problem.startswith(CONNECTION_PROBLEM)
 
 
 def latency_stats(latencies_s: list[float]) -> dict[str, float | None]:
@@ -239,7 +221,7 @@ _CLOSED_RULE = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:
 
 def _generator_line(points: list[dict[str, Any]]) -> str:
     """Name the load generator(s) of a section's points."""
-    names = sorted({str(p.get("generator", "threads")) for p in points})
+    names = sorted({str(p.get("generator", "?")) for p in points})
     return f"Load generator: {', '.join(names) or '-'} (its own CPU share of one core is in each row)."
 
 

@@ -74,10 +74,19 @@ def with_fresh_uuid(body: Body) -> Body:
     return {**body, "esun_uuid": uuid.uuid4().hex + uuid.uuid4().hex}
 
 
-def check_answer(status: int, data: object, sent_uuid: str) -> str | None:
-    """Say what is wrong with an answer for the judge, or None when it is a valid 200 with exactly the four keys."""
+def check_answer(status: int, body: bytes | str | object, sent_uuid: str) -> str | None:
+    """Say what is wrong with an answer for the judge, or None when it is a valid 200 with exactly the four keys.
+
+    `body` is the answer's raw body (JSON text, bytes or str) or its parsed value: the one check every tool uses.
+    """
     if status != 200:
         return f"HTTP {status}, want 200"
+    data = body
+    if isinstance(body, bytes | str):
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return f"body is not JSON: {body[:80]!r}"
     if not isinstance(data, dict):
         return f"body is not a JSON object: {data!r}"
     if set(data) != RESPONSE_KEYS:

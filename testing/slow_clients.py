@@ -40,19 +40,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from testing import cli
 
 with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
-    from testing.aioload import parse_answer
-    from testing.report import percentile
+    from testing.aioload import Target, parse_answer
+    from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, TIMEOUT_PROBLEM, Shot, percentile
+    from testing.report import latency_stats
     from testing.samples import check_answer, request_bodies, with_fresh_uuid
     from testing.server import ServerProcess, start_server
 
-JUDGE_TIMEOUT_S = 1.0
 # The start of a POST's head; the server waits for the rest, which never comes.
 SLOW_HEAD = b"POST /inference HTTP/1.1\r\nHost: slow\r\nContent-"
 SAMPLE_EVERY_S = 0.25
@@ -71,21 +70,11 @@ class SlowStats:
     samples: list[int] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Shot:
-    """One question: when it was sent (monotonic), its latency (None: no answer within the client's timeout) and
-    what went wrong."""
-
-    sent_at: float
-    latency_s: float | None
-    problem: str | None
-
-
-async def hold_slow(host: str, port: int, end: float, stats: SlowStats) -> None:
+async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
     """Keep one slow connection open until `end`, opening another whenever the server closes it."""
     while (left := end - time.monotonic()) > 0:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=left)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), timeout=left)
         except (TimeoutError, OSError):
             stats.failed_to_open += 1
             await asyncio.sleep(0.1)
@@ -110,39 +99,34 @@ async def hold_slow(host: str, port: int, end: float, stats: SlowStats) -> None:
 
 
 class Client:
-    """One closed-loop client on a kept-alive connection."""
+    """One closed-loop client on a kept-alive connection; each question is a `Shot` (status 0: no answer)."""
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
-        self.host, self.port, self.timeout_s = host, port, timeout_s
+    def __init__(self, target: Target, timeout_s: float) -> None:
+        self.target, self.timeout_s = target, timeout_s
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     async def ask(self, body: dict[str, Any]) -> Shot:
-        payload = json.dumps(body, ensure_ascii=False).encode()
-        request = (f"POST /inference HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
-        started = time.monotonic()
+        request = self.target.request(json.dumps(body, ensure_ascii=False).encode())
+        started, sent_at = time.monotonic(), time.time()
         try:
-            status, closing, data = await asyncio.wait_for(self._exchange(request), timeout=self.timeout_s)
+            answer = await asyncio.wait_for(self._exchange(request), timeout=self.timeout_s)
         except TimeoutError:
             self.close()
-            return Shot(started, None, f"no answer within {self.timeout_s:g} s")
+            return Shot(sent_at, time.monotonic() - started, 0, f"{TIMEOUT_PROBLEM}no answer within "
+                                                              f"{self.timeout_s:g} s")
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             self.close()
-            return Shot(started, None, f"connection failed: {type(exc).__name__}")
-        latency_s = time.monotonic() - started
-        if closing:
+            return Shot(sent_at, time.monotonic() - started, 0, f"{CONNECTION_PROBLEM}{type(exc).__name__}")
+        if not answer.keep_alive:
             self.close()
-        try:
-            answer = json.loads(data)
-        except ValueError:
-            return Shot(started, latency_s, f"HTTP {status}, body not JSON")
-        return Shot(started, latency_s, check_answer(status, answer, body["esun_uuid"]))
+        return Shot(sent_at, time.monotonic() - started, answer.status,
+                    check_answer(answer.status, answer.body, body["esun_uuid"]))
 
-    async def _exchange(self, request: bytes) -> tuple[int, bool, bytes]:
-        """Send the request and read its answer with the benchmark's one parser (`testing.aioload.parse_answer`)."""
+    async def _exchange(self, request: bytes) -> Any:
+        """Send the request and read its answer with the tools' one parser (`testing.aioload.parse_answer`)."""
         if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.reader, self.writer = await asyncio.open_connection(self.target.host, self.target.port)
         assert self.reader is not None
         self.writer.write(request)
         buffer = bytearray()
@@ -151,8 +135,7 @@ class Client:
             if not data:
                 raise asyncio.IncompleteReadError(bytes(buffer), None)
             buffer += data
-        answer = parsed[0]
-        return answer.status, not answer.keep_alive, answer.body
+        return parsed[0]
 
     def close(self) -> None:
         if self.writer is not None:
@@ -173,13 +156,13 @@ async def sample_open(stats: SlowStats, end: float) -> None:
         await asyncio.sleep(SAMPLE_EVERY_S)
 
 
-async def run(host: str, port: int, slow: int, clients: int, seconds: float, ramp_s: float,
+async def run(target: Target, slow: int, clients: int, seconds: float, ramp_s: float,
               timeout_s: float, server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """Hold the slow connections, then run the clients for `seconds`; CPU times are taken over those seconds."""
     stats = SlowStats()
     ramp_end = time.monotonic() + ramp_s
     slow_end = ramp_end + seconds + timeout_s + 1.0  # held until the last question is answered
-    holders = [asyncio.create_task(hold_slow(host, port, slow_end, stats)) for _ in range(slow)]
+    holders = [asyncio.create_task(hold_slow(target, slow_end, stats)) for _ in range(slow)]
     while stats.open_now < slow and time.monotonic() < ramp_end:
         await asyncio.sleep(0.05)
     opened_in_ramp = stats.open_now
@@ -187,18 +170,18 @@ async def run(host: str, port: int, slow: int, clients: int, seconds: float, ram
     shots: list[Shot] = []
     server_cpu_start = server_cpu() if server_cpu else 0.0
     machine_start = _machine_busy_s()
-    cpu_start, wall_start = _cpu_s(), time.monotonic()
+    cpu_start, wall_start, clients_start = time.process_time(), time.monotonic(), time.time()
     end = wall_start + seconds
     sampler = asyncio.create_task(sample_open(stats, end))
-    await asyncio.gather(*(closed_loop(Client(host, port, timeout_s), bodies, end, shots) for _ in range(clients)))
-    cpu_s, wall_s = _cpu_s() - cpu_start, time.monotonic() - wall_start
+    await asyncio.gather(*(closed_loop(Client(target, timeout_s), bodies, end, shots) for _ in range(clients)))
+    cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     machine_s = _machine_busy_s() - machine_start
     await sampler
     for holder in holders:
         holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
-    result = {"slow": _slow_summary(stats, slow, opened_in_ramp), "questions": _question_summary(shots, wall_start),
+    result = {"slow": _slow_summary(stats, slow, opened_in_ramp), "questions": _question_summary(shots, clients_start),
               "tool_cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 2), "tool_cpu_share": round(cpu_s / wall_s, 3)}
     if server_cpu_s is not None:
         result["server_cpu_s"] = round(server_cpu_s, 2)
@@ -208,11 +191,6 @@ async def run(host: str, port: int, slow: int, clients: int, seconds: float, ram
         result["others_cpu_share"] = round(max(machine_s - server_cpu_s - cpu_s, 0.0) / wall_s, 2)
     result["machine_cores"] = psutil.cpu_count()
     return result
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _machine_busy_s() -> float:
@@ -227,29 +205,20 @@ def _slow_summary(stats: SlowStats, asked: int, opened_in_ramp: int) -> dict[str
             "held_mean": round(sum(samples) / len(samples), 1), "opened": stats.opened,
             "failed_to_open": stats.failed_to_open, "closed_by_server": stats.closed_by_server,
             "answered_by_server": stats.answered_by_server,
-            "held_before_close_p50_s": _round(percentile(stats.held_s, 50), 2),
+            "held_before_close_p50_s": None if not stats.held_s else round(percentile(stats.held_s, 50), 2),
             "held_samples": stats.samples}
 
 
 def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
-    valid = [s.latency_s for s in shots if s.problem is None and s.latency_s is not None]
+    valid = [s.latency_s for s in shots if s.valid]
     in_time = [latency for latency in valid if latency <= JUDGE_TIMEOUT_S]
-    problems = Counter(s.problem for s in shots if s.problem is not None)
+    stats = latency_stats(valid)
     return {"sent": len(shots), "valid": len(valid), "failed": len(shots) - len(valid),
             "within_1s": len(in_time), "within_1s_share": round(len(in_time) / len(shots), 4) if shots else None,
-            "p50_ms": _ms(percentile(valid, 50)), "p99_ms": _ms(percentile(valid, 99)),
-            "max_ms": _ms(max(valid, default=None)), "problems": dict(problems.most_common(5)),
+            "p50_ms": stats["p50_ms"], "p99_ms": stats["p99_ms"], "max_ms": stats["max_ms"],
+            "problems": dict(Counter(s.problem for s in shots if s.problem is not None).most_common(5)),
             # when each question not answered validly within 1 s was sent, in seconds from the clients' start
-            "late_sent_at_s": [round(s.sent_at - start, 2) for s in shots
-                               if s.problem is not None or s.latency_s is None or s.latency_s > JUDGE_TIMEOUT_S]}
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
+            "late_sent_at_s": [round(s.due - start, 2) for s in shots if not s.valid or s.latency_s > JUDGE_TIMEOUT_S]}
 
 
 def raise_open_file_limit(needed: int) -> None:
@@ -327,14 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         url = server.url
     else:
         url = args.url
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}")
+    try:
+        target = Target.from_url(url)
+    except ValueError:
+        raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
     try:
         log_start = len(server.request_log()) if server else 0
         probe = (lambda: _server_cpu_s(server)) if server else None
-        result = asyncio.run(run(parts.hostname, parts.port or 80, args.slow, args.clients, args.seconds,
-                                 args.ramp_s, args.timeout_s, probe))
+        result = asyncio.run(run(target, args.slow, args.clients, args.seconds, args.ramp_s, args.timeout_s, probe))
         if server is not None:
             result["server_paths"] = dict(server.paths(since=log_start))
     finally:

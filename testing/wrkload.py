@@ -5,8 +5,9 @@ one event-loop thread in C, and its Lua script (LuaJIT) only builds each body an
 generators measured against the same server (docs/bench/loadgen_cost.md), it cost the least CPU per request.
 wrk has no open loop (that is testing/aioload.py's).
 
-What the script records per request (esun_uuid, sent, answered, status) becomes the same `Shot`s the other
-generators make, so the summaries, the paths from the server's log and the plots are the same. wrk's own
+What the script records per request (esun_uuid, sent, answered, status, a 200's body) becomes the same `Shot`s
+testing/aioload.py makes, each answer checked by `testing.samples.check_answer`, so the summaries, the paths from
+the server's log and the plots are the same. wrk's own
 connection errors (connect, read, write) and the requests it never got an answer to are reported beside them.
 wrk's CPU time is its own (os.wait4's resource usage of the child), reported as a share of one core.
 """
@@ -23,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testing.loadgen import CLIENT_TIMEOUT_S, Shot
+from testing.loadgen import CLIENT_TIMEOUT_S, CONNECTION_PROBLEM, Shot, cpu_figures
+from testing.samples import check_answer
 
 SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
 # Extra seconds wrk runs after the measured window, so that the requests due in the window get their answer
@@ -85,36 +87,26 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, temp
         answers, left, errors = _read(out)
     start = launched + warmup_s
     end = start + duration_s
-    shots = [Shot(sent, done - sent, status, _problem(status, valid), esun_uuid=esun_uuid)
-             for esun_uuid, sent, done, status, valid in answers if esun_uuid != "-"]
-    shots += [Shot(sent, 0.0, 0, "connection: no answer before wrk stopped", esun_uuid=esun_uuid)
+    shots = [Shot(sent, done - sent, status, check_answer(status, body, esun_uuid), esun_uuid=esun_uuid)
+             for esun_uuid, sent, done, status, body in answers if esun_uuid != "-"]
+    shots += [Shot(sent, 0.0, 0, f"{CONNECTION_PROBLEM}no answer before wrk stopped", esun_uuid=esun_uuid)
               for esun_uuid, sent in left]
     # Error answers carry no esun_uuid: their send time is unknown; they count at their answer's time.
-    shots += [Shot(done, 0.0, status, _problem(status, False)) for esun_uuid, _, done, status, _ in answers
+    shots += [Shot(done, 0.0, status, check_answer(status, body, "")) for esun_uuid, _, done, status, body in answers
               if esun_uuid == "-"]
-    generator = {"generator": "wrk", "generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
-                 "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2),
-                 "generator_cpu_us_per_request": round(1e6 * cpu_s / len(answers), 1) if answers else None,
-                 "wrk_errors": errors}
+    generator = {"generator": "wrk", **cpu_figures(cpu_s, wall_s), "wrk_errors": errors}
     return [s for s in shots if start <= s.due < end], start, end, generator
 
 
-def _problem(status: int, valid: bool) -> str | None:
-    """Say what is wrong with an answer, from its status and testing/wrk.lua's check of its body."""
-    if status != 200:
-        return f"HTTP {status}"
-    return None if valid else "not a four-key answer to this question"
-
-
-def _read(out: Path) -> tuple[list[tuple[str, float, float, int, bool]], list[tuple[str, float]], dict[str, int]]:
+def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tuple[str, float]], dict[str, int]]:
     """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts."""
     answers = []
     for path in sorted(out.parent.glob(out.name + "-*.tsv")):
         if path.name.endswith(("-left.tsv", "-errors.tsv")):
             continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            esun_uuid, sent, done, status, valid = line.split("\t")
-            answers.append((esun_uuid, float(sent), float(done), int(status), valid == "1"))
+        for line in filter(None, path.read_text(encoding="utf-8", errors="replace").split("\n")):
+            esun_uuid, sent, done, status, body = line.split("\t", 4)
+            answers.append((esun_uuid, float(sent), float(done), int(status), body))
     left_path = out.parent / f"{out.name}-left.tsv"
     left = [(u, float(t)) for u, t in (line.split("\t") for line in left_path.read_text().splitlines())] \
         if left_path.exists() else []

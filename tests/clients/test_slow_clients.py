@@ -38,5 +38,5 @@ def test_slow_clients_reports_questions_never_answered_and_exits_1(tmp_path: Pat
     assert code == 1
     assert questions["sent"] == questions["failed"] > 0
     assert questions["within_1s"] == 0
-    assert questions["problems"] == {"no answer within 0.3 s": questions["sent"]}
+    assert questions["problems"] == {"timeout: no answer within 0.3 s": questions["sent"]}
     assert "0 answered validly within 1 s (0.00 %)" in capsys.readouterr().out
