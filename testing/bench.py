@@ -3,31 +3,17 @@
     .venv/bin/python -m testing.bench [--sections a,b,c,f] [--duration S] [--quick] [--out docs/bench] [--profile]
                                       [--keep-logs] [--fake] [--pool N] [--capacity RPS]
 
-Sections (each point runs `--duration` seconds after a short warm-up; the defaults keep a run under about 8
-minutes on 2 cores):
-
-a. offline: the corrector alone (no HTTP), items/s by batch size 1..64 on the same inputs: the ceiling;
-b. closed loop: 1, 10 and 64 clients (each sends its next request when the previous is answered), batching on
-   (the defaults) and off (MAX_BATCH_SIZE=1: one corrector call per request);
-c. open-loop overload: Poisson arrivals at 2x, 3x and 5x the capacity measured in b (batching on), latency counted
+a. offline: the corrector alone, items/s by batch size 1..64 on the same inputs: the ceiling;
+b. closed loop (wrk, testing/wrkload.py): 1, 10 and 64 clients, batching on (the defaults) and off
+   (MAX_BATCH_SIZE=1: one corrector call per request);
+c. open-loop overload (testing/aioload.py): Poisson arrivals at 2x, 3x and 5x b's capacity, batching on, latency
    from each request's due time, a request unanswered 10 s after it was due counted as no answer;
-f. slow clients: 1,000 connections that send the start of a head and then nothing, held open (reopened when the
-   server closes them), while 10 closed-loop clients ask the batching-on server (testing/slow_clients.py): the
-   share answered validly within 1 s.
+f. slow clients (testing/slow_clients.py): 1,000 connections stalled mid-head beside 10 closed-loop clients.
 
-Every server is gunicorn started as `make run` starts it (testing/server.py), serving testing/bench_app.py:
-the service's own app plus a read-only route with the batcher's counters (batches, padded waste). Answers are
-counted by path from the server's own request log (stderr, one JSON line per request). The load generator runs
-on the same machine as the server, so it is the leanest measured here (docs/bench/loadgen_cost.md): wrk with
-testing/wrk.lua for closed loops (testing/wrkload.py), testing/aioload.py's one event loop for open loops; its
-own CPU share of one core is reported beside every point.
-
-Writes bench.json (summaries, machine, exact command), bench_raw.json (every request), bench.md (the tables
-printed) and PNG plots into --out.
-
-This module holds the inputs, the servers, the sections and the command line; the load itself is
-testing/wrkload.py's and testing/aioload.py's, the summaries and tables testing/report.py's,
-the plots testing/plots.py's.
+Each server is gunicorn as `make run` starts it (testing/server.py), serving testing/bench_app.py (the app plus
+the batcher's counters); answers are counted by path from its request log. The generator's own CPU share of one
+core is reported beside every point. Writes bench.json, bench_raw.json (every request), bench.md and the plots
+(testing/plots.py) into --out; the summaries and tables are testing/report.py's. testing/README.md says more.
 """
 
 from __future__ import annotations
@@ -150,9 +136,7 @@ class Servers:
             env = {"LOG_LEVEL": "INFO", **settings}
             server = start_server(env, self.log_dir / f"server-{name}.log", app=self.app)
             self.running[name] = server
-            with requests.Session() as http:
-                http.trust_env = False
-                self.info[name] = {"settings": settings, "service": http.get(server.url + "/", timeout=10).json()}
+            self.info[name] = {"settings": settings, "service": _get_json(server.url + "/")}
         return self.running[name]
 
     def release(self, name: str) -> None:
@@ -168,10 +152,15 @@ class Servers:
 
 def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
     """Read the batcher's counters from the bench app's route (None if the server does not have it)."""
+    return _get_json(server.url + STATS_ROUTE)
+
+
+def _get_json(url: str) -> Any:
+    """GET a JSON document from a loopback server, never through a proxy; None when there is none."""
     with requests.Session() as http:
         http.trust_env = False
         try:
-            response = http.get(server.url + STATS_ROUTE, timeout=5)
+            response = http.get(url, timeout=10)
         except requests.RequestException:
             return None
     return response.json() if response.status_code == 200 else None

@@ -108,29 +108,6 @@ def valid_answer(text: str, esun_uuid: str) -> str | None:
     return json.loads(text)["answer"]
 
 
-class _Sessions:
-    """One requests.Session per thread, all closed at the end."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self._all: list[requests.Session] = []
-        self._lock = threading.Lock()
-
-    def get(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-            session.trust_env = False  # aim at the URL given, never through a proxy from the environment
-            with self._lock:
-                self._all.append(session)
-        return session
-
-    def close(self) -> None:
-        with self._lock:
-            for session in self._all:
-                session.close()
-
-
 def _attempt(session: requests.Session, url: str, item: Labelled, esun_uuid: str, retry: int,
              timeout_s: float) -> tuple[Outcome, str | None, float]:
     body = {"esun_uuid": esun_uuid, "esun_timestamp": int(time.time()), "sentence_list": list(item.nbest.sentences),
@@ -178,16 +155,23 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     endpoint = url.rstrip("/") + "/inference"
     salt = uuid_salt if uuid_salt is not None else secrets.token_hex(8)
-    sessions = _Sessions()
+    local, sessions = threading.local(), []
+
+    def session() -> requests.Session:  # one per thread, all closed at the end
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+            local.session.trust_env = False  # aim at the URL given, never through a proxy from the environment
+            sessions.append(local.session)
+        return local.session
+
     started = time.perf_counter()
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge") as pool:
-            answers = list(pool.map(
-                lambda item: ask(sessions.get(), endpoint, item, esun_uuid_of(item.id, salt), timeout_s,
-                                 retry_malformed),
-                items))
+            answers = list(pool.map(lambda item: ask(session(), endpoint, item, esun_uuid_of(item.id, salt),
+                                                     timeout_s, retry_malformed), items))
     finally:
-        sessions.close()
+        for each in sessions:
+            each.close()
     return summarise(answers, time.perf_counter() - started)
 
 

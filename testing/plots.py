@@ -5,14 +5,13 @@ made at once, without the model) are told apart: per request in their own colour
 separate model-only percentiles and a ring with the fallbacks' share. Every quantity axis starts at 0 (batch sizes
 and client counts stay on a log scale), and no title names a server's address or port.
 
-    .venv/bin/python -m testing.plots docs/bench docs/bench/policy    # redraw from saved bench.json (+ bench_raw.json)
+    .venv/bin/python -m testing.plots docs/bench docs/bench/overload    # redraw from bench.json (+ bench_raw.json)
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,6 @@ FALLBACK_COLORS = ("tab:red", "tab:orange", "tab:pink", "tab:brown", "gold")
 FALLBACK_COLOR = "tab:red"
 KIND_LABELS = {"model": "model answer", "fallback": "TOP1 fallback", "unknown": "path not logged",
                "none": "no answer"}
-_ADDRESS = re.compile(r"\s*,?\s*(?:https?://[^\s,()]+|\b(?:localhost|\d{1,3}(?:\.\d{1,3}){3})(?::\d+)?\b|:\d{4,5}\b)")
-
-
-def no_address(title: str) -> str:
-    """Drop a server's URL, host or port from a title: a throwaway port says nothing about the figure."""
-    return _ADDRESS.sub("", title).strip(" ,")
 
 
 def _from_zero(ax: Any, x: bool = False) -> None:
@@ -62,25 +55,20 @@ def _mark_fallbacks(ax: Any, points: list[dict[str, Any]], key: str) -> bool:
     return ringed
 
 
-def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str,
-                   keys: tuple[str, ...] = ("p99_ms",)) -> bool:
-    """Draw latency percentiles by clients: all answers (solid/dashed), the model's answers alone (dotted, where
-    fallbacks were mixed in and the summary has them), rings on points with fallbacks. Say whether any had some."""
+def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str) -> bool:
+    """Draw p99 by clients: all answers (solid), the model's answers alone (dotted, where fallbacks were mixed in
+    and the summary has them), rings on points with fallbacks. Say whether any point had some."""
     xs = [p["clients"] for p in points]
-    mixed = any(fallback_share(p.get("paths") or {}) > 0 for p in points)
-    ringed = False
-    for key, style in zip(keys, ("-", "--"), strict=False):
-        label = key.removesuffix("_ms")
-        ax.plot(xs, [p.get(key) or math.nan for p in points], style, marker="o", color=color,
-                label=f"{name} {label}, all answers")
-        if mixed and any(p.get(f"model_{key}") is not None for p in points):
-            # A point without fallbacks: its model answers are all its answers.
-            model = [p.get(f"model_{key}") if fallback_share(p.get("paths") or {}) > 0 else p.get(key)
-                     for p in points]
-            ax.plot(xs, [y if y is not None else math.nan for y in model], ":", marker=".", color=color,
-                    label=f"{name} {label}, model answers only")
-        ringed = _mark_fallbacks(ax, points, key) or ringed
-    return ringed
+    ax.plot(xs, [p.get("p99_ms") or math.nan for p in points], "-", marker="o", color=color,
+            label=f"{name} p99, all answers")
+    if any(fallback_share(p.get("paths") or {}) > 0 for p in points) and any(p.get("model_p99_ms") is not None
+                                                                            for p in points):
+        # A point without fallbacks: its model answers are all its answers.
+        model = [p.get("model_p99_ms") if fallback_share(p.get("paths") or {}) > 0 else p.get("p99_ms")
+                 for p in points]
+        ax.plot(xs, [y if y is not None else math.nan for y in model], ":", marker=".", color=color,
+                label=f"{name} p99, model answers only")
+    return _mark_fallbacks(ax, points, "p99_ms")
 
 
 def _fallback_legend_entry(ax: Any, ringed: bool) -> None:
@@ -135,7 +123,7 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
                                    label=f"{key.split('/', 2)[2]}: {KIND_LABELS[kind]} ({len(rows)})")
             ax.axhline(JUDGE_TIMEOUT_S * 1000, color="red", linewidth=0.8, linestyle="--", label="judge timeout")
             ax.set(xlabel="seconds into the point", ylabel="response time (ms)",
-                   title=no_address(f"Response time over time: {group.replace('/', ', ')}"))
+                   title=f"Response time over time: {group.replace('/', ', ')}")
             ax.legend(markerscale=3, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             ax.grid(alpha=0.3)
             _from_zero(ax, x=True)

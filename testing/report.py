@@ -133,40 +133,53 @@ def _fmt(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:g}"
+    if isinstance(value, dict):  # answers by path
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
     return str(value)
 
 
-def _paths_text(paths: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in paths.items()) or "-"
+def _table(head: str, rows: list[list[Any]]) -> list[str]:
+    """Render a markdown table: `head` names the columns, separated by " | "; the first column and the answers by
+    path are left-aligned, the figures right-aligned."""
+    names = head.split(" | ")
+    rule = ["---" if i == 0 or name == "answers by path" else "---:" for i, name in enumerate(names)]
+    return [f"| {head} |", f"|{'|'.join(rule)}|", *(f"| {' | '.join(_fmt(v) for v in row)} |" for row in rows)]
+
+
+def _share(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * 100:.{digits}f} %"
 
 
 def markdown(results: dict[str, Any]) -> str:
     """Render the results as markdown tables."""
-    lines: list[str] = []
     machine = results["machine"]
-    lines += ["## Machine", "", f"- CPU: {machine['cpu_model']} ({machine['logical_cpus']} logical CPUs, "
-              f"{machine['physical_cores']} cores), RAM {machine['ram_gib']} GiB, load average at start "
-              f"{machine['load_average_at_start']}, at end {machine.get('load_average_at_end')}",
-              f"- Command: `{results['command']}`",
-              f"- Started {results['started_utc']}, took {results['took_s']} s", ""]
+    lines = ["## Machine", "", f"- CPU: {machine['cpu_model']} ({machine['logical_cpus']} logical CPUs, "
+             f"{machine['physical_cores']} cores), RAM {machine['ram_gib']} GiB, load average at start "
+             f"{machine['load_average_at_start']}, at end {machine.get('load_average_at_end')}",
+             f"- Command: `{results['command']}`", f"- Started {results['started_utc']}, took {results['took_s']} s",
+             ""]
     if "a" in results:
         a = results["a"]
         lines += ["## a. Offline corrector throughput (the ceiling)", "",
-                  "| batch size | items/s | ms per call (p50) | ms per item | padded chars per item |",
-                  "|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r['batch_size']} | {r['items_per_s']} | {r['ms_per_call_p50']} | {r['ms_per_item']} | "
-                  f"{r['padded_waste_per_item_arrival_order']} |" for r in a["rows"]]
-        lines += ["", f"Ceiling: {a['ceiling_items_per_s']} items/s ({a['inputs']} inputs, torch threads "
+                  *_table("batch size | items/s | ms per call (p50) | ms per item | padded chars per item",
+                          [[r["batch_size"], r["items_per_s"], r["ms_per_call_p50"], r["ms_per_item"],
+                            r["padded_waste_per_item_arrival_order"]] for r in a["rows"]]),
+                  "", f"Ceiling: {a['ceiling_items_per_s']} items/s ({a['inputs']} inputs, torch threads "
                   f"{a['torch_threads']}).", ""]
     if "b" in results:
+        b = results["b"]
+        points = [(mode, p) for mode in ("on", "off") for p in b.get(mode, [])]
         lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
-                  _generator_line(results["b"].get("on", []) + results["b"].get("off", [])), "",
-                  _CLOSED_HEAD.replace("| name |", "| batching |"), _CLOSED_RULE]
-        for mode in ("on", "off"):
-            for p in results["b"].get(mode, []):
-                lines.append(_row(mode, p["clients"], p))
-        lines += ["", f"Capacity (batching on, most model answers/s of the points): "
-                  f"{_fmt(results['b'].get('capacity_rps'))} req/s.", ""]
+                  _generator_line([p for _, p in points]), "",
+                  *_table("batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | "
+                          "server p99 ms | non-200 | connection errors | late > 1 s | mean batch | generator CPU % | "
+                          "answers by path",
+                          [[mode, p["clients"], p["throughput_rps"], p["model_rps"], p["p50_ms"], p["p95_ms"],
+                            p["p99_ms"], p["max_ms"], p.get("server_p99_ms"), p["non_200"], p.get("connection_errors"),
+                            f"{p['late_over_1s']} of {p['requests']}", (p.get("batcher") or {}).get("mean_batch_size"),
+                            p.get("generator_cpu_pct"), p["paths"]] for mode, p in points]),
+                  "", f"Capacity (batching on, most model answers/s of the points): {_fmt(b.get('capacity_rps'))} "
+                  "req/s.", ""]
     if "c" in results:
         c = results["c"]
         points = c["points"]
@@ -174,20 +187,14 @@ def markdown(results: dict[str, Any]) -> str:
         origin = "due" if points and points[0].get("latency_from") == "due" else "sent"
         lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
                   _generator_line(points), "",
-                  "| load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 ms | "
-                  f"non-200 | connection errors | no answer (> {answer_s:g} s) | late > 1 s | model share | "
-                  "client lag p99 ms | generator CPU % | answers by path |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for p in points:
-            share = p.get("model_share")
-            lines.append(f"| {p['factor']:g}x | {p['target_rps']} | {p['sent_rps']} | {p['throughput_rps']} | "
-                         f"{_fmt(p['p50_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | "
-                         f"{_fmt(p['server_p99_ms'])} | {p['non_200']} | {p.get('connection_errors', '-')} | "
-                         f"{p['no_answer']} | {p['late_over_1s']} of {p['requests']} | "
-                         f"{'-' if share is None else f'{share * 100:.1f} %'} | "
-                         f"{_fmt(p['client_lag_p99_ms'])} | {_fmt(p.get('generator_cpu_pct'))} | "
-                         f"{_paths_text(p['paths'])} |")
-        lines += ["", f"Latency is from when each request was {origin} to its answer, as the client saw it; server "
+                  *_table("load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 "
+                          f"ms | non-200 | connection errors | no answer (> {answer_s:g} s) | late > 1 s | model share "
+                          "| client lag p99 ms | generator CPU % | answers by path",
+                          [[f"{p['factor']:g}x", p["target_rps"], p["sent_rps"], p["throughput_rps"], p["p50_ms"],
+                            p["p99_ms"], p["max_ms"], p["server_p99_ms"], p["non_200"], p.get("connection_errors"),
+                            p["no_answer"], f"{p['late_over_1s']} of {p['requests']}", _share(p.get("model_share")),
+                            p["client_lag_p99_ms"], p.get("generator_cpu_pct"), p["paths"]] for p in points]),
+                  "", f"Latency is from when each request was {origin} to its answer, as the client saw it; server "
                   "p99 is what the server logged (from gunicorn's accept to the answer); non-200 counts every "
                   f"request without a 200, the connection errors (refused, reset, cut mid-answer) and those with no "
                   f"answer within {answer_s:g} s among them; model share: answers the model made, of those the "
@@ -195,42 +202,22 @@ def markdown(results: dict[str, Any]) -> str:
                   "(it shares the machine with the server); generator CPU %: the load generator's own CPU time "
                   "over the point, as a share of one core (of the machine's two).", ""]
     if "f" in results:
-        lines += slow_clients_markdown(results["f"])
+        f = results["f"]
+        s, q = f["slow"], f["questions"]
+        lines += [f"## f. Slow clients ({s['asked']} connections stalled mid-head, held open)", "",
+                  *_table("slow held (least / mean) | closed by the server | questions | valid 200s | within 1 s | "
+                          "p50 ms | p99 ms | max ms | answers by path | tool CPU %",
+                          [[f"{s['held_min']} / {s['held_mean']}", s["closed_by_server"], q["sent"], q["valid"],
+                            f"{q['within_1s']} ({_share(q['within_1s_share'], 2)})", q["p50_ms"], q["p99_ms"],
+                            q["max_ms"], f.get("server_paths", {}), f"{f['tool_cpu_share'] * 100:.1f}"]]),
+                  "", "The slow connections each sent the start of a POST's head, then nothing; one the server "
+                  "closed (its read timeout) was opened again at once. The clients asked on kept-alive connections, "
+                  "closed loop; the tool (one asyncio loop: slow connections and clients) took the CPU share shown.",
+                  ""]
     return "\n".join(lines)
-
-
-def slow_clients_markdown(f: dict[str, Any]) -> list[str]:
-    """Section f: the questions of the clients asking beside the slow connections (testing/slow_clients.py)."""
-    s, q = f["slow"], f["questions"]
-    share = "-" if q["within_1s_share"] is None else f"{q['within_1s_share'] * 100:.2f} %"
-    return [f"## f. Slow clients ({s['asked']} connections stalled mid-head, held open)", "",
-            "| slow held (least / mean) | closed by the server | questions | valid 200s | within 1 s | p50 ms | "
-            "p99 ms | max ms | answers by path | tool CPU % |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
-            f"| {s['held_min']} / {s['held_mean']} | {s['closed_by_server']} | {q['sent']} | {q['valid']} | "
-            f"{q['within_1s']} ({share}) | {_fmt(q['p50_ms'])} | {_fmt(q['p99_ms'])} | {_fmt(q['max_ms'])} | "
-            f"{_paths_text(f.get('server_paths', {}))} | {f['tool_cpu_share'] * 100:.1f} |", "",
-            "The slow connections each sent the start of a POST's head, then nothing; one the server closed (its "
-            "read timeout) was opened again at once. The clients asked on kept-alive connections, closed loop; the "
-            "tool (one asyncio loop: slow connections and clients) took the CPU share shown.", ""]
-
-
-_CLOSED_HEAD = ("| name | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | server p99 ms | "
-                "non-200 | connection errors | late > 1 s | mean batch | generator CPU % | answers by path |")
-_CLOSED_RULE = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 
 
 def _generator_line(points: list[dict[str, Any]]) -> str:
     """Name the load generator(s) of a section's points."""
     names = sorted({str(p.get("generator", "?")) for p in points})
     return f"Load generator: {', '.join(names) or '-'} (its own CPU share of one core is in each row)."
-
-
-def _row(name: str, clients: int, p: dict[str, Any]) -> str:
-    batch = (p.get("batcher") or {}).get("mean_batch_size")
-    return (f"| {name} | {clients} | {p['throughput_rps']} | {p['model_rps']} | {_fmt(p['p50_ms'])} | "
-            f"{_fmt(p['p95_ms'])} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | {_fmt(p.get('server_p99_ms'))} | "
-            f"{p['non_200']} | {p.get('connection_errors', '-')} | "
-            f"{p['late_over_1s']} of {p['requests']} | {_fmt(batch)} | {_fmt(p.get('generator_cpu_pct'))} | "
-            f"{_paths_text(p['paths'])} |")
-
-

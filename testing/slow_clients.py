@@ -3,25 +3,13 @@
     .venv/bin/python -m testing.slow_clients --slow 1000 --clients 10 --seconds 20      # starts `make run`'s server
     .venv/bin/python -m testing.slow_clients --url http://127.0.0.1:8080 --slow 1000 --clients 10 --seconds 20
 
-Not a test (not collected by pytest). Issue 14: a connection that sends a few bytes of its head, then nothing,
-used to hold one of gunicorn's threads while its request was read, and 140 of them stopped the service. This tool
-shows whether they still do:
-
-1. Server. Without --url it starts gunicorn as `make run` does (testing/server.py: the shipped model, on a free
-   loopback port, settings from --server-setting), and stops it at the end.
-2. Slow connections. --slow connections each send `SLOW_HEAD` (the start of a POST's head) and then nothing. One
-   the server closes (its read timeout, server/worker.py) is opened again at once, so that --slow stay held for the
-   whole run, as an attacker would keep them; the tool counts how often the server closed one and after how long.
-3. Clients. Once the slow connections are open, --clients closed-loop clients (each on a kept-alive connection,
-   reopened if the server closes it) post testing.samples' bodies under fresh esun_uuids for --seconds; each
-   answer is checked as the judge would (testing.samples.check_answer), its latency counted from before the
-   connect when one was needed.
-4. Report: slow connections held (the least and the mean over the run, sampled every 0.25 s), closed by the
-   server; questions sent, valid 200s, failed, the share answered validly within the judge's 1 s, p50/p99/max;
-   the tool's own CPU time over the run (user + system, and its share of one core), and the server's when it was
-   started here, with its answers by path (model or TOP1 fallbacks) from its log. --out writes it as JSON.
-
-One asyncio loop in one thread does all of it, so the tool costs little of a 2-core machine; its CPU share is
+Issue 14: a connection that sends a few bytes of its head, then nothing, used to hold one of gunicorn's threads,
+and 140 of them stopped the service. --slow connections each send `SLOW_HEAD` and then nothing; one the server
+closes (its read timeout) is opened again at once, as an attacker would. Once they are open, --clients
+closed-loop clients (kept-alive connections) post testing.samples' bodies under fresh esun_uuids for --seconds,
+each answer checked as the judge would (`testing.samples.check_answer`), its latency counted from before the
+connect when one was needed. Without --url it starts gunicorn as `make run` does (testing/server.py) and also
+reports the server's CPU and answers by path. One asyncio loop in one thread does all of it; its CPU share is
 printed beside the figures. Exits 1 when a question was not answered validly within 1 s, 2 on a setup problem.
 """
 
