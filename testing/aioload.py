@@ -53,22 +53,21 @@ LOOP_NAME = "asyncio" if _loop_factory is None else "uvloop"
 
 @dataclass
 class Target:
-    """Where requests go: host, port and the request line's target, from a base URL."""
+    """Where requests go: host and port, from a base URL."""
 
     host: str
     port: int
-    path: str = "/inference"
 
     @classmethod
-    def from_url(cls, url: str, path: str = "/inference") -> Target:
+    def from_url(cls, url: str) -> Target:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"only http:// URLs are supported, got {url!r}")
-        return cls(parts.hostname, parts.port or 80, path)
+        return cls(parts.hostname, parts.port or 80)
 
     def request(self, payload: bytes) -> bytes:
-        """Return the whole request for a JSON body."""
-        return (f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+        """Return the whole POST /inference request for a JSON body."""
+        return (f"POST /inference HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(payload)}\r\n\r\n").encode("ascii") + payload
 
 

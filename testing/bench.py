@@ -166,6 +166,7 @@ def _get_json(url: str) -> Any:
     return response.json() if response.status_code == 200 else None
 
 
+# The counters of batching.errors.BatcherStats (the other fields are gauges).
 _COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "padded_waste")
 
 

@@ -1,24 +1,15 @@
 """Put labelled questions to a running service as the judge does: `python -m testing.judge --data FILE --url URL`.
 
-What the judge does (docs/contract.md, "Deadline and retries"), and so what this does:
+What the judge does (docs/contract.md, "Deadline and retries"), and so what this does: each question is POSTed to
+`URL/inference` with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out (`timeout_s`, for the
+connection and each wait on the socket), cannot connect or gets a non-200 is re-sent at once with `retry` 1, then
+0, and the earliest valid 200 counts. A 200 that fails `testing.samples.check_answer` or is longer than the
+sender's 10,240 characters is malformed: a failure, not re-sent (docs/contract.md, "The answer") unless
+`retry_malformed`. `concurrency` threads, each with its own `requests.Session`, keep that many questions out.
 
-- each question is POSTed to `URL/inference` with `esun_uuid`, `esun_timestamp` (reset on every attempt),
-  `sentence_list`, `phoneme_sequence_list` and `retry` 2;
-- an attempt fails when it times out (`timeout_s`, requests' timeout as the judge's sender uses it: for the
-  connection and for each wait on the socket), cannot connect, or gets a non-200; the question is then
-  re-sent at once, no back-off, with `retry` 1, then 0: at most 3 attempts, the earliest valid 200 counts;
-- a 200 whose body is not a JSON object with exactly `esun_uuid` (the one sent), `server_uuid`,
-  `server_timestamp` and `answer` (a string), or is longer than the sender's 10,240 characters, is malformed.
-  The judge files such an answer as a failure and does not re-send it (docs/contract.md, "The answer"), so
-  neither does this unless `retry_malformed` is set;
-- a fixed number of questions is outstanding: `concurrency` threads, each with its own `requests.Session`,
-  each taking the next question once its current one is settled.
-
-A question with no valid answer has `answer` None; the judge scores it as an empty answer (`JudgedAnswer.scored`).
-`esun_uuid` is sha256 of a salt and the id: the same on every attempt of a question, and new on every run
-(the salt is random unless given), because the service keeps answers by `esun_uuid` for an hour and a
-second run would otherwise be answered from that cache. Scoring (CER) is left to the caller
-(`model.evaluate --data FILE --url URL`).
+A question with no valid answer has `answer` None, scored as empty (`JudgedAnswer.scored`). `esun_uuid` is
+sha256 of a salt and the id: the same on every attempt, new on every run (the service keeps answers by
+`esun_uuid` for an hour). Scoring (CER) is the caller's (`model.evaluate --data FILE --url URL`).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,16 +48,10 @@ def _run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int
     with tempfile.TemporaryFile() as output:
         process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                process.kill()
-                pid, status, usage = os.wait4(process.pid, 0)
-                break
-            time.sleep(0.05)
+        killer = threading.Timer(timeout_s, process.kill)  # wrk ends at its duration; this is for a hung one
+        killer.start()
+        _, status, usage = os.wait4(process.pid, 0)  # the child's own resource usage, as it is reaped
+        killer.cancel()
         process.returncode = os.waitstatus_to_exitcode(status)
         output.seek(0)
         return process.returncode, usage.ru_utime + usage.ru_stime, output.read().decode("utf-8", "replace")
