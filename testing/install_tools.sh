@@ -4,9 +4,7 @@
 #     lets Debian's JMeter 2.13 load plans at all (testing/jmeter/xstream/), and that fix;
 #   - newman, pinned in testing/postman/package.json(+ lock), installed in testing/postman/node_modules;
 #   - Debian's chromium, headless, for the test that renders /docs (tests/api/test_docs_pages.py);
-#   - Debian's wrk (with LuaJIT), the benchmark's closed-loop load generator (testing/wrkload.py, testing/wrk.lua),
-#     and the generators it was measured against (python -m testing.loadgen_cost): h2load (nghttp2-client), hey,
-#     siege.
+#   - Debian's wrk (with LuaJIT), the benchmark's closed-loop load generator (testing/wrkload.py, testing/wrk.lua).
 # Run from anywhere: `bash testing/install_tools.sh` (`make test` runs it first). Needs root (or sudo) for apt.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -56,14 +54,9 @@ else
     apt_install chromium
 fi
 
-# Load generators: wrk for the benchmark's closed loops; h2load, hey and siege only to compare their CPU cost.
-missing=()
-command -v wrk >/dev/null 2>&1 || missing+=(wrk)
-command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
-command -v hey >/dev/null 2>&1 || missing+=(hey)
-command -v siege >/dev/null 2>&1 || missing+=(siege)
-if [ "${#missing[@]}" -gt 0 ]; then
-    apt_install "${missing[@]}"
+# wrk, the benchmark's closed-loop load generator.
+if command -v wrk >/dev/null 2>&1; then
+    echo "install_tools: wrk already installed"
 else
-    echo "install_tools: wrk, h2load, hey and siege already installed"
+    apt_install wrk
 fi
