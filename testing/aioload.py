@@ -233,22 +233,19 @@ class Generator:
         self.opened = 0
         self.reused = 0
 
-    def wall(self, loop_time: float) -> float:
-        return self.t0_wall + (loop_time - self.t0)
-
-    def send(self, due: float, index: int, conn: Connection | None = None) -> None:
-        """Send the request due at `due` (loop clock) on `conn`, an idle connection, or a new one."""
+    def send(self, due: float, index: int) -> None:
+        """Send the request due at `due` (loop clock) on an idle connection, or a new one."""
         esun_uuid, payload = fresh_payload(self.templates[index % len(self.templates)])
         now = self.loop.time()
-        request = Request(self.wall(due), due, now, esun_uuid, due + self.timeout_s)
-        if conn is None:
-            while self.idle:
-                candidate = self.idle.pop()  # the most recently used: the least likely to be closing
-                if candidate.usable(now):
-                    conn = candidate
-                    self.reused += 1
-                    break
-                candidate.close()
+        request = Request(self.t0_wall + (due - self.t0), due, now, esun_uuid, due + self.timeout_s)
+        conn = None
+        while self.idle:
+            candidate = self.idle.pop()  # the most recently used: the least likely to be closing
+            if candidate.usable(now):
+                conn = candidate
+                self.reused += 1
+                break
+            candidate.close()
         if conn is None:
             self.opening += 1
             self.loop.create_task(self._open_and_send(request, self.target.request(payload)))

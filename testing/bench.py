@@ -19,7 +19,6 @@ core is reported beside every point. Writes bench.json, bench_raw.json (every re
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import math
@@ -328,11 +327,8 @@ def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     """Slow clients (testing/slow_clients.py): f_slow connections stalled mid-head, held open (reopened when the
     server closes them), while f_clients closed-loop clients ask the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
-    slow_clients.raise_open_file_limit(plan.f_slow + plan.f_clients + 64)
-    log_start = len(server.request_log())
-    result = asyncio.run(slow_clients.run(aioload.Target.from_url(server.url), plan.f_slow, plan.f_clients,
-                                          plan.durations["f"], ramp_s=10.0, timeout_s=5.0))
-    result["server_paths"] = dict(server.paths(since=log_start))
+    result = slow_clients.measure(aioload.Target.from_url(server.url), plan.f_slow, plan.f_clients,
+                                  plan.durations["f"], ramp_s=10.0, timeout_s=5.0, server=server)
     q = result["questions"]
     print(f"bench f slow clients: {result['slow']['held_min']} of {plan.f_slow} held, {q['within_1s']} of "
           f"{q['sent']} questions answered validly within 1 s, p50 {q['p50_ms']} p99 {q['p99_ms']} ms, tool "

@@ -209,6 +209,19 @@ def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
             "late_sent_at_s": [round(s.due - start, 2) for s in shots if not s.valid or s.latency_s > JUDGE_TIMEOUT_S]}
 
 
+def measure(target: Target, slow: int, clients: int, seconds: float, ramp_s: float, timeout_s: float,
+            server: ServerProcess | None = None) -> dict[str, Any]:
+    """Run the slow connections and the clients against target; with the server serving it (started here), also
+    its CPU and its answers by path."""
+    raise_open_file_limit(slow + clients + 64)
+    log_start = len(server.request_log()) if server else 0
+    probe = (lambda: _server_cpu_s(server)) if server else None
+    result = asyncio.run(run(target, slow, clients, seconds, ramp_s, timeout_s, probe))
+    if server is not None:
+        result["server_paths"] = dict(server.paths(since=log_start))
+    return result
+
+
 def raise_open_file_limit(needed: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
@@ -273,7 +286,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    raise_open_file_limit(args.slow + args.clients + 64)
     server = None
     if args.url is None:
         settings = dict(s.split("=", 1) for s in args.server_setting)
@@ -289,11 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
     try:
-        log_start = len(server.request_log()) if server else 0
-        probe = (lambda: _server_cpu_s(server)) if server else None
-        result = asyncio.run(run(target, args.slow, args.clients, args.seconds, args.ramp_s, args.timeout_s, probe))
-        if server is not None:
-            result["server_paths"] = dict(server.paths(since=log_start))
+        result = measure(target, args.slow, args.clients, args.seconds, args.ramp_s, args.timeout_s, server)
     finally:
         if server is not None:
             server.stop()
