@@ -34,10 +34,6 @@ SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
 TAIL_S = 2.0
 
 
-class WrkMissing(RuntimeError):
-    """wrk is not installed (testing/install_tools.sh installs Debian's)."""
-
-
 def wrk_path() -> str | None:
     """Return wrk's path, None when it is not installed."""
     return shutil.which("wrk")
@@ -64,7 +60,7 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, temp
     start and end, and wrk's figures: its CPU share of one core over its run, its error counts."""
     wrk = wrk_path()
     if wrk is None:
-        raise WrkMissing("wrk is not installed: run `bash testing/install_tools.sh`")
+        raise RuntimeError("wrk is not installed: run `bash testing/install_tools.sh`")
     with tempfile.TemporaryDirectory(prefix="esun-wrk-") as tmp:
         bodies = Path(tmp) / "bodies.jsonl"
         bodies.write_text("".join(t.replace("\n", " ") + "\n" for t in templates), encoding="utf-8")
