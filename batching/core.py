@@ -3,7 +3,8 @@
 An engine (``batching.threaded``, ``batching.process``) owns a ``Core`` and supplies only what differs: how a job
 is queued (``enqueue``, which returns the streamer's task id), what a monitor round checks, and how its workers
 stop. The core keeps the promise both engines make: every admitted job's future is resolved exactly once, by
-whoever gets there first (worker, collector, monitor, close), and its slot is released when it is.
+whoever gets there first (the threaded worker or the process engine's collector, the monitor, close, a submit that
+finds a dead worker), and its slot is released when it is.
 
 Thread safety: every method may be called from any thread. ``lock`` serialises admission, registration and
 release; an engine holds it to swap a worker so that no submit slips between the check and the swap.

@@ -9,7 +9,8 @@ used (``_Streamer``). Its known defects are made harmless here and on the worker
 1. an exception in the batch function killed the worker thread: the batch function is wrapped so it never raises,
    and a worker thread that dies anyway (a ``BaseException``) is replaced by a monitor thread;
 2. a caller that timed out left its future in ``_future_cache`` forever, and
-3. ``_input`` incremented ``_task_id`` without a lock: both belong to the output side, which is not used;
+3. ``_input`` incremented ``_task_id`` without a lock: both belong to the output side, which is not used (as is
+   the collector thread, which polled forever and could not be stopped); items are numbered by ``itertools.count``;
 4. the queues were unbounded: at most ``max_in_flight`` items are admitted, past that ``submit`` raises;
 5. items past their deadline still reached the batch function: they are dropped first;
 6. the batch window could reach twice ``max_latency``: the window is bounded by ``max_wait_s``.
@@ -33,9 +34,11 @@ Contract (in the manner of Ray Serve's ``batching.py``):
 - Failure. If the batch function raises, or returns a result count that differs from its input count, every item
   of that batch (and only that batch) fails with ``BatchFailed``; the worker goes on to the next batch. If the worker
   thread dies, the items it held fail with ``BatchFailed`` and a new worker takes the queue.
-- Thread safety. ``submit``, ``stats``, ``alive`` and ``close`` may be called from any thread. Futures are resolved
-  on the worker, monitor or closing thread, so done-callbacks run there and must be quick (they may call
-  ``submit``). A waiter that cancels its future before its batch starts takes the item out of the batch.
+- Thread safety. ``submit``, ``stats``, ``alive`` and ``close`` may be called from any thread. Each future is
+  resolved once, by whoever comes first: the worker thread (answers, failures, deadlines), the monitor thread
+  (deadlines), the closing thread, or a ``submit`` that finds the worker dead (its items). Done-callbacks run
+  there and must be quick (they may call ``submit``). A waiter that cancels its future before its batch starts
+  takes the item out of the batch.
 - Shutdown. ``close`` refuses new items (``BatcherClosed``), lets items in flight finish until its timeout, fails
   the rest with ``BatcherClosed``, and stops the threads. A batch function that never returns keeps its (daemon)
   thread, but no waiter is left without an answer.

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
-import inspect
 import math
 import threading
 import time
 from collections.abc import Callable, Iterator
+from queue import Queue
 from typing import Any
 
 import pytest
 import service_streamer.service_streamer as ss
 
-from batching import Batcher, BatcherClosed, BatchFailed, BatchReport, DeadlineExceeded, Overloaded
+from batching import Batcher, BatcherClosed, BatchFailed, BatchReport, DeadlineExceeded, Overloaded, core
 from batching.policy import Traffic, Window, adaptive_wait_s, similar_sizes
 
 MakeBatcher = Callable[..., Batcher[Any, Any]]
@@ -284,31 +284,76 @@ def test_batcher_answers_each_of_64_threads_with_its_own_result(make_batcher: Ma
 # One future per item: the library's output side (second futures, output queue, collector thread) is not used.
 
 
-def test_each_item_has_one_future_settled_on_the_batch_thread_and_no_collector_runs(make_batcher: MakeBatcher) -> None:
-    fn = HeldFn(hold_first=True)
+def test_batcher_settles_each_item_exactly_once_on_its_own_future_without_a_collector(
+    make_batcher: MakeBatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every resolver (batch thread, monitor, close, a revived worker) goes through settle: each item, answered,
+    expired or failed, is settled by one call, and the batcher starts its worker and monitor, no collector."""
+    calls: dict[int, list[bool]] = {}
+    real_settle = core.settle
+
+    def counting_settle(future: concurrent.futures.Future[Any], **outcome: Any) -> bool:
+        settled = real_settle(future, **outcome)
+        calls.setdefault(id(future), []).append(settled)
+        return settled
+
+    for module in ("batching.core", "batching.threaded", "batching.threaded_worker"):
+        monkeypatch.setattr(f"{module}.settle", counting_settle)
+    before = set(threading.enumerate())
+    fn = HeldFn(hold_first=True, fail_on=99)
     batcher = make_batcher(fn, name="one-future")
-    futures = [batcher.submit(x, soon()) for x in range(8)]
+    started = {t.name for t in threading.enumerate() if t not in before}
+    assert started == {"one-future-worker", "one-future-monitor"}
+
+    futures = [batcher.submit(0, soon())]
+    assert fn.entered.wait(2)
+    futures += [batcher.submit(x, soon()) for x in range(1, 7)]
+    late = batcher.submit(7, soon(0.1))
     settled_on: list[str] = []
     for future in futures:
         future.add_done_callback(lambda _f: settled_on.append(threading.current_thread().name))
+    assert wait_until(late.done)  # expired by the monitor while the first batch is held
     fn.release.set()
-    assert [f.result(timeout=2) for f in futures] == [2 * x for x in range(8)]
-    assert wait_until(lambda: len(settled_on) == 8)
+    assert [f.result(timeout=2) for f in futures] == [2 * x for x in range(7)]
+    failed = batcher.submit(99, soon())
+    assert isinstance(failed.exception(timeout=2), BatchFailed)
+    assert isinstance(late.exception(), DeadlineExceeded)
+
+    assert wait_until(lambda: len(settled_on) == 7)
     assert set(settled_on) == {"one-future-worker"}  # settled where the batch ran, not by a collector
-    assert not batcher.streamer.back_thread.is_alive()
-    assert not any(t.name.startswith("one-future") and t.name.endswith("collect") for t in threading.enumerate())
-    assert batcher.streamer._future_cache == {}
+    assert sorted(calls.values()) == [[True]] * 9  # 7 answered, 1 expired, 1 failed: one call each
+    assert {t.name for t in threading.enumerate() if t not in before} <= started
+    assert not batcher.streamer.back_thread.is_alive() and batcher.streamer._future_cache == {}
 
 
 def test_the_service_streamer_members_the_engine_relies_on_are_where_0_1_2_has_them() -> None:
+    """Guards the private members batching.threaded and batching.threaded_worker were built on (0.1.2)."""
     assert ss.__name__ == "service_streamer.service_streamer"
-    assert list(inspect.signature(ss.ThreadedStreamer._send_request).parameters) == [
-        "self", "task_id", "request_id", "model_input"]
-    assert list(inspect.signature(ss.ThreadedWorker.__init__).parameters)[:6] == [
-        "self", "predict_function", "batch_size", "max_latency", "request_queue", "response_queue"]
-    for name in ("run_forever", "_recv_request", "model_predict", "_run_once"):
-        assert callable(getattr(ss.ThreadedWorker, name)), name
-    assert "back_thread" in inspect.getsource(ss._BaseStreamer.__init__)
+    # _BaseStreamer.__init__ builds the collector thread but does not start it.
+    base = ss._BaseStreamer()
+    assert isinstance(base.back_thread, threading.Thread) and not base.back_thread.is_alive()
+    # ThreadedStreamer._send_request puts (client, task id, request id, input) on _input_queue.
+    streamer = ss.ThreadedStreamer.__new__(ss.ThreadedStreamer)
+    streamer._input_queue = Queue()
+    streamer._send_request(3, 0, "item")
+    assert streamer._input_queue.get_nowait() == (0, 3, 0, "item")
+    # ThreadedWorker keeps its queue and destroy event, times out with TimeoutError, predicts with the function;
+    # run_forever calls _run_once until the destroy event is set.
+    requests: Queue[Any] = Queue()
+    destroy = threading.Event()
+
+    class Once(ss.ThreadedWorker):
+        def _run_once(self) -> int:
+            destroy.set()
+            return 1
+
+    worker = Once(lambda xs: [x * 2 for x in xs], 4, 0.1, requests, None, destroy_event=destroy)
+    assert worker._request_queue is requests and worker._destroy_event is destroy
+    with pytest.raises(TimeoutError):
+        worker._recv_request(timeout=0.0)
+    assert worker.model_predict([1, 2]) == [2, 4]
+    worker.run_forever()
+    assert destroy.is_set()
 
 
 # Defect 4: unbounded queues.
