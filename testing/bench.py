@@ -39,7 +39,6 @@ from typing import Any
 from testing import cli
 
 with cli.dev_requirements("testing.bench"):
-    import requests
 
     from config import Config
     from preprocess.text import NBest, han_only, strip_spaces
@@ -58,7 +57,7 @@ with cli.dev_requirements("testing.bench"):
         tag_paths,
     )
     from testing.samples import real_bodies
-    from testing.server import REPO_ROOT, ServerProcess, missing_weights, start_server
+    from testing.server import REPO_ROOT, ServerProcess, get_json, missing_weights, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "f")
@@ -135,7 +134,7 @@ class Servers:
             env = {"LOG_LEVEL": "INFO", **settings}
             server = start_server(env, self.log_dir / f"server-{name}.log", app=self.app)
             self.running[name] = server
-            self.info[name] = {"settings": settings, "service": _get_json(server.url + "/")}
+            self.info[name] = {"settings": settings, "service": get_json(server.url + "/")}
         return self.running[name]
 
     def release(self, name: str) -> None:
@@ -151,18 +150,7 @@ class Servers:
 
 def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
     """Read the batcher's counters from the bench app's route (None if the server does not have it)."""
-    return _get_json(server.url + STATS_ROUTE)
-
-
-def _get_json(url: str) -> Any:
-    """GET a JSON document from a loopback server, never through a proxy; None when there is none."""
-    with requests.Session() as http:
-        http.trust_env = False
-        try:
-            response = http.get(url, timeout=10)
-        except requests.RequestException:
-            return None
-    return response.json() if response.status_code == 200 else None
+    return get_json(server.url + STATS_ROUTE)
 
 
 # The counters of batching.errors.BatcherStats (the other fields are gauges).

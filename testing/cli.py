@@ -27,10 +27,13 @@ def missing_module_line(prog: str, module: str | None) -> str:
 
 @contextmanager
 def dev_requirements(prog: str) -> Iterator[None]:
-    """Exit with one line naming the install step when a module imported in the block is missing."""
+    """Exit with one line naming the install step when a module imported in the block is missing (when prog is the
+    program run; a tool imported by another, as the benchmark imports slow_clients, leaves the line to it)."""
     try:
         yield
     except ModuleNotFoundError as exc:
+        if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", prog) != prog:
+            raise
         print(missing_module_line(prog, exc.name), file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -117,18 +118,26 @@ def start_server(
     return server
 
 
+def get_json(url: str, timeout_s: float = 10.0) -> Any:
+    """GET a JSON document from a server started here, never through a proxy; None unless a 200 with JSON came."""
+    with requests.Session() as http:
+        http.trust_env = False  # the server is on loopback
+        try:
+            response = http.get(url, timeout=timeout_s)
+            return response.json() if response.status_code == 200 else None
+        except requests.RequestException:
+            return None
+
+
 def _wait_ready(server: ServerProcess, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    with requests.Session() as http:
-        http.trust_env = False  # the server is on loopback: never through a proxy
-        while time.monotonic() < deadline:
-            if not server.alive():
-                raise RuntimeError(f"server exited with {server.process.returncode} before it was ready; "
-                                   f"log {server.log_path}:\n{server.log_tail()}")
-            with contextlib.suppress(requests.RequestException):
-                if http.get(f"{server.url}/readyz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.2)
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise RuntimeError(f"server exited with {server.process.returncode} before it was ready; "
+                               f"log {server.log_path}:\n{server.log_tail()}")
+        if get_json(f"{server.url}/readyz", timeout_s=2) is not None:
+            return
+        time.sleep(0.2)
     raise TimeoutError(f"server not ready after {timeout_s:g} s; log {server.log_path}:\n{server.log_tail()}")
 
 
