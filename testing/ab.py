@@ -1,0 +1,203 @@
+"""A/B the corrector offline against other commits: the same lists, the answers diffed, batches timed in turn.
+
+`python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
+temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads), builds
+the evaluation lists once here (`model.evaluate`'s seeded sets, `--limit` per set), and runs this file as a child
+process in each tree (`PYTHONPATH` naming the tree, so the child imports that commit's code):
+
+- `answers`: every list answered in batches of 64, in the same order; the answers are diffed against this tree's
+  and each side's answer CER printed (the same answers give the same figures);
+- `time`: `--rounds` rounds, each side once per round in turn (this tree, then each commit, rotated per round),
+  each a fresh process: set-up, then `--batches` batches of 64 distinct lists and `--singles` batches of 1, each
+  timed alone. The table shows per side the median over rounds of each round's median; `--json` keeps all.
+
+Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SETS = ("test", "reviews", "decoded")
+
+
+def child(mode: str, lists_path: Path, batches: int, singles: int) -> dict:
+    """Run in a tree: answer every list (`answers`) or time batches of 64 and of 1 (`time`)."""
+    import numpy as np
+    import torch
+
+    from model.corrector import Corrector
+    from preprocess.text import NBest
+
+    rows = [json.loads(line) for line in lists_path.read_text(encoding="utf-8").splitlines()]
+    lists = [NBest(tuple(r["sentences"]), tuple(r["phonemes"])) for r in rows]
+    t0 = time.perf_counter()
+    corrector = Corrector(device="cpu")
+    corrector.setup()
+    setup_s = time.perf_counter() - t0
+    if mode == "answers":
+        answers: list[str] = []
+        for start in range(0, len(lists), 64):
+            answers += corrector.predict_batch(lists[start : start + 64])
+        return {"answers": answers}
+    out: dict = {"setup_s": setup_s, "threads": torch.get_num_threads(), "ms_64": [], "ms_1": []}
+    for start in range(0, min(len(lists), 64 * batches), 64):
+        t = time.perf_counter()
+        corrector.predict_batch(lists[start : start + 64])
+        out["ms_64"].append(1000 * (time.perf_counter() - t))
+    for item in lists[-singles:]:  # lists the batches above did not hold
+        t = time.perf_counter()
+        corrector.predict_batch([item])
+        out["ms_1"].append(1000 * (time.perf_counter() - t))
+    out["median_ms_64"] = float(np.median(out["ms_64"]))
+    out["median_ms_1"] = float(np.median(out["ms_1"]))
+    return out
+
+
+def build_lists(limit: int, path: Path) -> dict[str, list[str]]:
+    """Write the evaluation sets' lists (`limit` each), interleaved by a seeded shuffle; return the truths by set."""
+    from model.evaluate import simulated_set
+
+    rows = []
+    for name in SETS:
+        data = simulated_set(REPO_ROOT / "data" / "corpus", name, limit)
+        rows += [{"set": name, "sentences": nb.sentences, "phonemes": nb.phonemes, "truth": truth}
+                 for nb, truth in zip(data.nbests, data.truths, strict=True)]
+    random.Random(21).shuffle(rows)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return {"set": [r["set"] for r in rows], "truth": [r["truth"] for r in rows]}
+
+
+def make_tree(commit: str, parent: Path) -> Path:
+    """Check `commit` out into a new worktree under `parent`."""
+    tree = parent / commit
+    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(tree), commit],
+                   check=True, capture_output=True)
+    return tree
+
+
+def run_child(tree: Path, mode: str, lists_path: Path, args: argparse.Namespace) -> dict:
+    """Run this file's `child` in `tree`'s code; its JSON comes back on stdout's last line."""
+    env = os.environ | {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--lists", str(lists_path),
+           "--batches", str(args.batches), "--singles", str(args.singles)]
+    done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"child in {tree} failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cer(answers: list[str], truths: list[str]) -> float:
+    """Character error rate of answers against truths."""
+    from rapidfuzz.distance import Levenshtein
+
+    return sum(Levenshtein.distance(a, t) for a, t in zip(answers, truths, strict=True)) / max(1, sum(map(len, truths)))
+
+
+def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict, args: argparse.Namespace) -> dict:
+    """Answer the lists on every side; print per set each side's CER and how many answers differ from this tree's."""
+    answers = {name: run_child(tree, "answers", lists_path, args)["answers"] for name, tree in sides.items()}
+    here = answers["here"]
+    report: dict = {"sets": {}, "differences": []}
+    print("| set | side | lists | answer CER | answers unlike this tree's |\n|---|---|---:|---:|---:|")
+    for name in SETS:
+        idx = [i for i, s in enumerate(meta["set"]) if s == name]
+        truths = [meta["truth"][i] for i in idx]
+        for side, got in answers.items():
+            diff = [i for i in idx if got[i] != here[i]]
+            value = cer([got[i] for i in idx], truths)
+            report["sets"].setdefault(name, {})[side] = {"lists": len(idx), "cer": value, "differ": len(diff)}
+            report["differences"] += [{"set": name, "side": side, "index": i, "here": here[i], "there": got[i],
+                                       "truth": meta["truth"][i]} for i in diff]
+            print(f"| {name} | {side} | {len(idx)} | {value:.4%} | {len(diff)} |")
+    return report
+
+
+def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Namespace) -> dict:
+    """Time every side once per round, in turn (the order rotated each round); print the medians."""
+    names = list(sides)
+    rounds: list[dict[str, dict]] = []
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        rounds.append({name: run_child(sides[name], "time", lists_path, args) for name in order})
+        got = rounds[-1]
+        print(f"round {r + 1}: " + ", ".join(f"{n} {got[n]['median_ms_64']:.1f} / {got[n]['median_ms_1']:.2f} ms"
+                                              for n in names), flush=True)
+    summary = {n: {k: statistics.median(rd[n][f"median_{k}"] for rd in rounds) for k in ("ms_64", "ms_1")}
+               for n in names}
+    print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |")
+    print("|---|---:|---:|---:|---:|")
+    for n in names:
+        s = summary[n]
+        print(f"| {n} | {s['ms_64']:.1f} | {s['ms_64'] / 64:.2f} | {s['ms_1']:.2f} | "
+              f"{s['ms_64'] / summary['here']['ms_64']:.2f}x |")
+    return {"rounds": rounds, "medians": summary}
+
+
+def machine() -> str:
+    """The CPU's model name and core count."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="A/B the corrector offline against other commits.")
+    ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
+    ap.add_argument("--mode", choices=("answers", "time", "both"), default="both")
+    ap.add_argument("--limit", type=int, default=1000, help="lists per evaluation set")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batches", type=int, default=20, help="batches of 64 timed per child")
+    ap.add_argument("--singles", type=int, default=200, help="batches of 1 timed per child")
+    ap.add_argument("--json", type=Path, help="write everything measured here")
+    ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
+    ap.add_argument("--lists", type=Path, help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.lists, args.batches, args.singles)))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="ab-") as tmp:
+        parent = Path(tmp)
+        lists_path = parent / "lists.jsonl"
+        meta = build_lists(args.limit, lists_path)
+        sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
+        result: dict = {"machine": machine(), "command": " ".join(["python -m testing.ab", *(argv or sys.argv[1:])]),
+                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "lists": len(meta["set"])}
+        try:
+            if args.mode in ("answers", "both"):
+                result["answers"] = compare_answers(sides, lists_path, meta, args)
+            if args.mode in ("time", "both"):
+                result["time"] = compare_times(sides, lists_path, args)
+        finally:
+            for commit in args.against:
+                subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(parent / commit)],
+                               capture_output=True)
+    print(f"\nmachine: {result['machine']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
