@@ -44,6 +44,8 @@ MIN_BIGRAM_COUNT = 2
 BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
 # Segments (one or two characters, or none) whose ids and log frequency are memoised at once.
 MAX_MEMO_SEGMENTS = 100_000
+# Neighbour-character pairs whose bigram terms are memoised, per side (about 30 MB each when full).
+MAX_MEMO_PAIRS = 100_000
 # The columns in the order Featurizer._candidate_rows writes them (plain tuples, for speed): the contract's.
 _CANDIDATE_ROW = ("keep", "vote_share", "best_rank_inverse", "deletion", "insertion", "same_tone", "other_tone",
                   "near_syllable", "not_offered", "log_freq", "offered_by_second", "lm_delta", "left_edge_count",
@@ -129,6 +131,19 @@ class Example:
     rows: list[list[str]] = field(default_factory=list)  # each other hypothesis's segment per TOP1 position
 
 
+@dataclass(frozen=True)
+class _Block:
+    """A character's rows where every hypothesis agrees with it (`Featurizer._unanimous_block`)."""
+
+    cands: list[str]
+    ids: np.ndarray  # [MAX_CANDIDATES, MAX_SEGMENT] int64, zero past the candidates
+    feats: np.ndarray  # [MAX_CANDIDATES, N_CAND_FEATS] float32, the LM columns 0, zero past the candidates
+    mask: np.ndarray  # [MAX_CANDIDATES] bool
+    priors: list[float]  # each candidate's smoothing prior, its log, and its log denominator (`Featurizer._lm`)
+    log_priors: list[float]
+    log_dens: list[float]
+
+
 def boundary_tags(top1_words: list[str]) -> list[int]:
     """Tag each Han character of TOP1 as word begin / middle / end / single."""
     tags: list[int] = []
@@ -156,7 +171,7 @@ class Featurizer:
         self._log_den = {c: math.log(n + 5.0) for c, n in vocab.counts.items()}
         self._log_den_unk = math.log(5.0)
         self._similar_cache: dict[str, dict[str, int]] = {}
-        self._unanimous_memo: dict[str, tuple | None] = {}
+        self._unanimous_memo: dict[str, _Block | None] = {}
         # The bigram counts by their first character and by their second: a position's two neighbours look up
         # every candidate's bigrams with them (`_unanimous_rows`).
         self._after: dict[str, dict[str, int]] = {}
@@ -165,6 +180,9 @@ class Featurizer:
             self._after.setdefault(pair[0], {})[pair[1]] = n
             self._before.setdefault(pair[1], {})[pair[0]] = n
         self._segment_memo: dict[str, tuple[list[int], float]] = {}
+        # a neighbour and a character -> its block's bigram terms on that side (`_left_terms`, `_right_terms`)
+        self._left_memo: dict[str, np.ndarray] = {}
+        self._right_memo: dict[str, np.ndarray] = {}
 
     def _char_ids(self, seg: str) -> list[int]:
         if not seg:
@@ -252,59 +270,86 @@ class Featurizer:
             ))
         return cands, ids, feats
 
-    def _unanimous_rows(self, i: int, top1: str) -> tuple[list[str], np.ndarray, np.ndarray] | None:
-        """`_candidate_rows` for a position every hypothesis agrees on (about 70 % of them), or None where it does
-        not apply. Its candidates are TOP1's character and its similar characters, none offered, so every column
-        but the three LM ones is the character's own (`_unanimous_block`, memoised); those three are computed here
-        as `_lm` computes them, with each candidate's two bigrams looked up by their neighbour. The same values
-        as the general path, to the bit (tests/model/test_features.py)."""
-        block = self._unanimous_block(top1[i])
-        if block is None:
-            return None
-        cands, ids, static, priors, log_priors, log_dens = block
-        left = top1[i - 1] if i > 0 else BOS
-        right = top1[i + 1] if i + 1 < len(top1) else EOS
-        after_left = self._after.get(left, _NO_COUNTS)
-        before_right = self._before.get(right, _NO_COUNTS)
-        den_left = self._log_den.get(left, self._log_den_unk)
-        prior_right = self._prior.get(right, self._prior_unk)
-        log_prior_right = self._log_prior.get(right, self._log_prior_unk)
-        dynamic, keep_lm = [], 0.0
-        for k, seg in enumerate(cands):
-            n = after_left.get(seg, 0)
-            term_l = (math.log(n + priors[k]) if n else log_priors[k]) - den_left
-            edge_l = math.log1p(n) if n else 0.0
-            n = before_right.get(seg, 0)
-            term_r = (math.log(n + prior_right) if n else log_prior_right) - log_dens[k]
-            edge_r = math.log1p(n) if n else 0.0
-            score = term_l + term_r
-            if k == 0:
-                keep_lm = score
-            dynamic.append((max(-3.0, min(3.0, (score - keep_lm) / LM_DELTA_SCALE)), edge_l / EDGE_COUNT_SCALE,
-                            edge_r / EDGE_COUNT_SCALE))
-        feats = static.copy()
-        feats[:, _LM_COLUMNS] = dynamic
-        return cands, ids, feats
-
-    def _unanimous_block(self, char: str) -> tuple | None:
-        """A character's candidates where no hypothesis offers another segment, their ids, the feature columns
-        that do not depend on the neighbours (the LM ones left 0) and each candidate's prior terms; memoised and
-        bounded like the segments. None when a candidate is not a single character (the general path then)."""
+    def _unanimous_block(self, char: str) -> _Block | None:
+        """A character's candidates where no hypothesis offers another segment, with their ids, mask and the feature
+        columns that do not depend on the neighbours (the LM ones left 0), padded to MAX_CANDIDATES rows, and each
+        candidate's prior terms; memoised and bounded like the segments. None when a candidate is not a single
+        character (the general path then)."""
         if char in self._unanimous_memo:
             return self._unanimous_memo[char]
         cands, ids, rows = self._candidate_rows(0, char, {char: [0]}, 1)
         value = None
         if all(len(seg) == 1 for seg in cands):
-            feats = np.array(rows, dtype=np.float32)
+            n = len(cands)
+            block_ids = np.zeros((MAX_CANDIDATES, MAX_SEGMENT), dtype=np.int64)
+            block_ids[:n] = ids
+            feats = np.zeros((MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
+            feats[:n] = rows
             feats[:, _LM_COLUMNS] = 0.0
-            value = (cands, np.array(ids, dtype=np.int64), feats,
-                     [self._prior.get(c, self._prior_unk) for c in cands],
-                     [self._log_prior.get(c, self._log_prior_unk) for c in cands],
-                     [self._log_den.get(c, self._log_den_unk) for c in cands])
+            mask = np.arange(MAX_CANDIDATES) < n
+            value = _Block(cands, block_ids, feats, mask,
+                           [self._prior.get(c, self._prior_unk) for c in cands],
+                           [self._log_prior.get(c, self._log_prior_unk) for c in cands],
+                           [self._log_den.get(c, self._log_den_unk) for c in cands])
         if len(self._unanimous_memo) >= MAX_MEMO_SEGMENTS:
             self._unanimous_memo.clear()
         self._unanimous_memo[char] = value
         return value
+
+    def _left_terms(self, left: str, char: str, block: _Block) -> np.ndarray:
+        """[2, MAX_CANDIDATES]: each candidate's bigram term after `left` (as `_lm` computes it) and its left edge
+        count column; memoised by the pair (the pairs of real text repeat), bounded."""
+        key = left + char
+        value = self._left_memo.get(key)
+        if value is None:
+            after_left = self._after.get(left, _NO_COUNTS)
+            den_left = self._log_den.get(left, self._log_den_unk)
+            value = np.zeros((2, MAX_CANDIDATES))
+            for k, seg in enumerate(block.cands):
+                n = after_left.get(seg, 0)
+                value[0, k] = (math.log(n + block.priors[k]) if n else block.log_priors[k]) - den_left
+                value[1, k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
+            if len(self._left_memo) >= MAX_MEMO_PAIRS:
+                self._left_memo.clear()
+            self._left_memo[key] = value
+        return value
+
+    def _right_terms(self, char: str, right: str, block: _Block) -> np.ndarray:
+        """[2, MAX_CANDIDATES]: each candidate's bigram term before `right` and its right edge count column."""
+        key = char + right
+        value = self._right_memo.get(key)
+        if value is None:
+            before_right = self._before.get(right, _NO_COUNTS)
+            prior_right = self._prior.get(right, self._prior_unk)
+            log_prior_right = self._log_prior.get(right, self._log_prior_unk)
+            value = np.zeros((2, MAX_CANDIDATES))
+            for k, seg in enumerate(block.cands):
+                n = before_right.get(seg, 0)
+                value[0, k] = (math.log(n + prior_right) if n else log_prior_right) - block.log_dens[k]
+                value[1, k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
+            if len(self._right_memo) >= MAX_MEMO_PAIRS:
+                self._right_memo.clear()
+            self._right_memo[key] = value
+        return value
+
+    def _fill_unanimous(self, top1: str, positions: list[int], blocks: list[_Block], cand_ids: np.ndarray,
+                        cand_feats: np.ndarray, cand_mask: np.ndarray) -> None:
+        """Write the rows of the positions every hypothesis agrees on (about 70 % of them), all at once: each
+        character's memoised block, and the three LM columns from the memoised bigram terms of its two neighbours,
+        added, differenced against keep, scaled and clipped as `_candidate_rows` does (float64 throughout, so the
+        same values to the bit: tests/model/test_features.py)."""
+        padded = BOS + top1 + EOS
+        left = np.stack([self._left_terms(padded[i], top1[i], b) for i, b in zip(positions, blocks, strict=True)])
+        right = np.stack([self._right_terms(top1[i], padded[i + 2], b)
+                          for i, b in zip(positions, blocks, strict=True)])
+        mask = np.stack([b.mask for b in blocks])
+        score = left[:, 0] + right[:, 0]
+        delta = np.clip((score - score[:, :1]) / LM_DELTA_SCALE, -3.0, 3.0)
+        feats = np.stack([b.feats for b in blocks])
+        feats[:, :, _LM_COLUMNS] = np.where(mask[..., None], np.stack((delta, left[:, 1], right[:, 1]), axis=-1), 0.0)
+        cand_ids[positions] = np.stack([b.ids for b in blocks])
+        cand_feats[positions] = feats
+        cand_mask[positions] = mask
 
     def _segment(self, seg: str) -> tuple[list[int], float]:
         """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
@@ -342,6 +387,8 @@ class Featurizer:
         cand_feats = np.zeros((L, MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
         cand_mask = np.zeros((L, MAX_CANDIDATES), dtype=bool)
         candidates: list[list[str]] = []
+        unanimous: list[int] = []
+        blocks: list[_Block] = []
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
         for i, char in enumerate(top1):
             s = char_syllable(char)
@@ -349,24 +396,27 @@ class Featurizer:
                 syl[i] = self.vocab.syl_id.get(s.toneless, UNK)
                 tone[i] = s.tone
             column = columns[i]
-            rows_here = None
-            if column.count(char) == len(column):  # every hypothesis agrees: votes {char: all ranks}
+            block = self._unanimous_block(char) if column.count(char) == len(column) else None
+            if block is not None:  # every hypothesis agrees: its rows are written below, all at once
                 agreement, alternatives = 1.0, 0.0
-                rows_here = self._unanimous_rows(i, top1)
-            if rows_here is None:
+                unanimous.append(i)
+                blocks.append(block)
+                candidates.append(block.cands)
+            else:
                 votes: dict[str, list[int]] = {char: [0]}
                 for rank, seg in enumerate(column, start=1):
                     votes.setdefault(seg, []).append(rank)
                 agreement, alternatives = len(votes[char]) / n_hyps, (len(votes) - 1) / ALTERNATIVES_SCALE
-                rows_here = self._candidate_rows(i, top1, votes, n_hyps)
+                cands, ids, feats = self._candidate_rows(i, top1, votes, n_hyps)
+                candidates.append(cands)
+                n = len(cands)
+                cand_ids[i, :n] = ids
+                cand_feats[i, :n] = feats
+                cand_mask[i, :n] = True
             pos_rows.append(PositionFeatures(agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK,
                                              i / MAX_LEN))
-            cands, ids, feats = rows_here
-            candidates.append(cands)
-            n = len(cands)
-            cand_ids[i, :n] = ids
-            cand_feats[i, :n] = feats
-            cand_mask[i, :n] = True
+        if unanimous:
+            self._fill_unanimous(top1, unanimous, blocks, cand_ids, cand_feats, cand_mask)
         pos_feats = np.array(pos_rows, dtype=np.float32)
         labels = None
         if truth is not None:

@@ -81,15 +81,17 @@ def test_featurize_never_offers_an_orthographic_variant_of_top1():
     assert "抬" in ex.candidates[0]
 
 
-def test_a_position_every_hypothesis_agrees_on_gets_the_general_paths_rows_to_the_bit():
+def test_featurize_writes_the_positions_every_hypothesis_agrees_on_as_the_general_path_does_to_the_bit():
+    """Guards the batched rows of unanimous positions (`_fill_unanimous`): the same arrays as `_candidate_rows`."""
     sentences = ["我發現新元", "投資機構不同的地方", "央行進場買回調", "你好密碼要進去"]
     bigrams = {s[i:i + 2]: 3 for s in sentences for i in range(len(s) - 1)}
-    featurizer = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    fast = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    general = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    general._unanimous_block = lambda char: None  # every position through _candidate_rows
     for top1 in sentences:
-        for i in range(len(top1)):
-            fast = featurizer._unanimous_rows(i, top1)
-            assert fast is not None
-            cands, ids, feats = featurizer._candidate_rows(i, top1, {top1[i]: [0, 1, 2]}, 3)
-            assert fast[0] == cands
-            assert np.array_equal(fast[1], np.array(ids, dtype=np.int64))
-            assert np.array_equal(fast[2], np.array(feats, dtype=np.float32))  # float32, as the network sees them
+        nbest = NBest((top1, top1, top1[:2] + "噢" + top1[3:]))  # unanimous positions beside one that is not
+        a, b = fast.featurize(nbest), general.featurize(nbest)
+        assert a.candidates == b.candidates
+        for key in ("pos_feats", "cand_ids", "cand_feats", "cand_mask"):
+            assert np.array_equal(getattr(a, key), getattr(b, key)), key  # float32, as the network sees them
+            assert getattr(a, key).dtype == getattr(b, key).dtype
