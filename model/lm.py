@@ -28,6 +28,7 @@ LM_DIR = Path(__file__).resolve().parent / "lm"
 DEFAULT_LM_PATH = LM_DIR / "zh_CN.lm"
 MAX_WORD = 6  # the longest word the segmenter tries, in characters
 MAX_CACHED_WORDS = 1_000_000  # about 150 MB of cached substrings
+MAX_CACHED_WINDOWS = 200_000  # windows of MAX_WORD characters and the words ending there: about 60 MB
 
 
 class LanguageModelError(RuntimeError):
@@ -96,6 +97,8 @@ class LanguageModel:
         self._local = threading.local()
         # substring -> _unigram(): emptied when full (cheaper than an LRU on the hot loop, and refilled at once)
         self._words: dict[str, tuple[float, bool]] = {}
+        # window of MAX_WORD characters -> the words (of `_words`) that end at its last character; emptied with it
+        self._windows: dict[str, tuple[tuple[int, tuple[float, bool]], ...]] = {}
         self._scored = lru_cache(maxsize=200_000)(self._score_uncached)
 
     def to_simplified(self, text: str) -> str:
@@ -122,23 +125,27 @@ class LanguageModel:
     def segment(self, trad: str) -> list[tuple[str, str, float, bool]]:
         """Split a traditional sentence into the most probable words: (simplified, traditional, unigram, known)."""
         simple = self.to_simplified(trad)
-        words = self._words
-        if len(words) > MAX_CACHED_WORDS:
-            words.clear()
+        if len(self._words) > MAX_CACHED_WORDS:
+            self._words.clear()
+            self._windows.clear()  # they hold the words' entries
+        elif len(self._windows) > MAX_CACHED_WINDOWS:
+            self._windows.clear()  # rebuilt from the words' entries, alike
+        windows = self._windows
         n = len(trad)
         best = [0.0] + [-math.inf] * n
         back: list[tuple[int, tuple[float, bool]]] = [(0, (0.0, True))] * (n + 1)
-        # the inner loop runs for every substring of every candidate sentence: a plain dict, inlined
+        # the words that may end at j are those of the window of MAX_WORD characters before it: one lookup per
+        # position instead of one per substring (this runs for every candidate sentence of every list)
         for j in range(1, n + 1):
+            lo = j - MAX_WORD if j > MAX_WORD else 0
+            ends = windows.get(trad[lo:j])
+            if ends is None:
+                ends = windows[trad[lo:j]] = self._window(trad, simple, lo, j)
             top, arg = -math.inf, back[j]
-            for i in range(max(0, j - MAX_WORD), j):
-                sub = trad[i:j]
-                entry = words.get(sub)
-                if entry is None:
-                    entry = words[sub] = self._unigram(simple[i:j], sub)
-                value = best[i] + entry[0]
+            for k, entry in ends:
+                value = best[lo + k] + entry[0]
                 if value > top:
-                    top, arg = value, (i, entry)
+                    top, arg = value, (lo + k, entry)
             best[j], back[j] = top, arg
         out: list[tuple[str, str, float, bool]] = []
         j = n
@@ -147,6 +154,20 @@ class LanguageModel:
             out.append((simple[i:j], trad[i:j], u, known))
             j = i
         return out[::-1]
+
+    def _window(self, trad: str, simple: str, lo: int, j: int) -> tuple[tuple[int, tuple[float, bool]], ...]:
+        """The words of trad[lo:j] that end at j, longest first, as (start - lo, word entry); a substring that is
+        no word (-inf) is left out, as it could never be the best split."""
+        words = self._words
+        ends = []
+        for i in range(lo, j):
+            sub = trad[i:j]
+            entry = words.get(sub)
+            if entry is None:
+                entry = words[sub] = self._unigram(simple[i:j], sub)
+            if entry[0] != -math.inf:
+                ends.append((i - lo, entry))
+        return tuple(ends)
 
     def _score_uncached(self, trad: str) -> LMScore:
         model = self.model
