@@ -16,6 +16,7 @@ fp32, with the same sentences made worse (6 / 8 / 13). `cpu_precision="fp32"` ke
 from __future__ import annotations
 
 import heapq
+import inspect
 import json
 import logging
 import random
@@ -41,6 +42,7 @@ from preprocess.text import NBest, top1_answer
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 WARM_UP_LISTS = 256  # four full batches: about 1 s of start-up on 2 cores
+NET_INPUTS = tuple(inspect.signature(CorrectorNet.forward).parameters)[1:]  # the forward's tensors, in order
 log = logging.getLogger(__name__)
 
 
@@ -87,6 +89,22 @@ def length_groups(lengths: list[tuple[int, int]], max_waste: float = 0.25, min_g
     if cur:
         groups.append(cur)
     return groups
+
+
+def traced(net: torch.nn.Module, example: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """Return `net` traced by TorchScript on one example batch, or `net` itself where tracing fails.
+
+    The traced graph runs the same aten kernels on the same tensors, so the same probabilities to the bit (checked
+    on every length group of 9,000 evaluation lists and 600 single lists), without the Python of ~60 module calls per
+    forward pass: 2.0 → 0.9 ms per list alone, 33 → 22 ms per batch of 64 on the 2-core machine (issue 21). Nothing in
+    the network branches on its inputs' values (the attention mask is an additive one whatever the padding)."""
+    try:
+        with warnings.catch_warnings(), torch.inference_mode():
+            warnings.simplefilter("ignore")  # TracerWarnings about shapes read as Python ints: none steers a branch
+            return torch.jit.trace(net, tuple(example[k] for k in NET_INPUTS), check_trace=False)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        log.warning("the network could not be traced (%s): it runs eagerly", exc)
+        return net
 
 
 def quantized(net: torch.nn.Module) -> torch.nn.Module:
@@ -182,6 +200,9 @@ class Corrector:
             self.adaptation = Adaptation.load(self.weights_dir, self.meta["adaptation"], self.lm.to_simplified)
         self.reranker = self._reranker()
         warm = self._warm_up_lists()
+        if self.device.type == "cpu":  # measured there; on CUDA the network runs as before (no device to check it)
+            groups = self.batch(warm[:64]).groups
+            self.net = traced(self.net, max(groups, key=lambda g: len(g[0]))[1])
         for start in range(0, len(warm), 64):
             self.predict_batch(warm[start : start + 64])
         self.ready = True
