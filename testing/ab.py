@@ -8,8 +8,9 @@ process in each tree (`PYTHONPATH` naming the tree, so the child imports that co
 - `answers`: every list answered in batches of 64, in the same order; the answers are diffed against this tree's
   and each side's answer CER printed (the same answers give the same figures);
 - `time`: `--rounds` rounds, each side once per round in turn (this tree, then each commit, rotated per round),
-  each a fresh process: set-up, then `--batches` batches of 64 distinct lists and `--singles` batches of 1, each
-  timed alone. The table shows per side the median over rounds of each round's median; `--json` keeps all.
+  each a fresh process: set-up, `--warm` lists answered untimed, then `--batches` batches of 64 distinct lists and
+  `--singles` batches of 1, each timed alone. The table shows per side the median over rounds of each round's
+  median; `--json` keeps every time.
 
 Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
 """
@@ -32,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
 
 
-def child(mode: str, lists_path: Path, batches: int, singles: int) -> dict:
+def child(mode: str, lists_path: Path, batches: int, singles: int, warm: int) -> dict:
     """Run in a tree: answer every list (`answers`) or time batches of 64 and of 1 (`time`)."""
     import numpy as np
     import torch
@@ -52,7 +53,9 @@ def child(mode: str, lists_path: Path, batches: int, singles: int) -> dict:
             answers += corrector.predict_batch(lists[start : start + 64])
         return {"answers": answers}
     out: dict = {"setup_s": setup_s, "threads": torch.get_num_threads(), "ms_64": [], "ms_1": []}
-    for start in range(0, min(len(lists), 64 * batches), 64):
+    for start in range(0, warm, 64):  # untimed: the caches as a served process has them after a while
+        corrector.predict_batch(lists[start : start + 64])
+    for start in range(warm, min(len(lists), warm + 64 * batches), 64):
         t = time.perf_counter()
         corrector.predict_batch(lists[start : start + 64])
         out["ms_64"].append(1000 * (time.perf_counter() - t))
@@ -91,7 +94,7 @@ def run_child(tree: Path, mode: str, lists_path: Path, args: argparse.Namespace)
     """Run this file's `child` in `tree`'s code; its JSON comes back on stdout's last line."""
     env = os.environ | {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--lists", str(lists_path),
-           "--batches", str(args.batches), "--singles", str(args.singles)]
+           "--batches", str(args.batches), "--singles", str(args.singles), "--warm", str(args.warm)]
     done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"child in {tree} failed: {done.stderr.strip()[-2000:]}")
@@ -166,6 +169,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batches", type=int, default=20, help="batches of 64 timed per child")
     ap.add_argument("--singles", type=int, default=200, help="batches of 1 timed per child")
+    ap.add_argument("--warm", type=int, default=640, help="lists answered untimed first, in batches of 64")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists", type=Path, help=argparse.SUPPRESS)
@@ -175,7 +179,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.lists, args.batches, args.singles)))
+        print(json.dumps(child(args.child, args.lists, args.batches, args.singles, args.warm)))
         return 0
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp:
         parent = Path(tmp)
