@@ -28,6 +28,8 @@ LM_DIR = Path(__file__).resolve().parent / "lm"
 DEFAULT_LM_PATH = LM_DIR / "zh_CN.lm"
 MAX_WORD = 6  # the longest word the segmenter tries, in characters
 MAX_CACHED_WORDS = 1_000_000  # about 150 MB of cached substrings
+# most substrings of a sentence are no word: they all share one entry in the word cache (about 60 bytes each)
+_NO_WORD = (-math.inf, False)
 MAX_CACHED_WINDOWS = 200_000  # windows of MAX_WORD characters and the words ending there: about 60 MB
 
 
@@ -120,7 +122,7 @@ class LanguageModel:
             return tw + self.oov_backoff, False
         if len(trad) == 1:
             return self.floor, False
-        return -math.inf, False
+        return _NO_WORD
 
     def segment(self, trad: str) -> list[tuple[str, str, float, bool]]:
         """Split a traditional sentence into the most probable words: (simplified, traditional, unigram, known)."""
@@ -165,7 +167,7 @@ class LanguageModel:
             entry = words.get(sub)
             if entry is None:
                 entry = words[sub] = self._unigram(simple[i:j], sub)
-            if entry[0] != -math.inf:
+            if entry is not _NO_WORD:
                 ends.append((i - lo, entry))
         return tuple(ends)
 
@@ -176,8 +178,9 @@ class LanguageModel:
         total = taiwan = 0.0
         oov = 0
         words = self.segment(trad)
+        taiwan_logp = self.lexicon.logp.get
         for simple, word, u, known in words:
-            tw = self.lexicon.get(word)
+            tw = taiwan_logp(word)
             taiwan += self.floor if tw is None else tw
             if known:
                 total += model.BaseScore(state, simple, out)

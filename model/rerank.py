@@ -54,10 +54,14 @@ class Features:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        return _FEATURE_NAMES
 
     def vector(self) -> np.ndarray:
-        return np.array([getattr(self, n) for n in self.names()], dtype=np.float64)
+        # the fields read by name once, not through dataclasses.fields() per candidate (issue 21)
+        return np.array([getattr(self, n) for n in _FEATURE_NAMES], dtype=np.float64)
+
+
+_FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Features))
 
 
 @dataclass(frozen=True)
