@@ -1,4 +1,5 @@
-"""Read JMeter's results (.jtl, CSV with or without a header line, or XML) and tell whether every sample passed.
+"""Read JMeter's results (.jtl as testing/jmeter/run.sh writes them: CSV, with or without a header line) and tell
+whether every sample passed.
 
     .venv/bin/python -m testing.jtl results.jtl      # prints a summary; exits 1 on no sample or any failed one
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import sys
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,21 +36,7 @@ def read_jtl(path: Path) -> list[Sample]:
     """Read every sample of a .jtl file; raise ValueError when the file cannot be read as one."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if text.lstrip().startswith("<"):
-        return _read_xml(text)
-    return _read_csv(text)
-
-
-def _read_xml(text: str) -> list[Sample]:
-    root = ET.fromstring(text)
-    samples = []
-    for node in root:
-        message = " | ".join(m.text or "" for m in node.iter("failureMessage") if m.text)
-        samples.append(Sample(int(node.get("ts", 0)), int(node.get("t", 0)), node.get("lb", ""), node.get("rc", ""),
-                              node.get("s") == "true", message or node.get("rm", "")))
-    return samples
-
-
-def _read_csv(text: str) -> list[Sample]:
+        raise ValueError("an XML .jtl: run JMeter through testing/jmeter/run.sh, which writes CSV")
     # A failure message may span lines inside its quotes: let the csv module see the newlines.
     rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows:
