@@ -101,3 +101,21 @@ def test_corrector_setup_reuses_what_preload_read_before_a_fork():
     assert c.vocab is _SHARED[("vocab", key)]
     assert c.featurizer.confusion is _SHARED[("confusion", key)]
     assert c.lm is not None and c.lm.lexicon is next(v for (kind, _), v in _SHARED.items() if kind == "lexicon")
+
+
+
+def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the_bit(corrector, real_requests,
+                                                                                     monkeypatch):
+    """Guards issue 21's TorchScript trace: the same kernels, so the same logits, padded or not."""
+    import torch
+
+    monkeypatch.setattr("model.corrector.traced", lambda net, example: net)
+    eager = Corrector(WEIGHTS_DIR, device="cpu")
+    eager.setup()
+    assert isinstance(corrector.net, torch.jit.ScriptModule)
+    assert not isinstance(eager.net, torch.jit.ScriptModule)
+    items = _samples(real_requests) + corrector._warm_up_lists()[:59]
+    for size in (1, len(items)):
+        with torch.inference_mode():
+            for _, tensors in corrector.batch(items[:size]).groups:
+                assert torch.equal(corrector.net(**tensors), eager.net(**tensors))
