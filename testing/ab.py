@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -148,19 +147,6 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
     return {"rounds": rounds, "medians": summary}
 
 
-def machine() -> str:
-    """The CPU's model name and core count."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores"
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="A/B the corrector offline against other commits.")
     ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
@@ -186,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         lists_path = parent / "lists.jsonl"
         meta = build_lists(args.limit, lists_path)
         sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
-        result: dict = {"machine": machine(), "command": " ".join(["python -m testing.ab", *(argv or sys.argv[1:])]),
+        from testing.bench import machine_info  # here, not at the top: the children import this file
+
+        command = " ".join(["python -m testing.ab", *(argv or sys.argv[1:])])
+        result: dict = {"machine": machine_info(), "command": command,
                         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "lists": len(meta["set"])}
         try:
             if args.mode in ("answers", "both"):
@@ -197,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             for commit in args.against:
                 subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(parent / commit)],
                                capture_output=True)
-    print(f"\nmachine: {result['machine']}")
+    print(f"\nmachine: {result['machine']['cpu_model']}, {result['machine']['logical_cpus']} CPUs")
     if args.json:
         args.json.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0
