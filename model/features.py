@@ -173,7 +173,7 @@ class Featurizer:
         self._similar_cache: dict[str, dict[str, int]] = {}
         self._unanimous_memo: dict[str, _Block | None] = {}
         # The bigram counts by their first character and by their second: a position's two neighbours look up
-        # every candidate's bigrams with them (`_unanimous_rows`).
+        # every candidate's bigrams with them (`_left_terms`, `_right_terms`).
         self._after: dict[str, dict[str, int]] = {}
         self._before: dict[str, dict[str, int]] = {}
         for pair, n in vocab.bigrams.items():
