@@ -93,6 +93,7 @@ class LanguageModel:
         self.path = lm_path
         self.model = kenlm.Model(str(lm_path))
         self.lexicon = lexicon or TaiwanLexicon.load(lexicon_path)
+        self._taiwan = self.lexicon.logp.get  # bound once: it runs for every new substring of every sentence
         self.oov_backoff = oov_backoff
         self.floor = floor
         # OpenCC's converter object is not documented as thread-safe; one per thread.
@@ -117,7 +118,7 @@ class LanguageModel:
         """Return (log10 unigram probability, in the trigram) of one word; -inf for an unknown longer word."""
         if simple in self.model:
             return self.model.score(simple, bos=False, eos=False), True
-        tw = self.lexicon.get(trad)
+        tw = self._taiwan(trad)
         if tw is not None:
             return tw + self.oov_backoff, False
         if len(trad) == 1:

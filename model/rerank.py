@@ -62,6 +62,8 @@ class Features:
 
 
 _FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Features))
+if _FEATURE_NAMES != ("lm", "taiwan", "net", "rank", "outside_nbest", "changes", "oov", "domain", "confusion"):
+    raise RuntimeError(f"Reranker.rows writes its columns in another order than Features' {_FEATURE_NAMES}")
 
 
 @dataclass(frozen=True)
@@ -189,30 +191,43 @@ class Reranker:
         """The sentences this reranker chooses among for one list."""
         return candidates(example, probs, adaptation=self.adaptation)
 
+    def prefetch(self, examples: list[Example]) -> None:
+        """Score now the sentences that need no network probabilities (TOP1, the other hypotheses, an adaptation's
+        rewrites), so that `features` finds them cached: the corrector calls this while its network runs."""
+        if self.lm is None:
+            return
+        for example in examples:
+            for c in candidates(example, None, adaptation=self.adaptation):
+                self.lm.score(c.text)
+
     def features(self, example: Example, probs: np.ndarray | None, cands: list[Candidate]) -> list[Features]:
         """Describe each candidate against TOP1."""
+        return [Features(*row) for row in self.rows(example, probs, cands)]
+
+    def rows(self, example: Example, probs: np.ndarray | None, cands: list[Candidate]) -> list[tuple[float, ...]]:
+        """Each candidate's features as a tuple in `Features.names()` order (the hot path: no object per row)."""
         lm = self.lm
-        base = lm.score(example.top1) if lm is not None else None
+        top1 = example.top1
+        base = lm.score(top1) if lm is not None else None
         adapted = self.adaptation
-        domain_base = adapted.domain_lm.score(example.top1) if adapted is not None else 0.0
+        domain_base = adapted.domain_lm.score(top1) if adapted is not None else 0.0
         out = []
         for c in cands:
             net = 0.0
-            changed = [i for i, (seg, char) in enumerate(zip(c.choice, example.top1, strict=True)) if seg != char]
+            changed = [i for i, (seg, char) in enumerate(zip(c.choice, top1, strict=True)) if seg != char]
             if probs is not None:
-                net = sum(_log_p(example, probs, i, c.choice[i]) - _log_p(example, probs, i, example.top1[i])
-                          for i in changed)
+                net = sum(_log_p(example, probs, i, c.choice[i]) - _log_p(example, probs, i, top1[i]) for i in changed)
             s = lm.score(c.text) if lm is not None else None
-            out.append(Features(
-                lm=s.logp - base.logp if s and base else 0.0,
-                taiwan=s.taiwan - base.taiwan if s and base else 0.0,
-                net=net,
-                rank=math.log1p(c.rank) if c.rank is not None else 0.0,
-                outside_nbest=float(c.rank is None),
-                changes=float(len(changed)),
-                oov=float(s.oov - base.oov) if s and base else 0.0,
-                domain=adapted.domain_lm.score(c.text) - domain_base if adapted is not None else 0.0,
-                confusion=adapted.confusions.evidence(example.top1, c.text) if adapted is not None else 0.0,
+            out.append((
+                s.logp - base.logp if s and base else 0.0,  # lm
+                s.taiwan - base.taiwan if s and base else 0.0,  # taiwan
+                net,
+                math.log1p(c.rank) if c.rank is not None else 0.0,  # rank
+                float(c.rank is None),  # outside_nbest
+                float(len(changed)),  # changes
+                float(s.oov - base.oov) if s and base else 0.0,  # oov
+                adapted.domain_lm.score(c.text) - domain_base if adapted is not None else 0.0,  # domain
+                adapted.confusions.evidence(top1, c.text) if adapted is not None else 0.0,  # confusion
             ))
         return out
 
@@ -223,7 +238,8 @@ class Reranker:
             return example.top1
         if self.lm is None and not self._w.any():
             return example.top1
-        scores = [float(f.vector() @ self._w) for f in self.features(example, probs, cands)]
+        # one dot product per row, as Features.vector() @ w computes it (a matrix product may sum in another order)
+        scores = [float(row @ self._w) for row in np.array(self.rows(example, probs, cands), dtype=np.float64)]
         best = int(np.argmax(scores))
         if scores[best] - scores[0] >= self.weights.margin and not self._only_variants(example.top1, cands[best]):
             return cands[best].text
