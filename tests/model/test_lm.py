@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from model.lm import DEFAULT_LM_PATH, LanguageModel, LanguageModelError
+from model.lm import DEFAULT_LM_PATH, LanguageModel, LanguageModelError, kenlm_words, word_suffixes
+from preprocess.text import han_only
 
 pytestmark = pytest.mark.real_model
 
@@ -45,3 +46,33 @@ def test_lm_scores_a_word_neither_source_knows_at_the_floor(lm):
 def test_lm_missing_file_stops_with_one_clear_line(tmp_path: Path):
     with pytest.raises(LanguageModelError, match="LM_PATH must name a KenLM binary file"):
         LanguageModel(tmp_path / "missing.lm")
+
+
+def test_kenlm_words_reads_the_word_list_the_shipped_lm_file_ends_with(lm):
+    words = kenlm_words(DEFAULT_LM_PATH)
+    assert words is not None and len(words) > 100_000
+    assert {"银行", "股价", "台湾", "的"} <= set(words)
+    assert all(w in lm.model for w in words[::97])
+
+
+def test_kenlm_words_is_none_for_a_file_that_lists_no_words(tmp_path: Path):
+    path = tmp_path / "plain.lm"
+    path.write_bytes(b"\x00" * 64 + "沒有詞表".encode())
+    assert kenlm_words(path) is None
+
+
+def test_lm_prunes_a_new_window_to_the_same_words_as_looking_every_substring_up(lm, real_requests):
+    """Guards issue 21's suffix pruning: a substring that ends no known word is skipped, never a word."""
+    unpruned = LanguageModel(DEFAULT_LM_PATH, lexicon=lm.lexicon)
+    unpruned._suffixes = None
+    assert lm._suffixes is not None
+    sentences = {han_only(s) for body in real_requests for s in body["sentence_list"]}
+    sentences |= {"臺灣的捷運站在哪裡", "我要對統一發票", "今天故價上漲", "𠀋一下", "欸我想問一下信用卡帳單"}
+    for sentence in sorted(sentences):
+        assert lm.segment(sentence) == unpruned.segment(sentence)
+        assert lm.score(sentence) == unpruned.score(sentence)
+
+
+def test_word_suffixes_holds_every_ending_of_two_to_six_characters():
+    expected = {"信用卡", "用卡", "華人民共和國", "人民共和國", "民共和國", "共和國", "和國"}
+    assert word_suffixes(["信用卡", "中華人民共和國", "我"]) == expected
