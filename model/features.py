@@ -183,6 +183,10 @@ class Featurizer:
         # a neighbour and a character -> its block's bigram terms on that side (`_left_terms`, `_right_terms`)
         self._left_memo: dict[str, np.ndarray] = {}
         self._right_memo: dict[str, np.ndarray] = {}
+        # left + character + right -> its block's LM columns (`_lm_columns`)
+        self._context_memo: dict[str, np.ndarray] = {}
+        # a TOP1 character -> its syllable id and tone
+        self._syllable_memo: dict[str, tuple[int, int]] = {}
 
     def _char_ids(self, seg: str) -> list[int]:
         if not seg:
@@ -332,24 +336,37 @@ class Featurizer:
             self._right_memo[key] = value
         return value
 
+    def _lm_columns(self, context: str, block: _Block) -> np.ndarray:
+        """[MAX_CANDIDATES, 3]: the LM columns (lm_delta, left and right edge counts) of a character's block between
+        its two neighbours, `context` being left + char + right: the pair terms added, differenced against keep,
+        scaled and clipped as `_candidate_rows` does, zero past the candidates (float64, so the same values to the
+        bit: tests/model/test_features.py); memoised by the context, bounded."""
+        left, right = self._left_terms(context[0], context[1], block), self._right_terms(context[1], context[2], block)
+        score = left[0] + right[0]
+        delta = np.clip((score - score[:1]) / LM_DELTA_SCALE, -3.0, 3.0)
+        value = np.where(block.mask[:, None], np.stack((delta, left[1], right[1]), axis=-1), 0.0)
+        if len(self._context_memo) >= MAX_MEMO_PAIRS:
+            self._context_memo.clear()
+        self._context_memo[context] = value
+        return value
+
     def _fill_unanimous(self, top1: str, positions: list[int], blocks: list[_Block], cand_ids: np.ndarray,
                         cand_feats: np.ndarray, cand_mask: np.ndarray) -> None:
         """Write the rows of the positions every hypothesis agrees on (about 70 % of them), all at once: each
-        character's memoised block, and the three LM columns from the memoised bigram terms of its two neighbours,
-        added, differenced against keep, scaled and clipped as `_candidate_rows` does (float64 throughout, so the
-        same values to the bit: tests/model/test_features.py)."""
+        character's memoised block, with the LM columns of its context (`_lm_columns`, memoised: one lookup per
+        position, as the contexts of real text repeat)."""
         padded = BOS + top1 + EOS
-        left = np.stack([self._left_terms(padded[i], top1[i], b) for i, b in zip(positions, blocks, strict=True)])
-        right = np.stack([self._right_terms(top1[i], padded[i + 2], b)
-                          for i, b in zip(positions, blocks, strict=True)])
-        mask = np.stack([b.mask for b in blocks])
-        score = left[:, 0] + right[:, 0]
-        delta = np.clip((score - score[:, :1]) / LM_DELTA_SCALE, -3.0, 3.0)
+        memo = self._context_memo.get
+        columns = []
+        for i, block in zip(positions, blocks, strict=True):
+            context = padded[i : i + 3]
+            value = memo(context)
+            columns.append(value if value is not None else self._lm_columns(context, block))
         feats = np.stack([b.feats for b in blocks])
-        feats[:, :, _LM_COLUMNS] = np.where(mask[..., None], np.stack((delta, left[:, 1], right[:, 1]), axis=-1), 0.0)
+        feats[:, :, _LM_COLUMNS] = np.stack(columns)
         cand_ids[positions] = np.stack([b.ids for b in blocks])
         cand_feats[positions] = feats
-        cand_mask[positions] = mask
+        cand_mask[positions] = np.stack([b.mask for b in blocks])
 
     def _segment(self, seg: str) -> tuple[list[int], float]:
         """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
@@ -359,6 +376,15 @@ class Featurizer:
             if len(self._segment_memo) >= MAX_MEMO_SEGMENTS:
                 self._segment_memo.clear()
             value = self._segment_memo[seg] = (self._char_ids(seg), self._log_freq(seg))
+        return value
+
+    def _syllable(self, char: str) -> tuple[int, int]:
+        """A character's syllable id and tone (0, 0 where it has no reading), memoised and bounded."""
+        s = char_syllable(char)
+        value = (self.vocab.syl_id.get(s.toneless, UNK), s.tone) if s is not None else (0, 0)
+        if len(self._syllable_memo) >= MAX_MEMO_SEGMENTS:
+            self._syllable_memo.clear()
+        self._syllable_memo[char] = value
         return value
 
     def _similar(self, char: str) -> dict[str, int]:
@@ -390,13 +416,14 @@ class Featurizer:
         unanimous: list[int] = []
         blocks: list[_Block] = []
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
+        syllables = self._syllable_memo
+        blocks_memo = self._unanimous_memo
         for i, char in enumerate(top1):
-            s = char_syllable(char)
-            if s is not None:
-                syl[i] = self.vocab.syl_id.get(s.toneless, UNK)
-                tone[i] = s.tone
+            syl[i], tone[i] = syllables.get(char) or self._syllable(char)
             column = columns[i]
-            block = self._unanimous_block(char) if column.count(char) == len(column) else None
+            block = None
+            if column.count(char) == len(column):
+                block = blocks_memo[char] if char in blocks_memo else self._unanimous_block(char)
             if block is not None:  # every hypothesis agrees: its rows are written below, all at once
                 agreement, alternatives = 1.0, 0.0
                 unanimous.append(i)
