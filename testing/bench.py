@@ -167,10 +167,16 @@ def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
     """Run one closed-loop point against a server with wrk and summarise it, with its raw shots."""
     before = batcher_stats(server)
-    shots, start, end, info = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5),
-                                                  templates)
+    with server.cpu_clock() as clock:
+        shots, start, end, info = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5),
+                                                      templates)
+    cpu_s = clock.between(start, end)
+    answered = sum(s.status == 200 for s in shots)
+    # what one answer costs the served process's CPU (every thread and process of it), and its share of one core
+    cpu = {"server_cpu_pct": round(100 * cpu_s / (end - start), 1),
+           "server_cpu_ms_per_answer": round(1000 * cpu_s / answered, 2) if answered else None}
     return {"clients": clients, "duration_s": duration_s,
-            **_summary(server, shots, (start, end), 0.0, before), **info}
+            **_summary(server, shots, (start, end), 0.0, before), **info, **cpu}
 
 
 def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:

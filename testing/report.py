@@ -125,7 +125,9 @@ def print_point(section: str, label: str, p: dict[str, Any]) -> None:
     print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
           f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p.get('connection_errors', 0)}, "
           f"late {p['late_over_1s']}, paths {p['paths']}, generator {p.get('generator', '?')} "
-          f"{p.get('generator_cpu_pct', '?')} % of a core", flush=True)
+          f"{p.get('generator_cpu_pct', '?')} % of a core"
+          + (f", server CPU {p['server_cpu_pct']} % of a core, {p['server_cpu_ms_per_answer']} ms per answer"
+             if "server_cpu_pct" in p else ""), flush=True)
 
 
 def _fmt(value: Any) -> str:
@@ -172,12 +174,13 @@ def markdown(results: dict[str, Any]) -> str:
         lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
                   _generator_line([p for _, p in points]), "",
                   *_table("batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | "
-                          "server p99 ms | non-200 | connection errors | late > 1 s | mean batch | generator CPU % | "
-                          "answers by path",
+                          "server p99 ms | non-200 | connection errors | late > 1 s | mean batch | server CPU % | "
+                          "server CPU ms per answer | generator CPU % | answers by path",
                           [[mode, p["clients"], p["throughput_rps"], p["model_rps"], p["p50_ms"], p["p95_ms"],
                             p["p99_ms"], p["max_ms"], p.get("server_p99_ms"), p["non_200"], p.get("connection_errors"),
                             f"{p['late_over_1s']} of {p['requests']}", (p.get("batcher") or {}).get("mean_batch_size"),
-                            p.get("generator_cpu_pct"), p["paths"]] for mode, p in points]),
+                            p.get("server_cpu_pct"), p.get("server_cpu_ms_per_answer"), p.get("generator_cpu_pct"),
+                            p["paths"]] for mode, p in points]),
                   "", f"Capacity (batching on, most model answers/s of the points): {_fmt(b.get('capacity_rps'))} "
                   "req/s.", ""]
     if "c" in results:

@@ -7,6 +7,7 @@ runs `gunicorn -c server/gunicorn_conf.py "api:create_app()"` with those setting
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
@@ -14,13 +15,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +50,28 @@ def gunicorn_command(app: str = APP) -> list[str]:
     return [*runner, "-c", "server/gunicorn_conf.py", app]
 
 
+class CpuClock:
+    """A server's CPU seconds at wall-clock moments (`ServerProcess.cpu_clock`), read back at any moment between."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.cpu: list[float] = []
+
+    def add(self, at: float, cpu_s: float) -> None:
+        self.times.append(at)
+        self.cpu.append(cpu_s)
+
+    def at(self, moment: float) -> float:
+        """The CPU seconds at `moment`, linear between the samples around it."""
+        k = min(max(bisect.bisect_left(self.times, moment), 1), len(self.times) - 1)
+        t0, t1 = self.times[k - 1], self.times[k]
+        share = 0.0 if t1 == t0 else min(max((moment - t0) / (t1 - t0), 0.0), 1.0)
+        return self.cpu[k - 1] + share * (self.cpu[k] - self.cpu[k - 1])
+
+    def between(self, start: float, end: float) -> float:
+        return self.at(end) - self.at(start)
+
+
 @dataclass
 class ServerProcess:
     """A gunicorn server started by `start_server`; its stdout and stderr go to `log_path`."""
@@ -55,6 +80,38 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     settings: dict[str, str]
+
+    def cpu_s(self) -> float:
+        """The CPU seconds (user + system) the master and every process under it have used so far."""
+        total = 0.0
+        with contextlib.suppress(psutil.NoSuchProcess):
+            master = psutil.Process(self.process.pid)
+            for process in [master, *master.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    times = process.cpu_times()
+                    total += times.user + times.system
+        return total
+
+    @contextlib.contextmanager
+    def cpu_clock(self, every_s: float = 0.2) -> Iterator[CpuClock]:
+        """Sample `cpu_s` on a thread while the block runs, to read the CPU used between two moments of it."""
+        clock = CpuClock()
+        done = threading.Event()
+
+        def sample() -> None:
+            while True:
+                clock.add(time.time(), self.cpu_s())
+                if done.wait(every_s):
+                    clock.add(time.time(), self.cpu_s())
+                    return
+
+        sampler = threading.Thread(target=sample, name="server-cpu", daemon=True)
+        sampler.start()
+        try:
+            yield clock
+        finally:
+            done.set()
+            sampler.join()
 
     def log_lines(self) -> list[dict]:
         """Read the JSON lines the server has logged so far (other lines, e.g. gunicorn's, are skipped)."""

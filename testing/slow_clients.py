@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
 import resource
@@ -215,7 +214,7 @@ def measure(target: Target, slow: int, clients: int, seconds: float, ramp_s: flo
     its CPU and its answers by path."""
     raise_open_file_limit(slow + clients + 64)
     log_start = len(server.request_log()) if server else 0
-    probe = (lambda: _server_cpu_s(server)) if server else None
+    probe = server.cpu_s if server else None
     result = asyncio.run(run(target, slow, clients, seconds, ramp_s, timeout_s, probe))
     if server is not None:
         result["server_paths"] = dict(server.paths(since=log_start))
@@ -228,17 +227,6 @@ def raise_open_file_limit(needed: int) -> None:
         if hard != resource.RLIM_INFINITY and hard < needed:
             raise cli.ToolError(f"{needed} connections need {needed} open files; the hard limit is {hard}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-
-
-def _server_cpu_s(server: ServerProcess) -> float:
-    total = 0.0
-    with contextlib.suppress(psutil.NoSuchProcess):
-        master = psutil.Process(server.process.pid)
-        for process in [master, *master.children(recursive=True)]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                times = process.cpu_times()
-                total += times.user + times.system
-    return total
 
 
 def print_report(result: dict[str, Any]) -> None:

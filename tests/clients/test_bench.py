@@ -53,3 +53,22 @@ def test_bench_slow_client_section_holds_slow_connections_while_clients_are_answ
     assert 0 < f["tool_cpu_share"] <= os.cpu_count()
     assert sum(f["server_paths"].values()) >= q["sent"]  # the server logged an answer for each question
     assert "## f. Slow clients" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_closed_loop_section_says_what_one_answer_costs_the_server_cpu(tmp_path: Path):
+    results = run_bench(tmp_path, "b")
+    for point in results["b"]["on"] + results["b"]["off"]:
+        assert 0 < point["server_cpu_pct"] <= 100 * (os.cpu_count() or 1)
+        assert point["server_cpu_ms_per_answer"] > 0
+    assert "server CPU ms per answer" in (tmp_path / "bench.md").read_text()
+
+
+def test_cpu_clock_reads_the_cpu_used_between_two_moments_linearly_between_its_samples():
+    from testing.server import CpuClock
+
+    clock = CpuClock()
+    for at, cpu_s in ((10.0, 1.0), (11.0, 1.5), (12.0, 3.5)):
+        clock.add(at, cpu_s)
+    assert clock.between(10.0, 12.0) == 2.5
+    assert clock.between(10.5, 11.5) == 1.25  # 1.25 → 2.5
+    assert clock.between(9.0, 13.0) == 2.5  # clamped to the samples taken
