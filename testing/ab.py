@@ -12,6 +12,11 @@ process in each tree (`PYTHONPATH` naming the tree, so the child imports that co
   `--singles` batches of 1, each timed alone. The table shows per side the median over rounds of each round's
   median; `--json` keeps every time.
 
+- `served` (`--mode served`): `--rounds` rounds, each side once per round in turn: its tree served as `make run`
+  serves it (its own gunicorn command, its code on `PYTHONPATH`), warmed with 3 s of load, then `--clients`
+  closed-loop clients (wrk, this tree's bench bodies) for `--served-s` seconds: answers/s, p99, non-200, the answers
+  by path, and what one answer costs the served process's CPU (`ServerProcess.cpu_clock`).
+
 Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
 """
 
@@ -147,15 +152,75 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
     return {"rounds": rounds, "medians": summary}
 
 
+def tree_command(tree: Path) -> list[str]:
+    """The gunicorn command `make run` uses in `tree` (it moved between commits), read from the tree's own code."""
+    code = "import json; from testing.server import gunicorn_command; print(json.dumps(gunicorn_command()))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def served_point(tree: Path, templates: list[str], args: argparse.Namespace) -> dict:
+    """Serve `tree` and run `--clients` closed-loop clients against it for `--served-s` seconds."""
+    from testing import wrkload
+    from testing.report import latency_stats
+    from testing.server import start_server
+
+    server = start_server({"PYTHONPATH": str(tree)}, tree=tree, command=tree_command(tree))
+    try:
+        wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, templates)  # the first batches, the caches
+        since = len(server.request_log())
+        with server.cpu_clock() as clock:
+            shots, start, end, info = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
+        paths = dict(server.paths(since=since))
+    finally:
+        server.stop()
+    cpu_s, window_s = clock.between(start, end), end - start
+    answered = [s for s in shots if s.status == 200]
+    return {"answers_per_s": round(len(answered) / window_s, 1),
+            "p99_ms": latency_stats([s.latency_s for s in answered])["p99_ms"], "non_200": len(shots) - len(answered),
+            "paths": paths, "server_cpu_pct": round(100 * cpu_s / window_s, 1),
+            "server_cpu_ms_per_answer": round(1000 * cpu_s / max(1, len(answered)), 2),
+            "generator_cpu_pct": info.get("generator_cpu_pct")}
+
+
+def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
+    """Serve every side once per round, in turn (the order rotated each round); print the medians."""
+    from testing.bench import request_pool
+    from testing.loadgen import payload_templates
+
+    templates = payload_templates(request_pool(400))
+    names = list(sides)
+    rounds: list[dict[str, dict]] = []
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        rounds.append({name: served_point(sides[name], templates, args) for name in order})
+        print(f"round {r + 1}: " + ", ".join(
+            f"{n} {p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per "
+            f"answer ({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"
+            for n, p in rounds[-1].items()), flush=True)
+    keys = ("answers_per_s", "p99_ms", "server_cpu_ms_per_answer", "server_cpu_pct")
+    summary = {n: {k: statistics.median(rd[n][k] for rd in rounds) for k in keys} for n in names}
+    print(f"\n| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
+          "answers/s vs here |\n|---|---:|---:|---:|---:|---:|")
+    for n in names:
+        s = summary[n]
+        print(f"| {n} | {s['answers_per_s']} | {s['p99_ms']} | {s['server_cpu_ms_per_answer']} | "
+              f"{s['server_cpu_pct']} | {s['answers_per_s'] / summary['here']['answers_per_s']:.2f}x |")
+    return {"rounds": rounds, "medians": summary}
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="A/B the corrector offline against other commits.")
     ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
-    ap.add_argument("--mode", choices=("answers", "time", "both"), default="both")
+    ap.add_argument("--mode", choices=("answers", "time", "both", "served"), default="both")
     ap.add_argument("--limit", type=int, default=1000, help="lists per evaluation set")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batches", type=int, default=20, help="batches of 64 timed per child")
     ap.add_argument("--singles", type=int, default=200, help="batches of 1 timed per child")
     ap.add_argument("--warm", type=int, default=640, help="lists answered untimed first, in batches of 64")
+    ap.add_argument("--clients", type=int, default=64, help="closed-loop clients of --mode served")
+    ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists", type=Path, help=argparse.SUPPRESS)
@@ -170,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp:
         parent = Path(tmp)
         lists_path = parent / "lists.jsonl"
-        meta = build_lists(args.limit, lists_path)
+        meta = build_lists(args.limit, lists_path) if args.mode != "served" else {"set": []}
         sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
         from testing.bench import machine_info  # here, not at the top: the children import this file
 
@@ -182,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["answers"] = compare_answers(sides, lists_path, meta, args)
             if args.mode in ("time", "both"):
                 result["time"] = compare_times(sides, lists_path, args)
+            if args.mode == "served":
+                result["served"] = compare_served(sides, args)
         finally:
             for commit in args.against:
                 subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(parent / commit)],

@@ -156,15 +156,18 @@ def start_server(
     app: str = APP,
     ready_timeout_s: float = 180.0,
     host: str = "127.0.0.1",
+    tree: Path = REPO_ROOT,
+    command: list[str] | None = None,
 ) -> ServerProcess:
-    """Start gunicorn with these settings (Config's environment variables) and wait until /readyz says ready."""
+    """Start gunicorn with these settings (Config's environment variables) and wait until /readyz says ready; from
+    another checkout `tree` with its own `command` (testing/ab.py serves other commits so)."""
     port = free_port(host)
     env = {**os.environ, "HOST": host, "PORT": str(port), "PYTHONUNBUFFERED": "1", **(settings or {})}
     if log_path is None:
         log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"esun-server-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(gunicorn_command(app), cwd=REPO_ROOT, env=env, stdout=log,
+        process = subprocess.Popen(command or gunicorn_command(app), cwd=tree, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = ServerProcess(f"http://{host}:{port}", process, log_path, dict(settings or {}))
     try:
