@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -163,16 +164,18 @@ def tree_command(tree: Path) -> list[str]:
 def served_point(tree: Path, templates: list[str], args: argparse.Namespace) -> dict:
     """Serve `tree` and run `--clients` closed-loop clients against it for `--served-s` seconds."""
     from testing import wrkload
-    from testing.report import latency_stats
+    from testing.report import latency_stats, paths_by_uuid
     from testing.server import start_server
 
     server = start_server({"PYTHONPATH": str(tree)}, tree=tree, command=tree_command(tree))
     try:
         wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, templates)  # the first batches, the caches
-        since = len(server.request_log())
         with server.cpu_clock() as clock:
             shots, start, end, info = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
-        paths = dict(server.paths(since=since))
+        # the paths of the window's requests only: the warm-up's last requests, abandoned in flight when its wrk
+        # stopped, still hold pool places while the next run's first ones arrive
+        by_uuid = paths_by_uuid(server.request_log())
+        paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in shots))
     finally:
         server.stop()
     cpu_s, window_s = clock.between(start, end), end - start
