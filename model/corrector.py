@@ -312,7 +312,9 @@ class Corrector:
         second stage's LM work overlap (docs/benchmarks.md, issue 21). An exception of either reaches the caller."""
         batch = self.batch(items)
         probs: Future = self._network.submit(self.predict, batch)
-        if self.reranker is not None and len(items) >= OVERLAP_MIN_LISTS:
+        # only a traced network runs without the GIL: an eager one (CUDA, or a failed trace) needs it for every
+        # operation, and beside busy Python waits up to a switch interval for each (28 → 250 ms, measured on CPU)
+        if self.reranker is not None and batch.packed is not None and len(items) >= OVERLAP_MIN_LISTS:
             self.reranker.prefetch([e for e in batch.examples if e is not None])
         return self.unbatch(items, batch, probs.result())
 

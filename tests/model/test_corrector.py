@@ -163,3 +163,18 @@ def test_corrector_runs_the_network_on_its_own_thread_leaving_a_core_to_the_batc
     seen = corrector._network.submit(lambda: (threading.current_thread().name, torch.get_num_threads())).result()
     assert seen[0].startswith("corrector-network")
     assert seen[1] == max(1, torch.get_num_threads() - 1)
+
+
+def test_an_untraced_network_runs_without_the_lm_scoring_beside_it(real_requests, monkeypatch):
+    """An eager network (CUDA, or a failed trace) needs the GIL for every operation: beside the batch thread's Python
+    it ran 9x slower on CPU, so the batch thread waits for it instead (issue 21)."""
+    monkeypatch.setattr("model.corrector.traced", lambda net, example: net)
+    eager = Corrector(WEIGHTS_DIR, device="cpu")
+    eager.setup()
+    scored: list[int] = []
+    monkeypatch.setattr(eager.reranker, "prefetch", lambda examples: scored.append(len(examples)))
+    items = _samples(real_requests) + eager._warm_up_lists()[:59]
+    batch = eager.batch(items)
+    assert eager.grouped_net is None and batch.packed is None
+    assert eager.predict_batch(items) == eager.unbatch(items, batch, eager.predict(batch))
+    assert scored == []
