@@ -23,7 +23,6 @@ import random
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,6 @@ from safetensors.torch import load_file
 from model.adaptation import Adaptation
 from model.contract import check_features
 from model.features import Example, Featurizer, Vocab, collate
-from model.grouped import Packed, grouped
 from model.lm import DEFAULT_LM_PATH, LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
@@ -45,10 +43,6 @@ from preprocess.text import NBest, top1_answer
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 WARM_UP_LISTS = 256  # four full batches: about 1 s of start-up on 2 cores
 NET_INPUTS = tuple(inspect.signature(CorrectorNet.forward).parameters)[1:]  # the forward's tensors, in order
-# Below this many lists the batch thread waits for the network at once instead of scoring meanwhile: the network thread
-# needs the GIL to start and to return, and waits up to one switch interval (5 ms) for it while this one is busy in
-# Python, more than the LM work of a few lists would hide.
-OVERLAP_MIN_LISTS = 16
 log = logging.getLogger(__name__)
 
 
@@ -75,7 +69,6 @@ def resolve_device(device: str) -> torch.device:
 class Batch:
     examples: list[Example | None]
     groups: list[tuple[list[int], dict[str, torch.Tensor]]]  # item indices and their padded tensors
-    packed: Packed | None = None  # the same groups for the traced network's one call (model/grouped.py)
 
 
 def length_groups(lengths: list[tuple[int, int]], max_waste: float = 0.25, min_group: int = 8) -> list[list[int]]:
@@ -179,14 +172,6 @@ class Corrector:
         self.lm: LanguageModel | None = None
         self.adaptation: Adaptation | None = None  # what model.adapt learned, when the folder holds it
         self.reranker: Reranker | None = None
-        self.grouped_net: torch.jit.ScriptModule | None = None  # every length group in one call (model/grouped.py)
-        self._network: ThreadPoolExecutor | None = None  # the thread the network runs on (`predict_batch`)
-
-    def _network_thread_init(self) -> None:
-        # Every forward pass runs on this thread, so torch keeps one OpenMP team, whose idle workers would otherwise
-        # spin beside the batch thread. Unless told, it leaves one core to the batch thread's Python, which runs
-        # alongside (`predict_batch`): on 2 cores the network runs on one.
-        torch.set_num_threads(self.threads or max(1, torch.get_num_threads() - 1))
 
     def setup(self) -> None:
         """Load vocabulary, configuration and weights, then run a warm-up batch."""
@@ -218,10 +203,6 @@ class Corrector:
         if self.device.type == "cpu":  # measured there; on CUDA the network runs as before (no device to check it)
             groups = self.batch(warm[:64]).groups
             self.net = traced(self.net, max(groups, key=lambda g: len(g[0]))[1])
-            if isinstance(self.net, torch.jit.ScriptModule):
-                self.grouped_net = grouped(self.net)
-        self._network = ThreadPoolExecutor(1, thread_name_prefix="corrector-network",
-                                           initializer=self._network_thread_init)
         for start in range(0, len(warm), 64):
             self.predict_batch(warm[start : start + 64])
         self.ready = True
@@ -259,17 +240,11 @@ class Corrector:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
         examples = [self.featurizer.featurize(item) for item in items]
         groups = length_groups([(i, len(e.top1)) for i, e in enumerate(examples) if e is not None])
-        arrays = [self._arrays([examples[i] for i in group]) for group in groups]
-        packed = Packed(arrays) if self.grouped_net is not None and arrays else None
-        return Batch(examples, [(group, self._tensors(a)) for group, a in zip(groups, arrays, strict=True)], packed)
+        return Batch(examples, [(group, self._tensors([examples[i] for i in group])) for group in groups])
 
-    @staticmethod
-    def _arrays(examples: list[Example]) -> dict[str, np.ndarray]:
+    def _tensors(self, examples: list[Example]) -> dict[str, torch.Tensor]:
         arrays = collate(examples)
         arrays.pop("labels")
-        return arrays
-
-    def _tensors(self, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         tensors = {}
         for k, v in arrays.items():
             t = torch.from_numpy(v)
@@ -282,13 +257,9 @@ class Corrector:
         """Run the network on each length group: candidate probabilities [L, C] by item index."""
         probs: dict[int, np.ndarray] = {}
         with torch.inference_mode():
-            if batch.packed is not None:
-                p = batch.packed
-                outs = self.grouped_net(p.ints, p.floats, p.bools, p.shapes)
-            else:
-                outs = [torch.softmax(self.net(**tensors).float(), dim=-1) for _, tensors in batch.groups]
-            for (group, _), out in zip(batch.groups, outs, strict=True):
-                probs.update(zip(group, out.cpu().numpy(), strict=True))
+            for group, tensors in batch.groups:
+                out = torch.softmax(self.net(**tensors).float(), dim=-1).cpu().numpy()
+                probs.update(zip(group, out, strict=True))
         return probs
 
     def unbatch(self, items: list[NBest], batch: Batch, probs: dict[int, np.ndarray]) -> list[str]:
@@ -305,18 +276,9 @@ class Corrector:
         return self.reranker.choose(example, probs if self.stage == "full" else None)
 
     def predict_batch(self, items: list[NBest]) -> list[str]:
-        """Correct a list of n-best lists: batch → predict → unbatch.
-
-        The network runs on its own thread while this one scores with the language model the sentences that need
-        no network probabilities (TOP1 and the other hypotheses): on two cores the forward pass and most of the
-        second stage's LM work overlap (docs/benchmarks.md, issue 21). An exception of either reaches the caller."""
+        """Correct a list of n-best lists: batch → predict → unbatch."""
         batch = self.batch(items)
-        probs: Future = self._network.submit(self.predict, batch)
-        # only a traced network runs without the GIL: an eager one (CUDA, or a failed trace) needs it for every
-        # operation, and beside busy Python waits up to a switch interval for each (28 → 250 ms, measured on CPU)
-        if self.reranker is not None and batch.packed is not None and len(items) >= OVERLAP_MIN_LISTS:
-            self.reranker.prefetch([e for e in batch.examples if e is not None])
-        return self.unbatch(items, batch, probs.result())
+        return self.unbatch(items, batch, self.predict(batch))
 
     @property
     def info(self) -> dict:

@@ -191,15 +191,6 @@ class Reranker:
         """The sentences this reranker chooses among for one list."""
         return candidates(example, probs, adaptation=self.adaptation)
 
-    def prefetch(self, examples: list[Example]) -> None:
-        """Score now the sentences that need no network probabilities (TOP1, the other hypotheses, an adaptation's
-        rewrites), so that `features` finds them cached: the corrector calls this while its network runs."""
-        if self.lm is None:
-            return
-        for example in examples:
-            for c in candidates(example, None, adaptation=self.adaptation):
-                self.lm.score(c.text)
-
     def features(self, example: Example, probs: np.ndarray | None, cands: list[Candidate]) -> list[Features]:
         """Describe each candidate against TOP1."""
         return [Features(*row) for row in self.rows(example, probs, cands)]

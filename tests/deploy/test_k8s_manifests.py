@@ -88,9 +88,9 @@ def test_k8s_api_probes_port_and_drain_follow_the_service_settings():
     assert pod["terminationGracePeriodSeconds"] > pre_stop_s + defaults.graceful_timeout_s
 
 
-def test_k8s_api_torch_threads_leave_one_requested_cpu_to_the_batch_thread():
+def test_k8s_api_torch_threads_match_the_cpu_request():
     container = api_container()
-    assert int(env_of(container)["TORCH_THREADS"]) == max(1, int(container["resources"]["requests"]["cpu"]) - 1)
+    assert int(env_of(container)["TORCH_THREADS"]) == int(container["resources"]["requests"]["cpu"])
 
 
 def test_k8s_manifests_refer_to_each_other_by_the_right_names():

@@ -1,7 +1,5 @@
 """The shipped corrector, end to end on the real samples (uses the committed weights)."""
 
-import threading
-
 import pytest
 
 from model.corrector import WEIGHTS_DIR, Corrector
@@ -122,59 +120,3 @@ def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the
             for _, tensors in corrector.batch(items[:size]).groups:
                 assert torch.equal(corrector.net(**tensors), eager.net(**tensors))
 
-
-def test_on_cpu_every_length_group_in_one_grouped_call_gives_each_groups_probabilities_to_the_bit(corrector,
-                                                                                                 real_requests):
-    """Guards issue 21's packed call (model/grouped.py): the views it cuts are the inputs the groups hold."""
-    import torch
-
-    items = _samples(real_requests) + corrector._warm_up_lists()[:123]
-    batch = corrector.batch(items)
-    assert batch.packed is not None and len(batch.groups) > 1
-    with torch.inference_mode():
-        grouped = corrector.grouped_net(batch.packed.ints, batch.packed.floats, batch.packed.bools,
-                                        batch.packed.shapes)
-        for (_, tensors), got in zip(batch.groups, grouped, strict=True):
-            assert torch.equal(got, torch.softmax(corrector.net(**tensors).float(), dim=-1))
-
-
-def test_corrector_answers_a_full_batch_as_batch_predict_unbatch_do_one_after_the_other(corrector, real_requests):
-    """predict_batch runs the network on its own thread while the LM scores the hypotheses: the same answers."""
-    items = _samples(real_requests) + corrector._warm_up_lists()[:59]
-    batch = corrector.batch(items)
-    assert corrector.predict_batch(items) == corrector.unbatch(items, batch, corrector.predict(batch))
-
-
-def test_corrector_raises_to_the_caller_what_the_network_thread_raised(corrector, real_requests, monkeypatch):
-    def broken(batch):
-        raise RuntimeError("the network failed")
-
-    monkeypatch.setattr(corrector, "predict", broken)
-    items = _samples(real_requests) + corrector._warm_up_lists()[:59]
-    with pytest.raises(RuntimeError, match="the network failed"):
-        corrector.predict_batch(items)
-    with pytest.raises(RuntimeError, match="the network failed"):
-        corrector.predict_batch(items[:1])
-
-
-def test_corrector_runs_the_network_on_its_own_thread_leaving_a_core_to_the_batch_thread(corrector):
-    import torch
-
-    seen = corrector._network.submit(lambda: (threading.current_thread().name, torch.get_num_threads())).result()
-    assert seen[0].startswith("corrector-network")
-    assert seen[1] == max(1, torch.get_num_threads() - 1)
-
-
-def test_an_untraced_network_runs_without_the_lm_scoring_beside_it(real_requests, monkeypatch):
-    """An eager network (CUDA, or a failed trace) needs the GIL for every operation: beside the batch thread's Python
-    it ran 9x slower on CPU, so the batch thread waits for it instead (issue 21)."""
-    monkeypatch.setattr("model.corrector.traced", lambda net, example: net)
-    eager = Corrector(WEIGHTS_DIR, device="cpu")
-    eager.setup()
-    scored: list[int] = []
-    monkeypatch.setattr(eager.reranker, "prefetch", lambda examples: scored.append(len(examples)))
-    items = _samples(real_requests) + eager._warm_up_lists()[:59]
-    batch = eager.batch(items)
-    assert eager.grouped_net is None and batch.packed is None
-    assert eager.predict_batch(items) == eager.unbatch(items, batch, eager.predict(batch))
-    assert scored == []
