@@ -107,8 +107,7 @@ class LanguageModel:
     """Score traditional sentences: t2s, segment into the trigram's words, trigram with a Taiwan prior."""
 
     def __init__(self, lm_path: Path = DEFAULT_LM_PATH, lexicon_path: Path | None = None,
-                 oov_backoff: float = -1.0, floor: float = -7.0, lexicon: TaiwanLexicon | None = None,
-                 suffixes: frozenset[str] | None = None) -> None:
+                 oov_backoff: float = -1.0, floor: float = -7.0, lexicon: TaiwanLexicon | None = None) -> None:
         lm_path = Path(lm_path)
         if not lm_path.is_file():
             raise LanguageModelError(f"LM_PATH must name a KenLM binary file, got {str(lm_path)!r} (no such file)")
@@ -121,7 +120,7 @@ class LanguageModel:
         self._taiwan = self.lexicon.logp.get  # bound once: it runs for every new substring of every sentence
         # the suffixes of the trigram's words (simplified) and the lexicon's (traditional); None where the LM file
         # lists no words: every substring is then looked up, as before issue 21
-        self._suffixes = suffixes if suffixes is not None else self.suffixes(self.model, lm_path, self.lexicon)
+        self._suffixes = self.suffixes(self.model, lm_path, self.lexicon)
         self.oov_backoff = oov_backoff
         self.floor = floor
         # OpenCC's converter object is not documented as thread-safe; one per thread.

@@ -178,12 +178,10 @@ def served_point(tree: Path, templates: list[str], args: argparse.Namespace) -> 
         paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in shots))
     finally:
         server.stop()
-    cpu_s, window_s = clock.between(start, end), end - start
     answered = [s for s in shots if s.status == 200]
-    return {"answers_per_s": round(len(answered) / window_s, 1),
+    return {"answers_per_s": round(len(answered) / (end - start), 1),
             "p99_ms": latency_stats([s.latency_s for s in answered])["p99_ms"], "non_200": len(shots) - len(answered),
-            "paths": paths, "server_cpu_pct": round(100 * cpu_s / window_s, 1),
-            "server_cpu_ms_per_answer": round(1000 * cpu_s / max(1, len(answered)), 2),
+            "paths": paths, **clock.figures(start, end, len(answered)),
             "generator_cpu_pct": info.get("generator_cpu_pct")}
 
 

@@ -170,11 +170,8 @@ def measure_closed(server: ServerProcess, clients: int, duration_s: float, templ
     with server.cpu_clock() as clock:
         shots, start, end, info = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5),
                                                       templates)
-    cpu_s = clock.between(start, end)
-    answered = sum(s.status == 200 for s in shots)
     # what one answer costs the served process's CPU (every thread and process of it), and its share of one core
-    cpu = {"server_cpu_pct": round(100 * cpu_s / (end - start), 1),
-           "server_cpu_ms_per_answer": round(1000 * cpu_s / answered, 2) if answered else None}
+    cpu = clock.figures(start, end, sum(s.status == 200 for s in shots))
     return {"clients": clients, "duration_s": duration_s,
             **_summary(server, shots, (start, end), 0.0, before), **info, **cpu}
 

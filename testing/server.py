@@ -71,6 +71,12 @@ class CpuClock:
     def between(self, start: float, end: float) -> float:
         return self.at(end) - self.at(start)
 
+    def figures(self, start: float, end: float, answers: int) -> dict[str, float | None]:
+        """What the window cost the server: its share of one core, and its CPU milliseconds per answer."""
+        cpu_s = self.between(start, end)
+        return {"server_cpu_pct": round(100 * cpu_s / (end - start), 1),
+                "server_cpu_ms_per_answer": round(1000 * cpu_s / answers, 2) if answers else None}
+
 
 @dataclass
 class ServerProcess:

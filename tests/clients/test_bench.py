@@ -72,3 +72,5 @@ def test_cpu_clock_reads_the_cpu_used_between_two_moments_linearly_between_its_s
     assert clock.between(10.0, 12.0) == 2.5
     assert clock.between(10.5, 11.5) == 1.25  # 1.25 → 2.5
     assert clock.between(9.0, 13.0) == 2.5  # clamped to the samples taken
+    assert clock.figures(10.0, 12.0, 5) == {"server_cpu_pct": 125.0, "server_cpu_ms_per_answer": 500.0}
+    assert clock.figures(10.0, 12.0, 0)["server_cpu_ms_per_answer"] is None

@@ -119,4 +119,3 @@ def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the
         with torch.inference_mode():
             for _, tensors in corrector.batch(items[:size]).groups:
                 assert torch.equal(corrector.net(**tensors), eager.net(**tensors))
-
