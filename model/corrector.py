@@ -238,7 +238,7 @@ class Corrector:
 
     def batch(self, items: list[NBest]) -> Batch:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
-        examples = [self.featurizer.featurize(item) for item in items]
+        examples = self.featurizer.featurize_batch(items)
         groups = length_groups([(i, len(e.top1)) for i, e in enumerate(examples) if e is not None])
         return Batch(examples, [(group, self._tensors([examples[i] for i in group])) for group in groups])
 

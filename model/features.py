@@ -144,6 +144,18 @@ class _Block:
     log_dens: list[float]
 
 
+@dataclass
+class _Unanimous:
+    """An Example's positions every hypothesis agrees on, with their blocks and each one's bigram terms with its left
+    and right neighbour (`_left_terms`, `_right_terms`): their rows are written batch-wide (`_fill_unanimous`)."""
+
+    example: Example
+    positions: list[int] = field(default_factory=list)
+    blocks: list[_Block] = field(default_factory=list)
+    left: list[np.ndarray] = field(default_factory=list)
+    right: list[np.ndarray] = field(default_factory=list)
+
+
 def boundary_tags(top1_words: list[str]) -> list[int]:
     """Tag each Han character of TOP1 as word begin / middle / end / single."""
     tags: list[int] = []
@@ -183,8 +195,6 @@ class Featurizer:
         # a neighbour and a character -> its block's bigram terms on that side (`_left_terms`, `_right_terms`)
         self._left_memo: dict[str, np.ndarray] = {}
         self._right_memo: dict[str, np.ndarray] = {}
-        # left + character + right -> its block's LM columns (`_lm_columns`)
-        self._context_memo: dict[str, np.ndarray] = {}
         # a TOP1 character -> its syllable id and tone
         self._syllable_memo: dict[str, tuple[int, int]] = {}
 
@@ -336,37 +346,30 @@ class Featurizer:
             self._right_memo[key] = value
         return value
 
-    def _lm_columns(self, context: str, block: _Block) -> np.ndarray:
-        """[MAX_CANDIDATES, 3]: the LM columns (lm_delta, left and right edge counts) of a character's block between
-        its two neighbours, `context` being left + char + right: the pair terms added, differenced against keep,
-        scaled and clipped as `_candidate_rows` does, zero past the candidates (float64, so the same values to the
-        bit: tests/model/test_features.py); memoised by the context, bounded."""
-        left, right = self._left_terms(context[0], context[1], block), self._right_terms(context[1], context[2], block)
-        score = left[0] + right[0]
-        delta = np.clip((score - score[:1]) / LM_DELTA_SCALE, -3.0, 3.0)
-        value = np.where(block.mask[:, None], np.stack((delta, left[1], right[1]), axis=-1), 0.0)
-        if len(self._context_memo) >= MAX_MEMO_PAIRS:
-            self._context_memo.clear()
-        self._context_memo[context] = value
-        return value
-
-    def _fill_unanimous(self, top1: str, positions: list[int], blocks: list[_Block], cand_ids: np.ndarray,
-                        cand_feats: np.ndarray, cand_mask: np.ndarray) -> None:
-        """Write the rows of the positions every hypothesis agrees on (about 70 % of them), all at once: each
-        character's memoised block, with the LM columns of its context (`_lm_columns`, memoised: one lookup per
-        position, as the contexts of real text repeat)."""
-        padded = BOS + top1 + EOS
-        memo = self._context_memo.get
-        columns = []
-        for i, block in zip(positions, blocks, strict=True):
-            context = padded[i : i + 3]
-            value = memo(context)
-            columns.append(value if value is not None else self._lm_columns(context, block))
+    def _fill_unanimous(self, pending: list[_Unanimous]) -> None:
+        """Write the rows of the positions every hypothesis agrees on (about 70 % of them), for a whole batch of lists
+        at once: each character's memoised block, with the LM columns (lm_delta and the two edge counts) of its
+        neighbours, the pair terms added, differenced against keep, scaled and clipped as `_candidate_rows` does,
+        zero past the candidates; float64 until the float32 rows, so the same values to the bit
+        (tests/model/test_features.py). A few numpy calls per batch rather than per position (issue 21)."""
+        blocks = [b for p in pending for b in p.blocks]
+        if not blocks:
+            return
+        left = np.stack([t for p in pending for t in p.left])  # [N, 2, MAX_CANDIDATES]
+        right = np.stack([t for p in pending for t in p.right])
+        score = left[:, 0] + right[:, 0]
+        delta = np.clip((score - score[:, :1]) / LM_DELTA_SCALE, -3.0, 3.0)
+        mask = np.stack([b.mask for b in blocks])
         feats = np.stack([b.feats for b in blocks])
-        feats[:, :, _LM_COLUMNS] = np.stack(columns)
-        cand_ids[positions] = np.stack([b.ids for b in blocks])
-        cand_feats[positions] = feats
-        cand_mask[positions] = np.stack([b.mask for b in blocks])
+        feats[:, :, _LM_COLUMNS] = np.where(mask[:, :, None], np.stack((delta, left[:, 1], right[:, 1]), axis=-1), 0.0)
+        ids = np.stack([b.ids for b in blocks])
+        start = 0
+        for p in pending:
+            end = start + len(p.positions)
+            p.example.cand_ids[p.positions] = ids[start:end]
+            p.example.cand_feats[p.positions] = feats[start:end]
+            p.example.cand_mask[p.positions] = mask[start:end]
+            start = end
 
     def _segment(self, seg: str) -> tuple[list[int], float]:
         """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
@@ -395,6 +398,19 @@ class Featurizer:
 
     def featurize(self, nbest: NBest, truth: str | None = None) -> Example | None:
         """Return the Example of one n-best list, or None when TOP1 has no Han character."""
+        return self.featurize_batch([nbest], [truth])[0]
+
+    def featurize_batch(self, nbests: list[NBest], truths: list[str | None] | None = None) -> list[Example | None]:
+        """Return the Example of each n-best list (None where TOP1 has no Han character): one list at a time, then
+        the rows every hypothesis agrees on for all of them at once (`_fill_unanimous`)."""
+        pending: list[_Unanimous] = []
+        examples = [self._featurize(nbest, truth, pending)
+                    for nbest, truth in zip(nbests, truths or [None] * len(nbests), strict=True)]
+        self._fill_unanimous(pending)
+        return examples
+
+    def _featurize(self, nbest: NBest, truth: str | None, pending: list[_Unanimous]) -> Example | None:
+        """One list's Example, its unanimous positions' rows left to `_fill_unanimous` (appended to `pending`)."""
         top1 = han_only(nbest.sentences[0])[:MAX_LEN]
         if not top1:
             return None
@@ -405,29 +421,35 @@ class Featurizer:
         tags += [BOUNDARY["S"]] * (len(top1) - len(tags))
         L = len(top1)
         char_ids = [self.vocab.char_id.get(c, UNK) for c in top1]
-        chars = np.array(char_ids, dtype=np.int64)
-        syl = np.zeros(L, dtype=np.int64)
-        tone = np.zeros(L, dtype=np.int64)
-        pos_rows = []
         cand_ids = np.zeros((L, MAX_CANDIDATES, MAX_SEGMENT), dtype=np.int64)
         cand_feats = np.zeros((L, MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
         cand_mask = np.zeros((L, MAX_CANDIDATES), dtype=bool)
-        candidates: list[list[str]] = []
-        unanimous: list[int] = []
-        blocks: list[_Block] = []
+        example = Example(top1, np.array(char_ids, dtype=np.int64), np.zeros(L, dtype=np.int64),
+                          np.zeros(L, dtype=np.int64), np.array(tags, dtype=np.int64), np.zeros((L, N_POS_FEATS),
+                          dtype=np.float32), cand_ids, cand_feats, cand_mask, [], None, rows)
+        candidates = example.candidates
+        unanimous = _Unanimous(example)
+        syllables: list[tuple[int, int]] = []
+        pos_rows = []
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
-        syllables = self._syllable_memo
-        blocks_memo = self._unanimous_memo
+        syllable_memo, blocks_memo = self._syllable_memo, self._unanimous_memo
+        left_memo, right_memo = self._left_memo, self._right_memo
+        padded = BOS + top1 + EOS
         for i, char in enumerate(top1):
-            syl[i], tone[i] = syllables.get(char) or self._syllable(char)
+            syllables.append(syllable_memo.get(char) or self._syllable(char))
             column = columns[i]
             block = None
             if column.count(char) == len(column):
                 block = blocks_memo[char] if char in blocks_memo else self._unanimous_block(char)
-            if block is not None:  # every hypothesis agrees: its rows are written below, all at once
+            if block is not None:  # every hypothesis agrees: its rows are written batch-wide (`_fill_unanimous`)
                 agreement, alternatives = 1.0, 0.0
-                unanimous.append(i)
-                blocks.append(block)
+                unanimous.positions.append(i)
+                unanimous.blocks.append(block)
+                left, right = padded[i], padded[i + 2]
+                terms = left_memo.get(left + char)
+                unanimous.left.append(terms if terms is not None else self._left_terms(left, char, block))
+                terms = right_memo.get(char + right)
+                unanimous.right.append(terms if terms is not None else self._right_terms(char, right, block))
                 candidates.append(block.cands)
             else:
                 votes: dict[str, list[int]] = {char: [0]}
@@ -442,17 +464,15 @@ class Featurizer:
                 cand_mask[i, :n] = True
             pos_rows.append(PositionFeatures(agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK,
                                              i / MAX_LEN))
-        if unanimous:
-            self._fill_unanimous(top1, unanimous, blocks, cand_ids, cand_feats, cand_mask)
-        pos_feats = np.array(pos_rows, dtype=np.float32)
-        labels = None
+        if unanimous.positions:
+            pending.append(unanimous)
+        example.syl[:], example.tone[:] = zip(*syllables, strict=True)
+        example.pos_feats[:] = pos_rows
         if truth is not None:
             gold = align_to(top1, truth)
-            labels = np.array([c.index(g) if g in c else -100 for c, g in zip(candidates, gold, strict=True)],
-                              dtype=np.int64)
-        bnd = np.array(tags, dtype=np.int64)
-        return Example(top1, chars, syl, tone, bnd, pos_feats, cand_ids, cand_feats, cand_mask, candidates, labels,
-                       rows)
+            example.labels = np.array([c.index(g) if g in c else -100 for c, g in zip(candidates, gold, strict=True)],
+                                      dtype=np.int64)
+        return example
 
 
 def collate(examples: list[Example]) -> dict[str, np.ndarray]:

@@ -95,3 +95,18 @@ def test_featurize_writes_the_positions_every_hypothesis_agrees_on_as_the_genera
         for key in ("pos_feats", "cand_ids", "cand_feats", "cand_mask"):
             assert np.array_equal(getattr(a, key), getattr(b, key)), key  # float32, as the network sees them
             assert getattr(a, key).dtype == getattr(b, key).dtype
+
+
+def test_featurize_batch_gives_each_list_the_arrays_it_gets_alone():
+    """Guards the batch-wide fill of unanimous rows (`_fill_unanimous`): no list's rows land in another's."""
+    sentences = ["我發現新元", "投資機構不同的地方", "央行進場買回調", "你好密碼要進去"]
+    bigrams = {s[i:i + 2]: 3 for s in sentences for i in range(len(s) - 1)}
+    feat = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    nbests = [NBest((s, s, s[:2] + "噢" + s[3:])) for s in sentences] + [NBest(("abc", "abd"))]
+    batch = feat.featurize_batch(nbests)
+    assert batch[-1] is None
+    for nbest, together in zip(nbests[:-1], batch, strict=False):
+        alone = feat.featurize(nbest)
+        assert together.candidates == alone.candidates
+        for key in ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask"):
+            assert np.array_equal(getattr(together, key), getattr(alone, key)), key
