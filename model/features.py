@@ -131,14 +131,44 @@ class Example:
     rows: list[list[str]] = field(default_factory=list)  # each other hypothesis's segment per TOP1 position
 
 
+class _MemoTable:
+    """Fixed-shape numpy rows memoised by a string key, gathered for a whole batch by one fancy index (`take`): a
+    batch's ~800 unanimous positions stacked one small array at a time (np.stack) cost 4 ms of featurization's 24
+    (issue 21). Bounded like the other memos, but emptied only between batches (`bound`): the rows a batch has
+    collected stay valid until `_fill_unanimous` writes them."""
+
+    def __init__(self, *columns: tuple[tuple[int, ...], type]) -> None:
+        self.rows: dict[str, int] = {}
+        self.tables = [np.zeros((256, *shape), dtype) for shape, dtype in columns]
+
+    def add(self, key: str, *values: object) -> int:
+        """Store a key's row (one value per column) and return its index."""
+        row = len(self.rows)
+        if row == len(self.tables[0]):
+            self.tables = [np.concatenate([t, np.zeros_like(t)]) for t in self.tables]
+        for table, value in zip(self.tables, values, strict=True):
+            table[row] = value
+        self.rows[key] = row
+        return row
+
+    def take(self, rows: list[int]) -> list[np.ndarray]:
+        """Each column's rows, in order (copies)."""
+        index = np.array(rows, dtype=np.intp)
+        return [table[index] for table in self.tables]
+
+    def bound(self, limit: int) -> None:
+        """Forget every row once `limit` are held (their space is reused)."""
+        if len(self.rows) >= limit:
+            self.rows.clear()
+
+
 @dataclass(frozen=True)
 class _Block:
-    """A character's rows where every hypothesis agrees with it (`Featurizer._unanimous_block`)."""
+    """A character's rows where every hypothesis agrees with it (`Featurizer._unanimous_block`): its candidates, and
+    its row of `Featurizer._blocks` (their ids, their feature rows with the LM columns 0, their mask)."""
 
     cands: list[str]
-    ids: np.ndarray  # [MAX_CANDIDATES, MAX_SEGMENT] int64, zero past the candidates
-    feats: np.ndarray  # [MAX_CANDIDATES, N_CAND_FEATS] float32, the LM columns 0, zero past the candidates
-    mask: np.ndarray  # [MAX_CANDIDATES] bool
+    row: int
     priors: list[float]  # each candidate's smoothing prior, its log, and its log denominator (`Featurizer._lm`)
     log_priors: list[float]
     log_dens: list[float]
@@ -146,14 +176,14 @@ class _Block:
 
 @dataclass
 class _Unanimous:
-    """An Example's positions every hypothesis agrees on, with their blocks and each one's bigram terms with its left
-    and right neighbour (`_left_terms`, `_right_terms`): their rows are written batch-wide (`_fill_unanimous`)."""
+    """An Example's positions every hypothesis agrees on, with their blocks' rows and the rows of each one's bigram
+    terms with its left and right neighbour (`_left_terms`, `_right_terms`): written batch-wide (`_fill_unanimous`)."""
 
     example: Example
     positions: list[int] = field(default_factory=list)
-    blocks: list[_Block] = field(default_factory=list)
-    left: list[np.ndarray] = field(default_factory=list)
-    right: list[np.ndarray] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    left: list[int] = field(default_factory=list)
+    right: list[int] = field(default_factory=list)
 
 
 def boundary_tags(top1_words: list[str]) -> list[int]:
@@ -184,6 +214,9 @@ class Featurizer:
         self._log_den_unk = math.log(5.0)
         self._similar_cache: dict[str, dict[str, int]] = {}
         self._unanimous_memo: dict[str, _Block | None] = {}
+        # the blocks' ids [MAX_CANDIDATES, MAX_SEGMENT], feature rows (LM columns 0) and mask, by character
+        self._blocks = _MemoTable(((MAX_CANDIDATES, MAX_SEGMENT), np.int64),
+                                  ((MAX_CANDIDATES, N_CAND_FEATS), np.float32), ((MAX_CANDIDATES,), bool))
         # The bigram counts by their first character and by their second: a position's two neighbours look up
         # every candidate's bigrams with them (`_left_terms`, `_right_terms`).
         self._after: dict[str, dict[str, int]] = {}
@@ -193,8 +226,8 @@ class Featurizer:
             self._before.setdefault(pair[1], {})[pair[0]] = n
         self._segment_memo: dict[str, tuple[list[int], float]] = {}
         # a neighbour and a character -> its block's bigram terms on that side (`_left_terms`, `_right_terms`)
-        self._left_memo: dict[str, np.ndarray] = {}
-        self._right_memo: dict[str, np.ndarray] = {}
+        self._left_memo = _MemoTable(((2, MAX_CANDIDATES), np.float64))
+        self._right_memo = _MemoTable(((2, MAX_CANDIDATES), np.float64))
         # a TOP1 character -> its syllable id and tone
         self._syllable_memo: dict[str, tuple[int, int]] = {}
 
@@ -300,22 +333,19 @@ class Featurizer:
             feats = np.zeros((MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
             feats[:n] = rows
             feats[:, _LM_COLUMNS] = 0.0
-            mask = np.arange(MAX_CANDIDATES) < n
-            value = _Block(cands, block_ids, feats, mask,
+            value = _Block(cands, self._blocks.add(char, block_ids, feats, np.arange(MAX_CANDIDATES) < n),
                            [self._prior.get(c, self._prior_unk) for c in cands],
                            [self._log_prior.get(c, self._log_prior_unk) for c in cands],
                            [self._log_den.get(c, self._log_den_unk) for c in cands])
-        if len(self._unanimous_memo) >= MAX_MEMO_SEGMENTS:
-            self._unanimous_memo.clear()
         self._unanimous_memo[char] = value
         return value
 
-    def _left_terms(self, left: str, char: str, block: _Block) -> np.ndarray:
-        """[2, MAX_CANDIDATES]: each candidate's bigram term after `left` (as `_lm` computes it) and its left edge
-        count column; memoised by the pair (the pairs of real text repeat), bounded."""
+    def _left_terms(self, left: str, char: str, block: _Block) -> int:
+        """The row of `_left_memo` [2, MAX_CANDIDATES] of each candidate's bigram term after `left` (as `_lm` computes
+        it) and its left edge count column; memoised by the pair (the pairs of real text repeat), bounded."""
         key = left + char
-        value = self._left_memo.get(key)
-        if value is None:
+        row = self._left_memo.rows.get(key)
+        if row is None:
             after_left = self._after.get(left, _NO_COUNTS)
             den_left = self._log_den.get(left, self._log_den_unk)
             value = np.zeros((2, MAX_CANDIDATES))
@@ -323,16 +353,14 @@ class Featurizer:
                 n = after_left.get(seg, 0)
                 value[0, k] = (math.log(n + block.priors[k]) if n else block.log_priors[k]) - den_left
                 value[1, k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
-            if len(self._left_memo) >= MAX_MEMO_PAIRS:
-                self._left_memo.clear()
-            self._left_memo[key] = value
-        return value
+            row = self._left_memo.add(key, value)
+        return row
 
-    def _right_terms(self, char: str, right: str, block: _Block) -> np.ndarray:
-        """[2, MAX_CANDIDATES]: each candidate's bigram term before `right` and its right edge count column."""
+    def _right_terms(self, char: str, right: str, block: _Block) -> int:
+        """The row of `_right_memo` of each candidate's bigram term before `right` and its right edge count column."""
         key = char + right
-        value = self._right_memo.get(key)
-        if value is None:
+        row = self._right_memo.rows.get(key)
+        if row is None:
             before_right = self._before.get(right, _NO_COUNTS)
             prior_right = self._prior.get(right, self._prior_unk)
             log_prior_right = self._log_prior.get(right, self._log_prior_unk)
@@ -341,10 +369,8 @@ class Featurizer:
                 n = before_right.get(seg, 0)
                 value[0, k] = (math.log(n + prior_right) if n else log_prior_right) - block.log_dens[k]
                 value[1, k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
-            if len(self._right_memo) >= MAX_MEMO_PAIRS:
-                self._right_memo.clear()
-            self._right_memo[key] = value
-        return value
+            row = self._right_memo.add(key, value)
+        return row
 
     def _fill_unanimous(self, pending: list[_Unanimous]) -> None:
         """Write the rows of the positions every hypothesis agrees on (about 70 % of them), for a whole batch of lists
@@ -355,14 +381,12 @@ class Featurizer:
         blocks = [b for p in pending for b in p.blocks]
         if not blocks:
             return
-        left = np.stack([t for p in pending for t in p.left])  # [N, 2, MAX_CANDIDATES]
-        right = np.stack([t for p in pending for t in p.right])
+        (left,) = self._left_memo.take([t for p in pending for t in p.left])  # [N, 2, MAX_CANDIDATES]
+        (right,) = self._right_memo.take([t for p in pending for t in p.right])
         score = left[:, 0] + right[:, 0]
         delta = np.clip((score - score[:, :1]) / LM_DELTA_SCALE, -3.0, 3.0)
-        mask = np.stack([b.mask for b in blocks])
-        feats = np.stack([b.feats for b in blocks])
+        ids, feats, mask = self._blocks.take(blocks)
         feats[:, :, _LM_COLUMNS] = np.where(mask[:, :, None], np.stack((delta, left[:, 1], right[:, 1]), axis=-1), 0.0)
-        ids = np.stack([b.ids for b in blocks])
         start = 0
         for p in pending:
             end = start + len(p.positions)
@@ -403,6 +427,11 @@ class Featurizer:
     def featurize_batch(self, nbests: list[NBest], truths: list[str | None] | None = None) -> list[Example | None]:
         """Return the Example of each n-best list (None where TOP1 has no Han character): one list at a time, then
         the rows every hypothesis agrees on for all of them at once (`_fill_unanimous`)."""
+        self._left_memo.bound(MAX_MEMO_PAIRS)  # between batches: a batch's rows stay valid until written
+        self._right_memo.bound(MAX_MEMO_PAIRS)
+        if len(self._unanimous_memo) >= MAX_MEMO_SEGMENTS:
+            self._unanimous_memo.clear()
+            self._blocks.rows.clear()
         pending: list[_Unanimous] = []
         examples = [self._featurize(nbest, truth, pending)
                     for nbest, truth in zip(nbests, truths or [None] * len(nbests), strict=True)]
@@ -433,7 +462,7 @@ class Featurizer:
         pos_rows = []
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
         syllable_memo, blocks_memo = self._syllable_memo, self._unanimous_memo
-        left_memo, right_memo = self._left_memo, self._right_memo
+        left_memo, right_memo = self._left_memo.rows, self._right_memo.rows
         padded = BOS + top1 + EOS
         for i, char in enumerate(top1):
             syllables.append(syllable_memo.get(char) or self._syllable(char))
@@ -444,7 +473,7 @@ class Featurizer:
             if block is not None:  # every hypothesis agrees: its rows are written batch-wide (`_fill_unanimous`)
                 agreement, alternatives = 1.0, 0.0
                 unanimous.positions.append(i)
-                unanimous.blocks.append(block)
+                unanimous.blocks.append(block.row)
                 left, right = padded[i], padded[i + 2]
                 terms = left_memo.get(left + char)
                 unanimous.left.append(terms if terms is not None else self._left_terms(left, char, block))

@@ -110,3 +110,23 @@ def test_featurize_batch_gives_each_list_the_arrays_it_gets_alone():
         assert together.candidates == alone.candidates
         for key in ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask"):
             assert np.array_equal(getattr(together, key), getattr(alone, key)), key
+
+
+def test_featurize_batch_keeps_its_rows_when_it_fills_the_bounded_memos(monkeypatch):
+    """Guards the memo tables (`_MemoTable`): a batch that brings more new pairs than the bound is written from the rows
+    it collected, and the memos are emptied before the next batch, not in the middle of one."""
+    sentences = ["我發現新元", "投資機構不同的地方", "央行進場買回調", "你好密碼要進去"]
+    bigrams = {s[i:i + 2]: 3 for s in sentences for i in range(len(s) - 1)}
+    unbounded = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    nbests = [NBest((s, s, s)) for s in sentences]
+    expected = [unbounded.featurize(nbest) for nbest in nbests]
+    monkeypatch.setattr("model.features.MAX_MEMO_PAIRS", 3)
+    monkeypatch.setattr("model.features.MAX_MEMO_SEGMENTS", 3)
+    bounded = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    for _ in range(2):  # the second batch finds every memo over its bound
+        for want, got in zip(expected, bounded.featurize_batch(nbests), strict=True):
+            for key in ("cand_ids", "cand_feats", "cand_mask"):
+                assert np.array_equal(getattr(want, key), getattr(got, key)), key
+        assert len(bounded._left_memo.rows) > 3  # filled past the bound within the batch
+    bounded.featurize_batch(nbests[:1])
+    assert len(bounded._left_memo.rows) <= len(sentences[0]) + 1  # emptied before this batch, then refilled
