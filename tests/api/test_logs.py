@@ -46,3 +46,30 @@ def test_configure_logging_writes_every_package_s_records_as_json(capsys):
     assert [(r["logger"], r["level"]) for r in lines] == [
         ("batching.process", "ERROR"), ("batching.threaded", "INFO"), ("some.library", "WARNING")]
     assert "RuntimeError: batch function failed" in lines[0]["exc"]
+
+
+def test_request_lines_from_many_threads_reach_a_file_whole_and_all_of_them(tmp_path, monkeypatch):
+    """The request log's handler writes without a lock (one write() per line): no line lost or cut into another."""
+    import json
+    import threading
+
+    from api.logs import configure_logging, log_request
+    from api.paths import AnswerPath
+
+    configure_logging("INFO")
+    path = tmp_path / "stderr.log"
+    with open(path, "w", encoding="utf-8") as stderr:
+        monkeypatch.setattr("sys.stderr", stderr)
+
+        def answer_many(thread: int) -> None:
+            for i in range(200):
+                log_request(f"uuid-{thread}-{i}-" + "長" * 300, 0, AnswerPath.MODEL, 41.0, 7, None)
+
+        threads = [threading.Thread(target=answer_many, args=(t,)) for t in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert sorted(r["esun_uuid"].split("-長")[0] for r in lines) == sorted(
+        f"uuid-{t}-{i}" for t in range(16) for i in range(200))
