@@ -65,9 +65,10 @@ class _StderrHandler(logging.Handler):
     A StreamHandler formats and writes under one lock per handler: the 64 request threads a batch's answers wake at
     once queued on it, each wait a handoff of the GIL. One `os.write` of a whole line needs no lock (a line is never
     cut into another: a pipe takes a write of up to PIPE_BUF bytes whole, a file or terminal takes each write() whole
-    on Linux), so the threads only share the GIL: 64 closed-loop clients got 470 / 506 / 474 answers/s with it against
-    405 / 447 / 448 with the StreamHandler (the shipped model, alternating rounds; docs/benchmarks.md). A stderr
-    without a file descriptor (a test's capture) is written through its own `write`.
+    on Linux), so the threads only share the GIL: 64 closed-loop clients got 458 / 531 / 489 answers/s with it against
+    458 / 474 / 442 with the StreamHandler (the shipped model, `testing.ab --mode served` against 0cec722, three
+    alternating rounds; docs/benchmarks.md). A stderr without a file descriptor (a test's capture) is written through
+    its own `write`.
     """
 
     def handle(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
