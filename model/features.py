@@ -224,18 +224,20 @@ class Featurizer:
         for pair, n in vocab.bigrams.items():
             self._after.setdefault(pair[0], {})[pair[1]] = n
             self._before.setdefault(pair[1], {})[pair[0]] = n
-        self._segment_memo: dict[str, tuple[list[int], float]] = {}
+        self._segment_memo: dict[str, tuple[tuple[int, ...], float]] = {}
         # a neighbour and a character -> its block's bigram terms on that side (`_left_terms`, `_right_terms`)
         self._left_memo = _MemoTable(((2, MAX_CANDIDATES), np.float64))
         self._right_memo = _MemoTable(((2, MAX_CANDIDATES), np.float64))
         # a TOP1 character -> its syllable id and tone
         self._syllable_memo: dict[str, tuple[int, int]] = {}
 
-    def _char_ids(self, seg: str) -> list[int]:
+    def _char_ids(self, seg: str) -> tuple[int, ...]:
+        """A segment's character ids, padded to MAX_SEGMENT: a tuple, which the cyclic GC stops tracking once memoised
+        (`_segment`; `api.loading.freeze_set_up`)."""
         if not seg:
-            return [EMPTY] + [PAD] * (MAX_SEGMENT - 1)
-        ids = [self.vocab.char_id.get(c, UNK) for c in seg]
-        return ids + [PAD] * (MAX_SEGMENT - len(ids))
+            return (EMPTY,) + (PAD,) * (MAX_SEGMENT - 1)
+        ids = tuple(self.vocab.char_id.get(c, UNK) for c in seg)
+        return ids + (PAD,) * (MAX_SEGMENT - len(ids))
 
     def _log_freq(self, seg: str) -> float:
         if not seg:
@@ -267,7 +269,7 @@ class Featurizer:
         return score, first, last
 
     def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
-            list[str], list[list[int]], list[tuple[float, ...]]]:
+            list[str], list[tuple[int, ...]], list[tuple[float, ...]]]:
         """Return one position's candidates, their character ids and their feature rows (`CandidateFeatures`'
         columns, in order, as plain tuples).
 
@@ -395,7 +397,7 @@ class Featurizer:
             p.example.cand_mask[p.positions] = mask[start:end]
             start = end
 
-    def _segment(self, seg: str) -> tuple[list[int], float]:
+    def _segment(self, seg: str) -> tuple[tuple[int, ...], float]:
         """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
         alone; the memo is emptied when it reaches MAX_MEMO_SEGMENTS, so it stays bounded whatever comes in)."""
         value = self._segment_memo.get(seg)

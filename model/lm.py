@@ -32,6 +32,7 @@ MAX_CACHED_WORDS = 1_000_000  # about 150 MB of cached substrings
 # most substrings of a sentence are no word: they all share one entry in the word cache (about 60 bytes each)
 _NO_WORD = (-math.inf, False)
 MAX_CACHED_WINDOWS = 200_000  # windows of MAX_WORD characters and the words ending there: about 60 MB
+MAX_CACHED_SCORES = 200_000  # whole sentences' scores
 
 
 class LanguageModelError(RuntimeError):
@@ -129,7 +130,9 @@ class LanguageModel:
         self._words: dict[str, tuple[float, bool]] = {}
         # window of MAX_WORD characters -> the words (of `_words`) that end at its last character; emptied with it
         self._windows: dict[str, tuple[tuple[int, tuple[float, bool]], ...]] = {}
-        self._scored = lru_cache(maxsize=200_000)(self._score_uncached)
+        # the scores as plain tuples of numbers and strings, which Python's cyclic GC stops tracking: 200,000 LMScore
+        # objects were most of what a served process's full collections scanned (`api.loading.freeze_set_up`)
+        self._scored = lru_cache(maxsize=MAX_CACHED_SCORES)(self._score_fields)
 
     @staticmethod
     def suffixes(model: kenlm.Model, lm_path: Path, lexicon: TaiwanLexicon) -> frozenset[str] | None:
@@ -215,7 +218,8 @@ class LanguageModel:
                 ends.append((i - lo, entry))
         return tuple(ends[::-1])
 
-    def _score_uncached(self, trad: str) -> LMScore:
+    def _score_fields(self, trad: str) -> tuple[float, tuple[str, ...], int, float]:
+        """LMScore's fields of a sentence, as an exact tuple."""
         model = self.model
         state, out = kenlm.State(), kenlm.State()
         model.BeginSentenceWrite(state)
@@ -235,8 +239,8 @@ class LanguageModel:
                 oov += 1
                 model.NullContextWrite(state)
         total += model.BaseScore(state, "</s>", out)
-        return LMScore(total, tuple(w[1] for w in words), oov, taiwan)
+        return total, tuple([w[1] for w in words]), oov, taiwan
 
     def score(self, trad: str) -> LMScore:
         """Score a whole traditional sentence (cached)."""
-        return self._scored(trad)
+        return LMScore(*self._scored(trad))

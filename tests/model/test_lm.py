@@ -76,3 +76,14 @@ def test_lm_prunes_a_new_window_to_the_same_words_as_looking_every_substring_up(
 def test_word_suffixes_holds_every_ending_of_two_to_six_characters():
     expected = {"信用卡", "用卡", "華人民共和國", "人民共和國", "民共和國", "共和國", "和國"}
     assert word_suffixes(["信用卡", "中華人民共和國", "我"]) == expected
+
+
+def test_lm_caches_scores_as_values_the_cyclic_gc_stops_tracking(lm):
+    """A served process holds 200,000 cached scores: as LMScore objects they were most of what each full collection
+    scanned; as tuples of numbers and strings the GC untracks them at its first pass (api.loading.freeze_set_up)."""
+    import gc
+
+    score = lm.score("今天股價上漲")
+    gc.collect()
+    assert not gc.is_tracked(lm._scored("今天股價上漲"))
+    assert lm.score("今天股價上漲") == score
