@@ -9,6 +9,9 @@ Per-batch figures (size, run time, each question's queue wait from submit to the
 through the engine's one hook, `on_batch(BatchReport)` (`observe_batch`): measured by the engine, which keeps
 each job's submit time, in the threaded engine as in the process engine.
 
+The cyclic garbage collector's collections and how long they stopped the process, by generation (`GC_PAUSES`, from
+`gc.callbacks`): a full collection holds the GIL throughout, so every request of the process waits it out.
+
 The admission's overload control (`api.admission`) is read at each scrape (`watch_admission`): its level, the limit it
 puts on model requests in flight, the signals it watches (the least queued time and model wait of its last
 interval) and how many requests it answered TOP1 (`shed`).
@@ -16,6 +19,7 @@ interval) and how many requests it answered TOP1 (`shed`).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator
 
@@ -41,12 +45,47 @@ LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+class GcPauses:
+    """The cyclic GC's collections of this process and the time they took, by generation (0, 1, 2).
+
+    Called by the interpreter at the start and the end of every collection (`gc.callbacks`), inside it, wherever an
+    allocation triggered it, maybe under any lock: so it takes none (plain counters, changed by one collection at a
+    time under the GIL) and allocates little."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        generation = info["generation"]
+        self.collections[generation] += 1
+        self.seconds[generation] += took
+        if took > self.longest[generation]:
+            self.longest[generation] = took
+
+    def install(self) -> GcPauses:
+        """Start counting (once per process, however many apps are built)."""
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+        return self
+
+
+GC_PAUSES = GcPauses()
+
+
 class Metrics:
     """The service's series in their own registry; its methods are what the app's parts report through."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        r.register(_GcCollector(GC_PAUSES.install()))
         self.request_seconds = Histogram(
             "request_duration_seconds", "Time from accept to answer of /inference, by how it was answered.",
             ["path"], namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
@@ -169,6 +208,27 @@ class _EngineCollector(Collector):
         yield CounterMetricFamily(f"{NAMESPACE}_batcher_worker_restarts", "Dead batch workers replaced (for the "
                                   "process engine, each death replaces the whole set).",
                                   value=self._engine.stats().restarts)
+
+
+class _GcCollector(Collector):
+    """The cyclic GC's series: collections, their total and their longest time, by generation."""
+
+    def __init__(self, pauses: GcPauses) -> None:
+        self._pauses = pauses
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        p = self._pauses
+        collections = CounterMetricFamily(f"{NAMESPACE}_gc_collections", "Collections of Python's cyclic garbage "
+                                          "collector, by generation (2: full).", labels=["generation"])
+        seconds = CounterMetricFamily(f"{NAMESPACE}_gc_pause_seconds", "Time the process spent in those "
+                                      "collections (the GIL held: every request waits).", labels=["generation"])
+        longest = GaugeMetricFamily(f"{NAMESPACE}_gc_pause_longest_seconds", "The longest collection so far.",
+                                    labels=["generation"])
+        for generation in range(3):
+            collections.add_metric([str(generation)], p.collections[generation])
+            seconds.add_metric([str(generation)], p.seconds[generation])
+            longest.add_metric([str(generation)], p.longest[generation])
+        yield from (collections, seconds, longest)
 
 
 def instrument(app: Flask, endpoint: str = "inference") -> None:

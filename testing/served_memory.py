@@ -5,9 +5,10 @@
 Serves the shipped model as `make run` does (one gunicorn worker), then sends it distinct n-best lists (simulated
 from the corpus's train and review sentences, seeded; every one a question the model takes, each under a fresh
 esun_uuid) through wrk's closed loop, one chunk of new lists after another, until the model has answered `--lists`.
-After the set-up and after each chunk it reads the worker's resident set (VmRSS) and counts the lists the model
-answered so far (from the request log). Prints a table, writes JSON. The lists are not the evaluation sets: this
-measures memory, never accuracy.
+After the set-up and after each chunk it reads the worker's resident set (VmRSS), counts the lists the model
+answered so far (from the request log), and reads from `/metrics` the full collections of Python's cyclic GC so far,
+their time and the longest (each one stops every request of the process). Prints a table, writes JSON. The lists
+are not the evaluation sets: this measures memory and pauses, never accuracy.
 """
 
 from __future__ import annotations
@@ -64,6 +65,21 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def full_collections(url: str) -> dict[str, float]:
+    """The worker's full GC collections so far, their seconds and the longest (`/metrics`; zeros where not exposed)."""
+    import requests
+
+    wanted = {"esun_gc_collections_total": "collections", "esun_gc_pause_seconds_total": "seconds",
+              "esun_gc_pause_longest_seconds": "longest_s"}
+    out = dict.fromkeys(wanted.values(), 0.0)
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    for line in text.splitlines():
+        name, _, rest = line.partition('{generation="2"} ')
+        if name in wanted and rest:
+            out[wanted[name]] = float(rest)
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import psutil
 
@@ -77,7 +93,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     server = start_server(app=args.app)
     try:
         worker = psutil.Process(server.process.pid).children()[0].pid
-        points = [{"lists_sent": 0, "answered_by_model": 0, "rss_mib": rss_mib(worker), "when": "after set-up"}]
+        points = [{"lists_sent": 0, "answered_by_model": 0, "rss_mib": rss_mib(worker), "when": "after set-up",
+                   "full_gc": full_collections(server.url)}]
         print(f"worker {worker}: {points[0]['rss_mib']} MiB after set-up", flush=True)
         sent = answered = 0
         started = time.monotonic()
@@ -91,7 +108,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             paths = server.paths()
             answered = paths.get("model", 0)
             points.append({"lists_sent": sent, "answered_by_model": answered, "rss_mib": rss_mib(worker),
-                           "requests_logged": sum(paths.values())})
+                           "requests_logged": sum(paths.values()), "full_gc": full_collections(server.url)})
             print(f"{sent:>7} lists offered, {answered:>7} answered by the model: {points[-1]['rss_mib']} MiB",
                   flush=True)
         return {"points": points, "paths": dict(server.paths()), "seconds": round(time.monotonic() - started, 1)}
@@ -111,9 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     result = measure(args)
-    print("\n| lists answered by the model | worker RSS MiB |\n|---:|---:|")
+    print("\n| lists answered by the model | worker RSS MiB | full GC collections | their seconds | longest ms |\n"
+          "|---:|---:|---:|---:|---:|")
     for p in result["points"]:
-        print(f"| {p['answered_by_model']:,} | {p['rss_mib']:,} |")
+        gc = p["full_gc"]
+        print(f"| {p['answered_by_model']:,} | {p['rss_mib']:,} | {gc['collections']:.0f} | {gc['seconds']:.2f} | "
+              f"{1000 * gc['longest_s']:.0f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"command": " ".join(sys.argv), "machine": platform.processor()

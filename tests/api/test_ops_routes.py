@@ -169,3 +169,14 @@ def test_metrics_are_kept_per_app(make_app, make_body):
     first.post("/inference", json=make_body())
     assert metric(first, "esun_request_duration_seconds_count", path="model") == 1
     assert metric(second, "esun_request_duration_seconds_count", path="model") == 0
+
+
+def test_metrics_count_the_cyclic_gc_s_full_collections_and_their_pauses(client):
+    """Guards api.metrics.GC_PAUSES: a full collection holds the GIL, so /metrics says how many ran and how long."""
+    import gc
+
+    before = metric(client, "esun_gc_collections_total", generation="2")
+    gc.collect()
+    assert metric(client, "esun_gc_collections_total", generation="2") >= before + 1
+    assert metric(client, "esun_gc_pause_seconds_total", generation="2") > 0
+    assert metric(client, "esun_gc_pause_longest_seconds", generation="2") > 0

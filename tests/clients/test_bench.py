@@ -89,7 +89,9 @@ def test_served_memory_reads_the_worker_s_rss_after_set_up_and_after_each_chunk_
     assert first["when"] == "after set-up" and first["answered_by_model"] == 0 and first["rss_mib"] > 0
     assert chunks and all(p["rss_mib"] > 0 for p in chunks)
     assert chunks[-1]["answered_by_model"] >= 1500 and result["paths"]["model"] >= chunks[-1]["answered_by_model"]
-    assert "| lists answered by the model | worker RSS MiB |" in run.stdout
+    assert "| lists answered by the model | worker RSS MiB | full GC collections |" in run.stdout
+    assert all(set(p["full_gc"]) == {"collections", "seconds", "longest_s"} for p in result["points"])
+    assert chunks[-1]["full_gc"]["collections"] >= first["full_gc"]["collections"]
 
 
 def test_served_memory_builds_distinct_lists_the_model_takes():
