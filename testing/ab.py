@@ -15,7 +15,10 @@ process in each tree (`PYTHONPATH` naming the tree, so the child imports that co
 - `served` (`--mode served`): `--rounds` rounds, each side once per round in turn: its tree served as `make run`
   serves it (its own gunicorn command, its code on `PYTHONPATH`), warmed with 3 s of load, then `--clients`
   closed-loop clients (wrk, this tree's bench bodies) for `--served-s` seconds: answers/s, p99, non-200, the answers
-  by path, and what one answer costs the served process's CPU (`ServerProcess.cpu_clock`).
+  by path, and what one answer costs the served process's CPU (`ServerProcess.cpu_clock`). The bodies cycle through
+  `--pool` lists (400: the bench's pool, whose sentences the model's caches soon hold); with `--fresh`, the warm-up
+  reads lists of its own and the window `--pool` others, each new to the server until the window outlasts them, as
+  the judge's lists are (each utterance once; its retries never reach the model).
 
 Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
 """
@@ -36,6 +39,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
+FRESH_WARM_LISTS = 2_500  # --fresh: the warm-up's own lists (3 s at 64 clients is under 2,000 answers here)
 
 
 def child(mode: str, lists_path: Path, batches: int, singles: int, warm: int) -> dict:
@@ -161,15 +165,16 @@ def tree_command(tree: Path) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def served_point(tree: Path, templates: list[str], args: argparse.Namespace) -> dict:
-    """Serve `tree` and run `--clients` closed-loop clients against it for `--served-s` seconds."""
+def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
+    """Serve `tree`, warm it with 3 s of `warm`, and run `--clients` closed-loop clients of `templates` against it for
+    `--served-s` seconds."""
     from testing import wrkload
     from testing.report import latency_stats, paths_by_uuid
     from testing.server import start_server
 
     server = start_server({"PYTHONPATH": str(tree)}, tree=tree, command=tree_command(tree))
     try:
-        wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, templates)  # the first batches, the caches
+        wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, warm)  # the first batches, the caches
         with server.cpu_clock() as clock:
             shots, start, end, info = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
         # the paths of the window's requests only: the warm-up's last requests, abandoned in flight when its wrk
@@ -189,13 +194,18 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve every side once per round, in turn (the order rotated each round); print the medians."""
     from testing.bench import request_pool
     from testing.loadgen import payload_templates
+    from testing.served_memory import varied_bodies
 
-    templates = payload_templates(request_pool(400))
+    if args.fresh:
+        templates = payload_templates(varied_bodies(args.pool + FRESH_WARM_LISTS))
+        warm, templates = templates[args.pool:], templates[: args.pool]
+    else:
+        warm = templates = payload_templates(request_pool(args.pool))
     names = list(sides)
     rounds: list[dict[str, dict]] = []
     for r in range(args.rounds):
         order = names[r % len(names):] + names[: r % len(names)]
-        rounds.append({name: served_point(sides[name], templates, args) for name in order})
+        rounds.append({name: served_point(sides[name], warm, templates, args) for name in order})
         print(f"round {r + 1}: " + ", ".join(
             f"{n} {p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per "
             f"answer ({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"
@@ -222,6 +232,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warm", type=int, default=640, help="lists answered untimed first, in batches of 64")
     ap.add_argument("--clients", type=int, default=64, help="closed-loop clients of --mode served")
     ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
+    ap.add_argument("--pool", type=int, default=400, help="distinct lists the window of --mode served cycles through")
+    ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists", type=Path, help=argparse.SUPPRESS)
