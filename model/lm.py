@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import operator
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -126,7 +127,8 @@ class LanguageModel:
         self.floor = floor
         # OpenCC's converter object is not documented as thread-safe; one per thread.
         self._local = threading.local()
-        # substring -> _unigram(): emptied when full (cheaper than an LRU on the hot loop, and refilled at once)
+        # substring -> _unigram(): emptied when full (cheaper than an LRU on the hot loop, and refilled at once).
+        # Both caches are keyed by the traditional text and its simplified conversion, interleaved (`segment`).
         self._words: dict[str, tuple[float, bool]] = {}
         # window of MAX_WORD characters -> the words (of `_words`) that end at its last character; emptied with it
         self._windows: dict[str, tuple[tuple[int, tuple[float, bool]], ...]] = {}
@@ -173,6 +175,11 @@ class LanguageModel:
         elif len(self._windows) > MAX_CACHED_WINDOWS:
             self._windows.clear()  # rebuilt from the words' entries, alike
         windows = self._windows
+        # The caches' keys: each traditional character followed by its simplified one. OpenCC converts some characters
+        # by the phrase they are in (瞭解 -> 了解, but 瞭 alone stays), so the same traditional text can be another word
+        # to the trigram in another sentence: keyed by the traditional text alone, a sentence's segmentation depended
+        # on which sentences the process had segmented before.
+        both = "".join(map(operator.add, trad, simple))
         n = len(trad)
         best = [0.0] + [-math.inf] * n
         back: list[tuple[int, tuple[float, bool]]] = [(0, (0.0, True))] * (n + 1)
@@ -180,9 +187,9 @@ class LanguageModel:
         # position instead of one per substring (this runs for every candidate sentence of every list)
         for j in range(1, n + 1):
             lo = j - MAX_WORD if j > MAX_WORD else 0
-            ends = windows.get(trad[lo:j])
+            ends = windows.get(both[2 * lo : 2 * j])
             if ends is None:
-                ends = windows[trad[lo:j]] = self._window(trad, simple, lo, j)
+                ends = windows[both[2 * lo : 2 * j]] = self._window(trad, simple, both, lo, j)
             top, arg = -math.inf, back[j]
             for k, entry in ends:
                 value = best[lo + k] + entry[0]
@@ -197,7 +204,8 @@ class LanguageModel:
             j = i
         return out[::-1]
 
-    def _window(self, trad: str, simple: str, lo: int, j: int) -> tuple[tuple[int, tuple[float, bool]], ...]:
+    def _window(self, trad: str, simple: str, both: str, lo: int,
+                j: int) -> tuple[tuple[int, tuple[float, bool]], ...]:
         """The words of trad[lo:j] that end at j, longest first, as (start - lo, word entry); a substring that is
         no word (-inf) is left out, as it could never be the best split.
 
@@ -211,9 +219,10 @@ class LanguageModel:
             sub = trad[i:j]
             if i < j - 1 and suffixes is not None and sub not in suffixes and simple[i:j] not in suffixes:
                 break
-            entry = words.get(sub)
+            key = both[2 * i : 2 * j]
+            entry = words.get(key)
             if entry is None:
-                entry = words[sub] = self._unigram(simple[i:j], sub)
+                entry = words[key] = self._unigram(simple[i:j], sub)
             if entry is not _NO_WORD:
                 ends.append((i - lo, entry))
         return tuple(ends[::-1])

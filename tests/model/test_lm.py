@@ -24,6 +24,14 @@ def test_lm_segments_traditional_text_into_its_own_words(lm):
     assert lm.score("臺灣的捷運站在哪裡").words == ("臺灣", "的", "捷運站", "在", "哪裡")
 
 
+def test_a_sentence_is_segmented_alike_whatever_was_segmented_before():
+    # OpenCC converts 瞭 by its phrase: 瞭解 -> 了解, but 瞭 alone stays; a cache keyed by the traditional text alone
+    # gave 瞭 the unigram of 了 in every sentence after the first that converted it so
+    fresh, seasoned = LanguageModel(DEFAULT_LM_PATH), LanguageModel(DEFAULT_LM_PATH)
+    seasoned.segment("他告訴讀者怎樣瞭解")
+    assert seasoned.segment("在深入瞭接保險業") == fresh.segment("在深入瞭接保險業")
+
+
 def test_lm_scores_orthographic_variants_alike(lm):
     assert lm.score("捷運站在哪裡").logp == lm.score("捷運站在哪裏").logp
     assert lm.score("台積電的股價").logp == lm.score("臺積電的股價").logp
