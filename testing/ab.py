@@ -190,17 +190,23 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
             "generator_cpu_pct": info.get("generator_cpu_pct")}
 
 
-def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
-    """Serve every side once per round, in turn (the order rotated each round); print the medians."""
+def served_bodies(pool: int, fresh: bool) -> tuple[list[str], list[str]]:
+    """The warm-up's and the window's body templates: the bench's first `pool` bodies for both, or (`fresh`) `pool`
+    distinct lists for the window and FRESH_WARM_LISTS others for the warm-up."""
     from testing.bench import request_pool
     from testing.loadgen import payload_templates
     from testing.served_memory import varied_bodies
 
-    if args.fresh:
-        templates = payload_templates(varied_bodies(args.pool + FRESH_WARM_LISTS))
-        warm, templates = templates[args.pool:], templates[: args.pool]
-    else:
-        warm = templates = payload_templates(request_pool(args.pool))
+    if not fresh:
+        templates = payload_templates(request_pool(pool))
+        return templates, templates
+    templates = payload_templates(varied_bodies(pool + FRESH_WARM_LISTS))
+    return templates[pool:], templates[:pool]
+
+
+def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
+    """Serve every side once per round, in turn (the order rotated each round); print the medians."""
+    warm, templates = served_bodies(args.pool, args.fresh)
     names = list(sides)
     rounds: list[dict[str, dict]] = []
     for r in range(args.rounds):

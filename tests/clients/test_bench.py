@@ -101,3 +101,12 @@ def test_served_memory_builds_distinct_lists_the_model_takes():
     bodies = varied_bodies(300)
     assert len({tuple(b["sentence_list"]) for b in bodies}) == 300
     assert all(han_only(b["sentence_list"][0]) for b in bodies)
+
+
+def test_ab_fresh_serves_its_window_lists_the_warm_up_never_sent():
+    from testing.ab import FRESH_WARM_LISTS, served_bodies
+
+    warm, window = served_bodies(200, fresh=True)
+    assert len(window) == 200 and len(warm) == FRESH_WARM_LISTS
+    assert len(set(window)) == 200 and not set(window) & set(warm)
+    assert served_bodies(50, fresh=False)[0] == served_bodies(50, fresh=False)[1]
