@@ -289,12 +289,30 @@ class Featurizer:
                 cands.append(c)
         left = top1[i - 1] if i > 0 else BOS
         right = top1[i + 1] if i + 1 < len(top1) else EOS
+        # A one-character candidate's score is `_lm`'s two terms with the neighbours, summed alike; what depends on a
+        # neighbour alone is looked up once per position (most candidates are one character).
+        after_left, before_right = self._after.get(left, _NO_COUNTS), self._before.get(right, _NO_COUNTS)
+        den_left = self._log_den.get(left, self._log_den_unk)
+        prior_right = self._prior.get(right, self._prior_unk)
+        log_prior_right = self._log_prior.get(right, self._log_prior_unk)
+        prior, log_prior, log_den = self._prior, self._log_prior, self._log_den
+        prior_unk, log_prior_unk, log_den_unk = self._prior_unk, self._log_prior_unk, self._log_den_unk
         lm = self._lm
         segment = self._segment
         keep_lm = 0.0
         ids, feats = [], []
         for k, seg in enumerate(cands):
-            score, edge_l, edge_r = lm(left, seg, right)
+            if len(seg) == 1:
+                n_left, n_right = after_left.get(seg, 0), before_right.get(seg, 0)
+                term_left = (math.log(n_left + prior.get(seg, prior_unk)) if n_left
+                             else log_prior.get(seg, log_prior_unk)) - den_left
+                den_seg = log_den.get(seg, log_den_unk)
+                term_right = (math.log(n_right + prior_right) if n_right else log_prior_right) - den_seg
+                score = term_left + term_right
+                edge_l = math.log1p(n_left) if n_left else 0.0
+                edge_r = math.log1p(n_right) if n_right else 0.0
+            else:
+                score, edge_l, edge_r = lm(left, seg, right)
             if k == 0:
                 keep_lm = score
             ranks = votes.get(seg)

@@ -130,3 +130,26 @@ def test_featurize_batch_keeps_its_rows_when_it_fills_the_bounded_memos(monkeypa
         assert len(bounded._left_memo.rows) > 3  # filled past the bound within the batch
     bounded.featurize_batch(nbests[:1])
     assert len(bounded._left_memo.rows) <= len(sentences[0]) + 1  # emptied before this batch, then refilled
+
+
+def test_one_character_candidates_get_the_lm_columns_of_the_general_bigram_score_to_the_bit():
+    """Guards `_candidate_rows`' inlined neighbour terms: the columns `_lm` (Vocab.bigram_logp summed) gives."""
+    from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE, LM_DELTA_SCALE
+    from model.features import BOS, EOS
+
+    bigrams = {s[i:i + 2]: 3 for s in ("我發現新元", "發線", "^我", "元$", "法現") for i in range(len(s) - 1)}
+    featurizer = Featurizer(Vocab.from_counts(COUNTS, bigrams))
+    featurizer._unanimous_block = lambda char: None  # every position through _candidate_rows
+    example = featurizer.featurize(NBest(("我發現新元", "我發線新元", "我法現新元", "我發現新原")))
+    lm_delta, left_edge, right_edge = (CANDIDATE_FEATURES.index(c) for c in
+                                       ("lm_delta", "left_edge_count", "right_edge_count"))
+    padded = BOS + example.top1 + EOS
+    for i, cands in enumerate(example.candidates):
+        keep = featurizer._lm(padded[i], cands[0], padded[i + 2])[0]
+        for k, seg in enumerate(cands):
+            score, edge_l, edge_r = featurizer._lm(padded[i], seg, padded[i + 2])
+            row = example.cand_feats[i, k]
+            assert row[lm_delta] == np.float32(max(-3.0, min(3.0, (score - keep) / LM_DELTA_SCALE))), (i, seg)
+            assert (row[left_edge], row[right_edge]) == (np.float32(edge_l / EDGE_COUNT_SCALE),
+                                                         np.float32(edge_r / EDGE_COUNT_SCALE)), (i, seg)
+    assert sum(len(c) for c in example.candidates) > len(example.candidates)  # alternatives were scored
