@@ -298,7 +298,7 @@ class Featurizer:
         prior, log_prior, log_den = self._prior, self._log_prior, self._log_den
         prior_unk, log_prior_unk, log_den_unk = self._prior_unk, self._log_prior_unk, self._log_den_unk
         lm = self._lm
-        segment = self._segment
+        segment_memo = self._segment_memo
         keep_lm = 0.0
         ids, feats = [], []
         for k, seg in enumerate(cands):
@@ -317,7 +317,8 @@ class Featurizer:
                 keep_lm = score
             ranks = votes.get(seg)
             rel = relation.get(seg, -1)
-            seg_ids, log_freq = segment(seg)
+            seg_ids, log_freq = segment_memo.get(seg) or self._segment(seg)
+            delta = (score - keep_lm) / LM_DELTA_SCALE
             ids.append(seg_ids)
             feats.append((
                 k == 0,  # keep
@@ -331,7 +332,7 @@ class Featurizer:
                 ranks is None,  # not_offered
                 log_freq,  # log_freq
                 ranks is not None and ranks[0] == 1,  # offered_by_second
-                max(-3.0, min(3.0, (score - keep_lm) / LM_DELTA_SCALE)),  # lm_delta
+                3.0 if delta > 3.0 else -3.0 if delta < -3.0 else delta,  # lm_delta, clipped
                 edge_l / EDGE_COUNT_SCALE,  # left_edge_count
                 edge_r / EDGE_COUNT_SCALE,  # right_edge_count
             ))
@@ -368,12 +369,12 @@ class Featurizer:
         if row is None:
             after_left = self._after.get(left, _NO_COUNTS)
             den_left = self._log_den.get(left, self._log_den_unk)
-            value = np.zeros((2, MAX_CANDIDATES))
+            terms, edges = [0.0] * MAX_CANDIDATES, [0.0] * MAX_CANDIDATES  # a row's two lines, written at once
             for k, seg in enumerate(block.cands):
                 n = after_left.get(seg, 0)
-                value[0, k] = (math.log(n + block.priors[k]) if n else block.log_priors[k]) - den_left
-                value[1, k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
-            row = self._left_memo.add(key, value)
+                terms[k] = (math.log(n + block.priors[k]) if n else block.log_priors[k]) - den_left
+                edges[k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
+            row = self._left_memo.add(key, (terms, edges))
         return row
 
     def _right_terms(self, char: str, right: str, block: _Block) -> int:
@@ -384,12 +385,12 @@ class Featurizer:
             before_right = self._before.get(right, _NO_COUNTS)
             prior_right = self._prior.get(right, self._prior_unk)
             log_prior_right = self._log_prior.get(right, self._log_prior_unk)
-            value = np.zeros((2, MAX_CANDIDATES))
+            terms, edges = [0.0] * MAX_CANDIDATES, [0.0] * MAX_CANDIDATES
             for k, seg in enumerate(block.cands):
                 n = before_right.get(seg, 0)
-                value[0, k] = (math.log(n + prior_right) if n else log_prior_right) - block.log_dens[k]
-                value[1, k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
-            row = self._right_memo.add(key, value)
+                terms[k] = (math.log(n + prior_right) if n else log_prior_right) - block.log_dens[k]
+                edges[k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
+            row = self._right_memo.add(key, (terms, edges))
         return row
 
     def _fill_unanimous(self, pending: list[_Unanimous]) -> None:
