@@ -187,9 +187,10 @@ class LanguageModel:
         # position instead of one per substring (this runs for every candidate sentence of every list)
         for j in range(1, n + 1):
             lo = j - MAX_WORD if j > MAX_WORD else 0
-            ends = windows.get(both[2 * lo : 2 * j])
+            key = both[2 * lo : 2 * j]
+            ends = windows.get(key)
             if ends is None:
-                ends = windows[both[2 * lo : 2 * j]] = self._window(trad, simple, both, lo, j)
+                ends = windows[key] = self._window(trad, simple, both, lo, j)
             top, arg = -math.inf, back[j]
             for k, entry in ends:
                 value = best[lo + k] + entry[0]
@@ -204,8 +205,7 @@ class LanguageModel:
             j = i
         return out[::-1]
 
-    def _window(self, trad: str, simple: str, both: str, lo: int,
-                j: int) -> tuple[tuple[int, tuple[float, bool]], ...]:
+    def _window(self, trad: str, simple: str, both: str, lo: int, j: int) -> tuple[tuple[int, tuple[float, bool]], ...]:
         """The words of trad[lo:j] that end at j, longest first, as (start - lo, word entry); a substring that is
         no word (-inf) is left out, as it could never be the best split.
 
