@@ -68,11 +68,15 @@ tune: install-dev
 	$(PY) -m model.tune --variant lm --write
 
 ## Adapt the shipped corrector to your recogniser's labelled lists (README, "Train on your own labelled lists"):
-## make adapt DATA=train_all.json OUT=weights-mine  (DATA may name several files, space-separated)
+## make adapt DATA=train_all.json OUT=weights-mine [CKPT_DIR=checkpoints]  (DATA may name several files,
+## space-separated; a name holding spaces is quoted inside it: DATA="'my file.json' other.json")
+adapt: export ADAPT_DATA = $(DATA)
+adapt: export ADAPT_OUT = $(OUT)
+adapt: export ADAPT_CKPT = $(CKPT_DIR)
 adapt: install-dev
-	@test -n "$(DATA)" -a -n "$(OUT)" || { echo "usage: make adapt DATA=FILE OUT=DIR" >&2; exit 2; }
+	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE OUT=DIR [CKPT_DIR=DIR]" >&2; exit 2; }
 	bash model/install_irstlm.sh
-	$(PY) -m model.adapt $(foreach f,$(DATA),--data $(f)) --out $(OUT)
+	$(PY) -m model.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT")
 
 ## The stand-in labelled files adapt is measured on (docs/model.md), in data/standin/.
 standin: install-dev

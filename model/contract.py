@@ -110,7 +110,11 @@ def check_weights_dir(weights_dir: Path) -> None:
     except (OSError, ValueError) as e:
         raise FeatureContractError(f"cannot read {path}: {e}") from None
     check_features(meta, source=f"the weights in {weights_dir}")
-    for part, entry in meta.get("adaptation", {}).get("files", {}).items():
+    adaptation = meta.get("adaptation")
+    if adaptation is not None and "provenance" not in adaptation:
+        raise IncompleteWeightsError(f"{weights_dir} is an unfinished adapted folder: no provenance, which "
+                                     f"model.adapt writes last (re-run python -m model.adapt)")
+    for part, entry in (adaptation or {}).get("files", {}).items():
         file = weights_dir / str(entry.get("name", ""))
         if not entry.get("name") or not file.is_file():
             raise IncompleteWeightsError(f"{weights_dir} is an incomplete adapted folder: its {part} file "

@@ -39,6 +39,7 @@ except ModuleNotFoundError as missing:  # run by a Python outside the project's 
              f"(make install first)")
 
 STAGES = ("net", "lm", "full")
+SHOWN_MALFORMED = 20
 SIM_SETS = ("test", "reviews", "decoded")
 
 
@@ -105,10 +106,16 @@ def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
 
 
 def file_set(path: Path, limit: int) -> LabelledSet:
-    """Read a labelled file (the competition's format) as an evaluation set."""
-    from preprocess.labelled import read_labelled
+    """Read a labelled file (the competition's format) as an evaluation set; a malformed row is named on stderr and
+    skipped, as `model.adapt` does."""
+    from preprocess.labelled import read_labelled_lenient
 
-    items = read_labelled(path)[: limit or None]
+    read = read_labelled_lenient(path)
+    for line in read.malformed[:SHOWN_MALFORMED]:
+        print(f"skipped, malformed: {line}", file=sys.stderr)
+    if len(read.malformed) > SHOWN_MALFORMED:
+        print(f"skipped {len(read.malformed) - SHOWN_MALFORMED} more malformed rows of {path}", file=sys.stderr)
+    items = read.items[: limit or None]
     return LabelledSet(path.name, [it.nbest for it in items], [it.truth for it in items])
 
 
@@ -216,6 +223,15 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
     else:
+        from model.contract import FeatureContractError, check_weights_dir
+
+        try:
+            if not args.weights.is_dir():
+                raise FeatureContractError(f"--weights must name an existing weights folder, got {str(args.weights)!r}")
+            check_weights_dir(args.weights)
+        except FeatureContractError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         results = {}
         for stage in STAGES if args.stage == "all" else (args.stage,):
             corrector = Corrector(args.weights, device=args.device, stage=stage)

@@ -45,8 +45,15 @@ class DevList:
 def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool,
               adaptation: Adaptation | None = None) -> list[DevList]:
     """Describe every candidate of every list, with its errors (candidates and features of `adaptation`, when
-    given: an adapted stage is fitted on lists its adaptation was not learned from)."""
-    out: list[DevList] = []
+    given: an adapted stage is fitted on lists its adaptation was not learned from). A list the corrector answers
+    without the second stage (TOP1 without a Han character) is left out."""
+    return [d for d in described_lists(corrector, nbests, truths, use_net, adaptation) if d is not None]
+
+
+def described_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool,
+                    adaptation: Adaptation | None = None) -> list[DevList | None]:
+    """`dev_lists`, one entry per list in order: None where the second stage does not see the list."""
+    out: list[DevList | None] = []
     reranker = Reranker(corrector.lm, RerankWeights(), adaptation)
     for start in range(0, len(nbests), 64):
         chunk = nbests[start : start + 64]
@@ -55,6 +62,7 @@ def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_
         for k, example in enumerate(batch.examples):
             truth = truths[start + k]
             if example is None:
+                out.append(None)
                 continue
             p = probs[k] if use_net else None
             cands = reranker.candidates(example, p)

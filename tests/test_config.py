@@ -6,7 +6,6 @@ How the server takes these settings at start (flags, gunicorn, one-line errors) 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,16 +24,18 @@ def test_config_defaults_follow_the_contract():
     assert config.redis_url == ""
 
 
-def test_config_from_env_reads_upper_case_field_names():
+def test_config_from_env_reads_upper_case_field_names(tmp_path):
+    weights = tmp_path / "w"
+    weights.symlink_to(REPO_ROOT / "model" / "weights")
     config = Config.from_env({
         "PORT": "9000", "MAX_BATCH_SIZE": "16", "MAX_BATCH_WAIT_S": "0.05", "JUDGE_TIMEOUT_S": "2",
-        "DEVICE": "CPU", "LOG_LEVEL": "debug", "WEIGHTS_DIR": "/tmp/w", "CAPTAIN_EMAIL": "a@b.c",
+        "DEVICE": "CPU", "LOG_LEVEL": "debug", "WEIGHTS_DIR": str(weights), "CAPTAIN_EMAIL": "a@b.c",
         "UNRELATED": "ignored",
     })
     assert (config.port, config.max_batch_size, config.max_batch_wait_s) == (9000, 16, 0.05)
     assert config.budget_s == pytest.approx(1.75)
     assert (config.device, config.log_level) == ("cpu", "DEBUG")
-    assert config.weights_dir == Path("/tmp/w")
+    assert config.weights_dir == weights
     assert config.captain_email == "a@b.c"
 
 
@@ -94,3 +95,8 @@ def test_config_needs_no_lm_file_for_the_network_alone():
 def test_config_refuses_device_cuda_without_a_usable_gpu():
     with pytest.raises(ConfigError, match="cuda was asked for, but torch .* sees no usable CUDA GPU"):
         Config.from_env({"DEVICE": "cuda"})
+
+
+def test_a_weights_dir_that_does_not_exist_is_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="weights_dir must name an existing weights folder, got '.*nowhere'"):
+        Config.from_env({"WEIGHTS_DIR": str(tmp_path / "nowhere")})

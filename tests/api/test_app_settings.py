@@ -26,12 +26,14 @@ def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app,
     assert isinstance(app.extensions[EXTENSION_KEY].cache.shared, RedisResultCache)  # connects lazily
 
 
-def test_cli_flags_override_the_environment():
+def test_cli_flags_override_the_environment(tmp_path):
+    weights = tmp_path / "w"
+    weights.symlink_to(Path(__file__).resolve().parents[2] / "model" / "weights")
     env = {"PORT": "9000", "MAX_BATCH_SIZE": "8", "DEVICE": "auto"}
-    flags = ["--port", "9001", "--max-batch-size", "16", "--weights-dir", "/tmp/w", "--device", "cpu"]
+    flags = ["--port", "9001", "--max-batch-size", "16", "--weights-dir", str(weights), "--device", "cpu"]
     config = parse_config(flags, env)
     assert (config.port, config.max_batch_size, config.device) == (9001, 16, "cpu")
-    assert config.weights_dir == Path("/tmp/w")
+    assert config.weights_dir == weights
 
 
 def test_cli_rejects_bad_flag_values():

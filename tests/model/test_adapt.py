@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from config import Config, ConfigError
-from model.adapt import main
-from model.adaptation import DOMAIN_LM_FILE, DomainLM
+from model.adapt import MIN_LISTS, data_paths, main
+from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
 from model.corrector import Corrector
 from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
@@ -152,3 +152,109 @@ def test_an_adapted_folder_is_served_by_make_runs_gunicorn(tmp_path):
         info = requests.get(f"http://127.0.0.1:{port}/", timeout=2).json()
     assert answer.status_code == 200 and answer.json()["answer"] == "臺中的分行幾點開"
     assert json.dumps(info, ensure_ascii=False).count("adapted") >= 1
+
+
+# A run that cannot finish writes nothing; a run that finishes writes one whole folder (issue 30).
+
+
+def _quick(data: Path, out: Path, *extra: str) -> int:
+    return main(["--data", str(data), "--out", str(out), "--epochs", "0", "--dev-share", "0.4", "--test-share",
+                 "0.2", "--folds", "2", "--device", "cpu", *extra])
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_a_file_too_small_to_learn_from_is_refused_up_front_naming_the_minimum(tmp_path, capsys):
+    data = tmp_path / "five.jsonl"
+    write_labelled(_rows(top1_alone=True)[:5], data)
+    assert _quick(data, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"5 labelled lists read: adapt needs at least {MIN_LISTS}" in err
+    assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
+
+
+def test_a_run_that_fails_midway_leaves_no_folder_and_no_partial_one(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone=True), data)
+
+    def fail(*args, **kwargs):
+        raise AdaptationError("the test split could not be scored")
+
+    monkeypatch.setattr("model.adapt.test_figures", fail)
+    assert _quick(data, tmp_path / "out") == 2
+    assert "adapt: the test split could not be scored" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
+
+
+def test_a_rerun_replaces_the_folder_whole_and_keeps_no_checkpoint(tmp_path, capsys):
+    rows = _rows(top1_alone=True)
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    write_labelled(rows, first)
+    write_labelled(rows[:-3], second)
+    out = tmp_path / "out"
+    ckpt = tmp_path / "ckpt"
+    assert main(["--data", str(first), "--out", str(out), "--epochs", "1", "--batch-size", "8", "--dev-share", "0.4",
+                 "--test-share", "0.2", "--folds", "2", "--device", "cpu", "--ckpt-dir", str(ckpt)]) == 0
+    assert _quick(second, out) == 0
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert meta["adaptation"]["provenance"]["data"][0]["file"] == "second.jsonl"
+    assert list(ckpt.iterdir()) == []  # the finished run's checkpoint folder is gone
+    assert _leftovers(tmp_path) == [] and not (Path.cwd() / "checkpoints" / "adapt-out").exists()
+    Config.from_env({"WEIGHTS_DIR": str(out)})
+
+
+def test_out_naming_the_weights_it_starts_from_or_a_foreign_folder_is_refused(tmp_path, capsys):
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone=True), data)
+    shipped = Corrector().weights_dir
+    before = {p.name: p.stat().st_mtime_ns for p in shipped.iterdir()}
+    assert _quick(data, shipped) == 2
+    assert "is the weights it starts from" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in shipped.iterdir()} == before
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"\xff\xd8")
+    assert _quick(data, foreign) == 2
+    assert "holds something other than an adapted weights folder" in capsys.readouterr().err
+    assert [p.name for p in foreign.iterdir()] == ["cat.jpg"]
+
+
+def test_the_folder_is_readable_by_others_and_reports_the_candidates_ceiling(tmp_path, capsys):
+    data = tmp_path / "labelled.jsonl"
+    rows = _rows(top1_alone=False)
+    rows[0] = Labelled(rows[0].id, rows[0].truth, NBest(tuple(f"{rows[0].nbest.top1} {k}" if k else rows[0].nbest.top1
+                                                               for k in range(20))))
+    write_labelled(rows, data)
+    old = os.umask(0o022)
+    try:
+        assert _quick(data, tmp_path / "out") == 0
+    finally:
+        os.umask(old)
+    printed = capsys.readouterr().out
+    assert "1 rows hold more than 10 hypotheses: the first 10 are used" in printed
+    assert "| candidates_cer |" in printed and "| candidates_gap_closed |" in printed
+    assert "than the shipped model's (" in printed and "relative CER" not in printed
+    assert f"6/6 the rules and the domain language model the folder serves, from all {len(rows)} lists" in printed
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert set(modes.values()) == {0o644} and (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+    meta = json.loads((tmp_path / "out" / "config.json").read_text(encoding="utf-8"))
+    assert meta["adaptation"]["provenance"]["domain_lm"]["lists"] == len(rows)
+
+
+def test_data_names_are_split_as_a_shell_would_unless_the_value_names_a_file(tmp_path):
+    spaced = tmp_path / "my lists.json"
+    spaced.write_text("[]", encoding="utf-8")
+    assert data_paths([str(spaced)]) == [spaced]
+    assert data_paths([f"'{spaced}' b.jsonl"]) == [spaced, Path("b.jsonl")]
+    assert data_paths(["a.jsonl b.jsonl", "c.jsonl"]) == [Path("a.jsonl"), Path("b.jsonl"), Path("c.jsonl")]
+
+
+def test_an_adapted_folder_without_provenance_is_refused_as_unfinished(tmp_path):
+    out, _ = _adapt(tmp_path, top1_alone=True)
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    del meta["adaptation"]["provenance"]
+    (out / "config.json").write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.raises(ConfigError, match="unfinished adapted folder"):
+        Config.from_env({"WEIGHTS_DIR": str(out)})
