@@ -223,7 +223,7 @@ class Reranker:
         return out
 
     def choose(self, example: Example, probs: np.ndarray | None) -> str:
-        """Return the best sentence, or TOP1 when none beats it by the margin."""
+        """Return the best sentence other than TOP1 when its score beats TOP1's by the margin, else TOP1."""
         cands = self.candidates(example, probs)
         if len(cands) == 1:
             return example.top1
@@ -231,7 +231,9 @@ class Reranker:
             return example.top1
         # one dot product per row, as Features.vector() @ w computes it (a matrix product may sum in another order)
         scores = [float(row @ self._w) for row in np.array(self.rows(example, probs, cands), dtype=np.float64)]
-        best = int(np.argmax(scores))
+        # the best sentence other than TOP1, against TOP1: a fitted margin may be negative (on TOP1-alone lists every
+        # other sentence pays the same outside_nbest penalty, which the margin then takes back in part)
+        best = 1 + int(np.argmax(scores[1:]))
         if scores[best] - scores[0] >= self.weights.margin and not self._only_variants(example.top1, cands[best]):
             return cands[best].text
         return example.top1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -120,21 +121,38 @@ def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right
         float, dict]:
     """Choose the margin with the lowest CER within the precision bounds."""
     total = sum(d.truth_len for d in lists)
-    gains = []  # (score lead of the best candidate, errors if chosen, errors of TOP1)
+    gains = []  # (score lead of the best candidate other than TOP1, errors if chosen, errors of TOP1)
     for d in lists:
         s = d.feats @ w
-        b = int(np.argmax(s))
+        if len(s) < 2:
+            gains.append((-math.inf, int(d.errors[0]), int(d.errors[0])))
+            continue
+        b = 1 + int(np.argmax(s[1:]))
         gains.append((float(s[b] - s[0]), int(d.errors[b]), int(d.errors[0])))
     base = sum(g[2] for g in gains)
     n_right = max(1, sum(g[2] == 0 for g in gains))
     best = (float("inf"), {"cer": base / total, "top1_cer": base / total, "worse": 0.0, "right_changed": 0.0})
-    for margin in sorted({round(g[0], 3) for g in gains if g[0] > 0}):
-        chosen = [g for g in gains if g[0] >= margin]
-        errs = base + sum(g[1] - g[2] for g in chosen)
-        worse = sum(g[1] > g[2] for g in chosen) / len(gains)
-        right = sum(g[2] == 0 and g[1] != 0 for g in chosen) / n_right  # a changed right TOP1 has errors
-        if worse <= max_worse and right <= max_right_changed and errs / total < best[1]["cer"]:
-            best = (margin, {"cer": errs / total, "top1_cer": base / total, "worse": worse, "right_changed": right})
+    # every lead is a margin to try, negative ones too (the same score as served: Reranker.choose); the lists sorted by
+    # lead once, each margin's figures read from running sums (the lists a margin changes are a prefix)
+    lead = np.array([g[0] for g in gains])
+    order = np.argsort(-lead, kind="stable")
+    lead = lead[order]
+    chosen_err = np.array([g[1] for g in gains])[order]
+    top1_err = np.array([g[2] for g in gains])[order]
+    delta = np.cumsum(chosen_err - top1_err)
+    worse = np.cumsum(chosen_err > top1_err) / len(gains)
+    right = np.cumsum((top1_err == 0) & (chosen_err != 0)) / n_right  # a changed right TOP1 has errors
+    margins = np.unique(np.round(lead[np.isfinite(lead)], 3))
+    if not len(margins):
+        return best
+    last = np.searchsorted(-lead, -margins, side="right") - 1  # the last list each margin changes
+    errs = base + delta[last]
+    ok = (worse[last] <= max_worse) & (right[last] <= max_right_changed) & (errs < base)
+    if ok.any():
+        k = int(np.flatnonzero(ok)[np.argmin(errs[ok])])  # the lowest margin among the best
+        i = last[k]
+        best = (float(margins[k]), {"cer": float(errs[k]) / total, "top1_cer": base / total,
+                                    "worse": float(worse[i]), "right_changed": float(right[i])})
     return best
 
 

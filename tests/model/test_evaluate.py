@@ -52,13 +52,28 @@ def test_evaluate_scores_a_live_service_over_http(tmp_path, live_server, capsys)
     assert result["p50_ms"] > 0
 
 
-def test_evaluate_names_a_malformed_row_in_one_line(tmp_path, capsys):
+@pytest.mark.real_model
+def test_evaluate_names_and_skips_a_malformed_row_and_scores_the_rest(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": 1, "ground_truth_sentence": "好", "sentence_list": ["好"]}\n{"id": 2}\n',
                     encoding="utf-8")
-    assert main(["--data", str(path), "--url", "http://127.0.0.1:9"]) == 2
+    assert main(["--data", str(path), "--stage", "lm", "--json"]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith("skipped, malformed: ") and "bad.jsonl" in err and "line 2" in err
+    assert json.loads(captured.out)["lm"]["bad.jsonl"]["sentences"] == 1
+
+
+def test_evaluate_names_a_missing_or_incomplete_weights_folder_in_one_line(tmp_path, capsys):
+    data = tmp_path / "one.jsonl"
+    data.write_text('{"id": 1, "ground_truth_sentence": "好", "sentence_list": ["好"]}\n', encoding="utf-8")
+    assert main(["--data", str(data), "--weights", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip().endswith("--weights must name an existing weights folder, got "
+                                                    f"{str(tmp_path / 'nowhere')!r}")
+    (tmp_path / "half").mkdir()
+    assert main(["--data", str(data), "--weights", str(tmp_path / "half")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "bad.jsonl" in err and "line 2" in err
+    assert "\n" not in err and "is incomplete: config.json, vocab.json, model.safetensors missing" in err
 
 
 @pytest.mark.real_model
