@@ -1,40 +1,80 @@
-"""A stand-in for a team's labelled file: `python -m preprocess.standin --out DIR`.
+"""Stand-ins for a team's labelled file, and the error statistics to compare them with real ones.
 
-No real labelled list ships with the project, so `model.adapt` is measured on lists made differently from what
-the shipped model was trained on (our word-lattice simulator on news text):
+`python -m preprocess.standin --stats FILE [--against OTHER]` prints a labelled file's aggregate TOP1 errors
+(`preprocess.error_stats`: definitions there) beside the real competition data's (`REAL`), and, with
+`--against`, the share of OTHER's spans already seen in FILE.
 
-- **the recogniser** is `preprocess.decode_sim`'s decoding recogniser (fluent errors under its own character
-  bigram), on product-review clauses (a domain the shipped model never saw; the first REVIEW_HOLDOUT reviews,
-  which `model.evaluate`'s `reviews` set uses, are left out);
-- **a transcriber layer** on top, as the issue describes real files: the truths write
-  - one orthographic variant where the recogniser writes the other (`VARIANT_CONVENTIONS`: 臺/台, 汙/污, 溼/濕, and
-    the word 甚麼/什麼),
-  - one spoken filler where the recogniser writes another (`FILLER_CONVENTIONS`: 呃/痾, 欸/誒),
-  - and `domain_words` words of the domain (the words most over-represented in review text against the news
-    training text) are heard, each consistently, as one frequent homophone (a character swapped for the
-    commonest other character of its syllable) in `p_domain_error` of the hypotheses.
+`python -m preprocess.standin --profile real|easy --out DIR [--train N --test M]` writes one, in two versions of
+the same lists: `nbest_*.jsonl` (10 hypotheses with phone strings) and `top1_*.jsonl` (TOP1 alone, no phones);
+`*_train.jsonl` and `*_test.jsonl` come from disjoint clauses. Without `--profile`, the easy one (what docs
+report figures on, and what `make standin` writes to data/standin).
 
-Two versions of the same lists: `nbest_*.jsonl` (up to 10 hypotheses with phone strings) and `top1_*.jsonl`
-(TOP1 alone, no phones). `*_train.jsonl` and `*_test.jsonl` come from disjoint clauses; a learning curve adapts on
-the first N rows of the train file and scores the test file. Seeded; the rates were set once from the issue's
-description of real files, not tuned to any figure.
+**real** (`RealRecogniser`): calibrated to the real data's aggregate figures (`REAL`, tolerances `TOLERANCE_*`),
+never to a model's results.
+
+- *Truths*: corpus clauses (news train and dev, reviews past `REVIEW_HOLDOUT`) holding a finance word
+  (`FINANCE_WORDS`) first, others only when those run out; each clause cut at word boundaries into utterances of
+  a drawn length (mean about 10.8 characters); `p_start_filler` of them start with a spoken filler (呃, 欸, 嗯,
+  痾), as call-centre speech does. The test file's utterances come first, from clauses of news dev and reviews
+  (text the shipped model never trained on); train's from the other clauses, no utterance in both.
+- *TOP1*: a list is wrong with `p_wrong`, with 1-5 error spans (`spans_when_wrong`) kept apart by a correct
+  character. A span is, with `p_systematic`, one of the recogniser's systematic rewrites (a seeded inventory
+  ranked Zipf-like: the fillers 呃→痾, 嗯→呃 and dropped 呃/欸/嗯, function-word homophones 在/再, 的/得/地,
+  有/又, 以/已, the domain's 券→卷, 帳→賬, the variant forms 周→週, 布→佈, 臺→台, then rewrites of frequent
+  words of each class), chosen among those whose spoken side occurs in the truth (a rewrite's chance is its
+  Zipf weight over how often its spoken side occurs, so that what is seen follows the ranks); otherwise, or
+  where none applies, a one-off span of a class drawn towards the real mix (`SPAN_MIX`: each class weighted by
+  how far it lags its share so far, so that classes a truth cannot hold, such as a filler or a variant form, are
+  made up later), its length drawn per class (`SPAN_LENGTHS`), its characters from the sound-alike sets
+  (`ConfusionSet` of corpus character counts) or, for `other`, characters of other sounds.
+- *Hypotheses 2-10*: TOP1 with its spans kept, undone or heard otherwise, and sound-alike errors elsewhere;
+  in `p_truth_listed` of the lists with a wrong TOP1 the truth itself, at a rank drawn uniformly from 2-10 (the
+  only evidence: 3 of the 4 wrong TOP1s among 11 public real lists had the truth at ranks 3, 9 and 10); all
+  distinct; spaced as the truth's corpus words, an added word its own.
+
+**easy** (`--profile easy`): product reviews through `preprocess.decode_sim`'s decoding recogniser, with a
+transcriber layer: the truths write one orthographic variant where the recogniser writes the other
+(`VARIANT_CONVENTIONS`), one spoken filler where it writes another (`FILLER_CONVENTIONS`), and the words most
+over-represented in reviews against news are heard, each consistently, as one homophone in `p_domain_error` of
+the hypotheses. Far easier than real data: few distinct rewrites, most repeated.
+
+Seeded and deterministic.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import itertools
 import json
 import random
+import re
+import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from preprocess.confusion import SAME_TONE
+from preprocess.confusion import SAME_TONE, ConfusionSet
 from preprocess.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
-from preprocess.labelled import Labelled, write_labelled
-from preprocess.phones import text_phones
-from preprocess.text import NBest
+from preprocess.error_stats import (
+    REAL_HELD_OUT,
+    REAL_LISTS,
+    SPAN_CLASSES,
+    Against,
+    ErrorStats,
+    against,
+    classify_span,
+    error_stats,
+    simplified,
+)
+from preprocess.labelled import Labelled, read_labelled_lenient, write_labelled
+from preprocess.phones import char_syllable, text_phones
+from preprocess.text import SPOKEN_FILLERS, NBest
+
+# ---------------------------------------------------------------------------------------------------------------
+# The easy stand-in
 
 # (what the truths write, what the recogniser writes)
 VARIANT_CONVENTIONS = (("臺", "台"), ("汙", "污"), ("溼", "濕"), ("甚麼", "什麼"))
@@ -117,36 +157,619 @@ def top1_only(items: list[Labelled]) -> list[Labelled]:
     return [Labelled(it.id, it.truth, NBest(it.nbest.sentences[:1])) for it in items]
 
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real competition data's figures (2,562 labelled lists; seen-in-train: 1,000 other lists against them)
+
+
+@dataclass(frozen=True)
+class RealFigures:
+    """The real data's aggregate TOP1 errors, in `error_stats`' definitions; None where not known."""
+
+    top1_right: float = 0.506
+    cer: float = 0.102
+    truth_chars: float = 11.0
+    one_span: float = 0.69
+    span_share: dict[str, float] = field(default_factory=lambda: {
+        "filler": 0.06, "variant": 0.02, "homophone": 0.32, "near": 0.06, "other": 0.39,
+        "added": 0.06, "dropped": 0.04, "other_length": 0.06})
+    # by error characters; added, dropped and other length only together (the rest of 100 %)
+    char_share: dict[str, float] = field(default_factory=lambda: {
+        "filler": 0.04, "variant": 0.01, "homophone": 0.27, "near": 0.06, "other": 0.40})
+    char_share_length_changes: float = 0.22
+    distinct: int = 1416  # in REAL_LISTS lists
+    twice: int = 167
+    thrice: int = 75
+    top_share: float = 0.13
+    seen: float = 0.335  # spans of REAL_HELD_OUT other lists seen in the REAL_LISTS
+    seen_twice: float = 0.24
+
+
+REAL = RealFigures()
+LENGTH_CHANGES = ("added", "dropped", "other_length")
+# How close a calibrated stand-in must come to REAL (tests/preprocess/test_standin.py reads these):
+TOLERANCE_SHARE = 0.03  # absolute, on every share (TOP1 right, one span, span and character shares, top 30)
+TOLERANCE_CER = 0.01  # absolute
+TOLERANCE_LENGTH = 1.0  # characters, on the mean truth length
+TOLERANCE_DISTINCT = 0.20  # relative, on the distinct rewrites (and those seen twice) in REAL_LISTS lists
+TOLERANCE_SEEN = 0.06  # absolute, on the seen-in-train shares
+
+
+def stats_rows(stats: ErrorStats, seen: Against | None = None) -> list[tuple[str, str, str]]:
+    """The table `--stats` prints: (measure, this file, real)."""
+
+    def pct(x: float | None) -> str:
+        return "" if x is None else f"{100 * x:.1f} %"
+
+    rows = [("lists", f"{stats.lists:,}", f"{REAL_LISTS:,}"),
+            ("TOP1 exactly right", pct(stats.top1_right), pct(REAL.top1_right)),
+            ("TOP1 CER (pooled)", pct(stats.cer), pct(REAL.cer)),
+            ("truth length (characters, mean)", f"{stats.truth_chars:.1f}", f"{REAL.truth_chars:.1f}"),
+            ("wrong TOP1 with one error span", pct(stats.one_span), pct(REAL.one_span)),
+            ("spans", f"{stats.rewrites.spans:,}", "")]
+    for cls in SPAN_CLASSES:
+        real_chars = REAL.char_share.get(cls)
+        rows.append((f"  {cls}: % of spans / % of error characters",
+                     f"{pct(stats.span_share[cls])} / {pct(stats.char_share[cls])}",
+                     f"{pct(REAL.span_share[cls])} / {pct(real_chars) if real_chars is not None else '-'}"))
+    rows.append(("  added + dropped + other length: % of error characters",
+                 pct(sum(stats.char_share[c] for c in LENGTH_CHANGES)), pct(REAL.char_share_length_changes)))
+    r = stats.rewrites
+    rows += [("distinct rewrites (whole file)", f"{r.distinct:,}; {r.twice:,} twice+; {r.thrice:,} thrice+", ""),
+             ("  per 1,000 spans", f"{r.distinct_per_1000:.0f}", ""),
+             (f"  top {30} rewrites' share of spans", pct(r.top_share), "")]
+    at = stats.rewrites_at_real
+    if at is not None:
+        rows += [(f"distinct rewrites in the first {REAL_LISTS:,} lists",
+                  f"{at.distinct:,}; {at.twice:,} twice+; {at.thrice:,} thrice+",
+                  f"{REAL.distinct:,}; {REAL.twice} twice+; {REAL.thrice} thrice+"),
+                 ("  per 1,000 spans", f"{at.distinct_per_1000:.0f}", ""),
+                 ("  top 30 rewrites' share of spans", pct(at.top_share), pct(REAL.top_share))]
+    if seen is not None:
+        rows.append(("other file's spans seen here / seen twice+", f"{pct(seen.seen)} / {pct(seen.seen_twice)}",
+                     ""))
+        if seen.seen_at_real is not None:
+            rows.append((f"  its first {REAL_HELD_OUT:,} lists' spans in this file's first {REAL_LISTS:,}",
+                         f"{pct(seen.seen_at_real)} / {pct(seen.seen_twice_at_real)}",
+                         f"{pct(REAL.seen)} / {pct(REAL.seen_twice)}"))
+    return rows
+
+
+def print_stats(path: Path, other: Path | None) -> None:
+    """Print a labelled file's error statistics beside the real data's."""
+    read = read_labelled_lenient(path)
+    stats = error_stats([(it.nbest.top1, it.truth) for it in read.items])
+    seen = None
+    if other is not None:
+        seen = against(stats, [(it.nbest.top1, it.truth) for it in read_labelled_lenient(other).items])
+    rows = [("measure", str(path.name), "real"), *stats_rows(stats, seen)]
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    for row in rows:
+        print(" | ".join(cell.ljust(w) for cell, w in zip(row, width, strict=True)).rstrip())
+    if read.malformed:
+        print(f"({len(read.malformed)} malformed rows skipped; first: {read.malformed[0]})", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The calibrated recogniser
+
+FINANCE_WORDS = ("銀行", "金融", "經濟", "貸款", "信用", "卡", "帳", "存款", "利率", "利息", "股",
+    "投資", "資金", "市場", "價格", "稅", "錢", "元", "費", "付", "繳", "券", "保險", "證券", "匯",
+    "財政", "收入", "消費", "購買", "優惠", "密碼", "刷", "債", "儲蓄", "額度", "分期", "退款", "現金",
+    "基金", "貨幣", "企業", "銷售", "成本", "利潤", "旅遊", "客服", "服務", "帳單", "申請")
+_FINANCE = re.compile("|".join(FINANCE_WORDS))
+START_FILLERS = {"呃": 0.4, "欸": 0.3, "嗯": 0.2, "痾": 0.1}
+# the real span mix (REAL.span_share) is what the recogniser aims at
+SPAN_MIX = REAL.span_share
+# span length (max of the two sides) per class: {length: weight}
+SPAN_LENGTHS: dict[str, dict[int, float]] = {
+    "homophone": {1: 0.64, 2: 0.3, 3: 0.06},
+    "near": {1: 0.5, 2: 0.38, 3: 0.12},
+    "other": {1: 0.47, 2: 0.38, 3: 0.1, 4: 0.05},
+    "added": {1: 0.45, 2: 0.38, 3: 0.13, 4: 0.04},
+    "dropped": {1: 0.5, 2: 0.38, 3: 0.12},
+    "other_length": {2: 0.62, 3: 0.32, 4: 0.06},
+}
+# (said, written) fillers and variant forms the recogniser writes; the head of its systematic rewrites
+NAMED_REWRITES = (
+    ("呃", "痾"), ("在", "再"), ("嗯", "呃"), ("的", "得"), ("呃", ""), ("有", "又"), ("券", "卷"), ("已", "以"),
+    ("欸", ""), ("再", "在"), ("周", "週"), ("地", "的"), ("以", "已"), ("嗯", ""), ("得", "的"), ("布", "佈"),
+    ("又", "有"), ("帳", "賬"), ("呃", "嗯"), ("臺", "台"), ("的", "地"), ("注", "註"),
+)
+# said -> written: forms both Taiwan writings use (equal once simplified)
+VARIANT_FORMS = {"周": "週", "布": "佈", "臺": "台", "注": "註", "制": "製", "準": "准", "佔": "占", "占": "佔",
+                 "匯": "彙", "裡": "裏", "汙": "污", "溼": "濕"}
+FILLER_SWAPS = {"呃": ("痾", "嗯"), "嗯": ("呃",), "欸": ("呃", "誒"), "痾": ("呃",)}  # said -> written
+
+
+@dataclass(frozen=True)
+class RealConfig:
+    """Knobs of the calibrated recogniser (set from REAL's figures, see the module docstring)."""
+
+    utterance_chars: float = 14.5  # mean drawn length of a cut (a clause's short remainder makes the mean 10.8)
+    p_start_filler: float = 0.15
+    p_wrong: float = 1 - REAL.top1_right
+    spans_when_wrong: tuple[float, ...] = (0.69, 0.20, 0.07, 0.028, 0.012)  # 1, 2, ... spans
+    p_systematic: float = 0.35
+    inventory: int = 600  # systematic rewrites
+    zipf: float = 0.4
+    n_best: int = 10
+    p_truth_listed: float = 0.75
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One systematic confusion: the recogniser writes `written` where `said` was said ("": added / dropped)."""
+
+    said: str
+    written: str
+    cls: str
+    weight: float  # its Zipf weight over the share of truths its spoken side occurs in
+
+
+Edit = tuple[int, int, str]  # truth[start:end] is written as the text ("" drops it; start == end adds it)
+
+
+def finance_clause(clause: str) -> bool:
+    """Tell whether a clause is about money (holds one of FINANCE_WORDS)."""
+    return _FINANCE.search(clause.replace(" ", "")) is not None
+
+
+def cut_utterances(clause: str, rng: random.Random, mean_chars: float) -> list[str]:
+    """Cut a clause (words separated by spaces) at word boundaries into utterances of drawn lengths (>= 4)."""
+    out: list[str] = []
+    cur: list[str] = []
+    target = _utterance_length(rng, mean_chars)
+    for word in clause.split():
+        cur.append(word)
+        if sum(map(len, cur)) >= target:
+            out.append(" ".join(cur))
+            cur, target = [], _utterance_length(rng, mean_chars)
+    if cur and sum(map(len, cur)) >= 4:
+        out.append(" ".join(cur))
+    return out
+
+
+def _utterance_length(rng: random.Random, mean_chars: float) -> int:
+    return 3 + round(rng.gammavariate(3.0, (mean_chars - 3) / 3.0))
+
+
+@dataclass(frozen=True)
+class Truths:
+    """The stand-in's truths (words separated by spaces), test first, and how many came from finance clauses."""
+
+    train: list[str]
+    test: list[str]
+    finance_share: float
+
+
+def pick_truths(corpus_dir: Path, n_train: int, n_test: int, config: RealConfig, seed: int) -> Truths:
+    """Cut utterances from the corpus, finance clauses first; test's from text the shipped model never saw."""
+    rng = random.Random(seed)
+
+    def lines(name: str, skip: int = 0) -> list[str]:
+        return [s for s in (corpus_dir / f"{name}.txt").read_text(encoding="utf-8").split("\n")[skip:] if s]
+
+    unseen = lines("dev") + lines("reviews", REVIEW_HOLDOUT)
+    seen = lines("train")
+    rng.shuffle(unseen)
+    rng.shuffle(seen)
+    fin_unseen, fin_seen, rest = [], [], []
+    for pool, fin in ((unseen, fin_unseen), (seen, fin_seen)):
+        for clause in pool:
+            (fin if finance_clause(clause) else rest).append(clause)
+    rng.shuffle(rest)
+    test: list[str] = []
+    used: set[str] = set()
+    k = 0
+    while len(test) < n_test and k < len(fin_unseen):
+        for u in cut_utterances(fin_unseen[k], rng, config.utterance_chars):
+            if u.replace(" ", "") not in used:
+                used.add(u.replace(" ", ""))
+                test.append(u)
+        k += 1
+    train: list[str] = []
+    n_fin = 0
+    for pool, is_fin in ((fin_unseen[k:] + fin_seen, True), (rest, False)):
+        for clause in pool:
+            if len(train) >= n_train:
+                break
+            for u in cut_utterances(clause, rng, config.utterance_chars):
+                if u.replace(" ", "") not in used and len(train) < n_train:
+                    used.add(u.replace(" ", ""))
+                    train.append(u)
+                    n_fin += is_fin
+    test = test[:n_test]
+    fillers, weights = list(START_FILLERS), list(START_FILLERS.values())
+    said = random.Random(seed + 7)  # its own stream, test first: the test truths do not depend on n_train
+
+    def speak(u: str) -> str:
+        return f"{said.choices(fillers, weights)[0]} {u}" if said.random() < config.p_start_filler else u
+
+    test = [speak(u) for u in test]
+    return Truths([speak(u) for u in train], test,
+                  (n_fin + len(test)) / max(len(train) + len(test), 1))
+
+
+class RealRecogniser:
+    """Makes a truth's 10-best list with the real data's error mix and repetition (see the module docstring)."""
+
+    def __init__(self, char_counts: Counter[str], word_counts: Counter[str], sample: Sequence[str],
+                 config: RealConfig, seed: int) -> None:
+        self.config = config
+        self.confusion = ConfusionSet(char_counts)
+        common = [c for c, _ in char_counts.most_common(3000) if char_syllable(c) and c not in SPOKEN_FILLERS]
+        self._common = common
+        self._common_cum = list(itertools.accumulate(1 / (i + 10) for i in range(len(common))))
+        words = [(w, n) for w, n in word_counts.most_common(20000)
+                 if not set(w) & SPOKEN_FILLERS and all(char_syllable(c) for c in w)]
+        self._words_by_len: dict[int, tuple[list[str], list[float]]] = {}
+        for n in range(1, 5):
+            ws = [(w, c) for w, c in words if len(w) == n]
+            self._words_by_len[n] = ([w for w, _ in ws], list(itertools.accumulate(c**0.75 for _, c in ws)))
+        self._alt_cache: dict[tuple[str, str], list[str]] = {}
+        rng = random.Random(seed)
+        self.inventory = self._inventory(words, sample, rng)
+        self._by_first: dict[str, list[Rewrite]] = {}
+        self._always: list[Rewrite] = []
+        for r in self.inventory:
+            if r.said:
+                self._by_first.setdefault(r.said[0], []).append(r)
+            else:
+                self._always.append(r)
+        self.realised: Counter[str] = Counter()  # spans made so far, by class: the mix is steered by it
+
+    # -- sound-alike characters ------------------------------------------------------------------------------
+    def _alternatives(self, char: str, kind: str) -> list[str]:
+        """Characters that sound like `char` in the way of `kind` (homophone / near), commonest first."""
+        key = (char, kind)
+        if key not in self._alt_cache:
+            pool = self.confusion.same_syllable(char) if kind == "homophone" else self.confusion.near_syllable(char)
+            self._alt_cache[key] = [c for c in pool if c not in SPOKEN_FILLERS and simplified(c) != simplified(char)
+                                    and self.confusion.count(c) >= 3][:12]
+        return self._alt_cache[key]
+
+    def _sounds_alike(self, char: str, kind: str, rng: random.Random) -> str | None:
+        alts = self._alternatives(char, kind)
+        if not alts:
+            return None
+        return alts[min(int(rng.expovariate(0.5)), len(alts) - 1)]
+
+    def _other_char(self, char: str, rng: random.Random) -> str:
+        """A common character whose sound is neither the same nor near (the `other` class)."""
+        for _ in range(20):
+            c = self._common[bisect.bisect(self._common_cum, rng.random() * self._common_cum[-1])]
+            if classify_span(c, char) == "other":
+                return c
+        return "麼" if char != "麼" else "嗎"
+
+    def _word(self, n: int, rng: random.Random) -> str:
+        ws, cum = self._words_by_len[n]
+        return ws[bisect.bisect(cum, rng.random() * cum[-1])]
+
+    # -- spans of each class on a given stretch --------------------------------------------------------------
+    def written_as(self, cls: str, said: str, rng: random.Random) -> str | None:
+        """How the recogniser writes `said` in a span of class `cls` (None when it cannot)."""
+        if cls == "homophone":
+            out = [self._sounds_alike(c, "homophone", rng) for c in said]
+            return None if None in out else "".join(out)  # type: ignore[arg-type]
+        if cls == "near":
+            must = rng.randrange(len(said))
+            out = [self._sounds_alike(c, "near" if i == must or rng.random() < 0.5 else "homophone", rng)
+                   for i, c in enumerate(said)]
+            return None if None in out else "".join(out)  # type: ignore[arg-type]
+        if cls == "other":
+            return "".join(self._other_char(c, rng) for c in said)
+        if cls == "dropped":
+            return ""
+        if cls == "other_length":
+            n = len(said)
+            m = rng.choice([k for k in range(max(1, n - 2), n + 2) if k != n])
+            out = [self._sounds_alike(c, "homophone", rng) or self._other_char(c, rng) for c in said[:m]]
+            return "".join(out) + "".join(self._other_char(said[-1], rng) for _ in range(m - len(out)))
+        if cls == "filler":
+            return rng.choice(FILLER_SWAPS.get(said, ("",)) + ("",)) if said in SPOKEN_FILLERS else None
+        if cls == "variant":
+            return VARIANT_FORMS.get(said)
+        raise ValueError(f"no such class {cls}")
+
+    def _length(self, cls: str, rng: random.Random) -> int:
+        lengths = SPAN_LENGTHS[cls]
+        return rng.choices(list(lengths), list(lengths.values()))[0]
+
+    # -- the systematic inventory ----------------------------------------------------------------------------
+    def _inventory(self, words: list[tuple[str, int]], truths: Sequence[str], rng: random.Random) -> list[Rewrite]:
+        """Seeded systematic rewrites: NAMED_REWRITES, then rewrites of frequent words of each class, Zipf-ranked."""
+        cfg = self.config
+        word_cum = list(itertools.accumulate(n**0.6 for _, n in words))
+        made: dict[tuple[str, str], str] = {}
+        mix = {c: SPAN_MIX[c] for c in ("homophone", "near", "other", "added", "dropped", "other_length")}
+        while len(made) < cfg.inventory - len(NAMED_REWRITES):
+            cls = rng.choices(list(mix), list(mix.values()))[0]
+            n = self._length(cls, rng)
+            if cls == "added":
+                said, written = "", self._word(n, rng)
+            else:
+                word = words[bisect.bisect(word_cum, rng.random() * word_cum[-1])][0]
+                if len(word) < (n if cls != "other_length" else max(1, n - 1)):
+                    continue
+                start = rng.randrange(len(word) - min(n, len(word)) + 1)
+                said = word[start : start + n]
+                got = self.written_as(cls, said, rng)
+                if got is None:
+                    continue
+                written = got
+            if (said, written) not in made and written != said and classify_span(written, said) == cls:
+                made[(said, written)] = cls
+        generated = list(made.items())
+        rng.shuffle(generated)
+        ranked: list[tuple[tuple[str, str], str]] = []
+        named = [((s, w), classify_span(w, s)) for s, w in NAMED_REWRITES]
+        for i in range(max(len(named), len(generated))):
+            if i < len(named):
+                ranked.append(named[i])
+            if i < len(generated):
+                ranked.append(generated[i])
+        sample = [t.replace(" ", "") for t in truths]
+        out = []
+        for rank, ((said, written), cls) in enumerate(ranked):
+            share = sum(said in t for t in sample) / max(len(sample), 1) if said else 1.0
+            out.append(Rewrite(said, written, cls, (rank + 1) ** -cfg.zipf / max(share, 1 / max(len(sample), 1))))
+        return out
+
+    # -- one list ---------------------------------------------------------------------------------------------
+    def _deficits(self) -> dict[str, float]:
+        n = sum(self.realised.values()) + 1
+        return {c: SPAN_MIX[c] * n - self.realised[c] for c in SPAN_CLASSES}
+
+    def _systematic(self, truth: str, taken: list[Edit], rng: random.Random) -> Edit | None:
+        deficits = self._deficits()
+        applicable = [r for c in dict.fromkeys(truth) for r in self._by_first.get(c, ()) if r.said in truth]
+        applicable = [r for r in applicable + self._always if deficits[r.cls] > -2]  # a class over its share waits
+        while applicable:
+            r = rng.choices(applicable, [r.weight for r in applicable])[0]
+            places = [i for i in _occurrences(truth, r.said)] if r.said else list(range(len(truth) + 1))
+            rng.shuffle(places)
+            for i in places:
+                edit = (i, i + len(r.said), r.written)
+                if _free(edit, taken, len(truth)):
+                    return edit
+            applicable.remove(r)
+        return None
+
+    def _one_off(self, truth: str, taken: list[Edit], rng: random.Random, steer: bool = True) -> Edit | None:
+        deficits = self._deficits()
+        classes = list(SPAN_CLASSES)
+        weights = [max(deficits[c], 0.0) + 0.3 * SPAN_MIX[c] if steer else SPAN_MIX[c] for c in classes]
+        while classes:
+            k = rng.choices(range(len(classes)), weights)[0]
+            cls = classes.pop(k)
+            weights.pop(k)
+            edit = self._span(cls, truth, taken, rng)
+            if edit is not None:
+                return edit
+        return None
+
+    def _span(self, cls: str, truth: str, taken: list[Edit], rng: random.Random) -> Edit | None:
+        """A one-off span of class `cls` at a free place of the truth, or None."""
+        if cls == "added":
+            n = self._length(cls, rng)
+            places = [i for i in range(len(truth) + 1) if _free((i, i, ""), taken, len(truth))]
+            if not places:
+                return None
+            at = rng.choice(places)
+            return (at, at, self._word(n, rng))
+        if cls in ("filler", "variant"):
+            table = SPOKEN_FILLERS if cls == "filler" else VARIANT_FORMS
+            places = [i for i, c in enumerate(truth) if c in table and _free((i, i + 1, ""), taken, len(truth))]
+            for i in rng.sample(places, len(places)):
+                written = self.written_as(cls, truth[i], rng)
+                if written is not None:
+                    return (i, i + 1, written)
+            return None
+        n = self._length(cls, rng)
+        starts = [i for i in range(len(truth) - n + 1)
+                  if not set(truth[i : i + n]) & SPOKEN_FILLERS and _free((i, i + n, ""), taken, len(truth))]
+        for i in rng.sample(starts, min(len(starts), 4)):
+            written = self.written_as(cls, truth[i : i + n], rng)
+            if written is not None and classify_span(written, truth[i : i + n]) == cls:
+                return (i, i + n, written)
+        return None
+
+    def top1_edits(self, truth: str, rng: random.Random) -> list[Edit]:
+        """The TOP1's error spans on a truth (Han characters, no spaces)."""
+        cfg = self.config
+        if rng.random() >= cfg.p_wrong:
+            return []
+        n = rng.choices(range(1, len(cfg.spans_when_wrong) + 1), cfg.spans_when_wrong)[0]
+        taken: list[Edit] = []
+        for _ in range(n):
+            edit = self._systematic(truth, taken, rng) if rng.random() < cfg.p_systematic else None
+            if edit is None:
+                edit = self._one_off(truth, taken, rng)
+            if edit is None:
+                break
+            taken.append(edit)
+            self.realised[classify_span(edit[2], truth[edit[0] : edit[1]])] += 1
+        return sorted(taken)
+
+    def other_edits(self, truth: str, top1: list[Edit], rng: random.Random) -> list[Edit]:
+        """A hypothesis besides TOP1: its spans kept, undone or heard otherwise, and errors elsewhere."""
+        out: list[Edit] = []
+        for start, end, written in top1:
+            roll = rng.random()
+            if roll < 0.55:
+                out.append((start, end, written))
+            elif roll < 0.8 and end > start:
+                alt = self.written_as("homophone" if rng.random() < 0.7 else "near", truth[start:end], rng)
+                if alt is not None and alt != truth[start:end]:
+                    out.append((start, end, alt))
+        for _ in range(1 + (rng.random() < 0.35)):
+            cls = rng.choices(("homophone", "near", "other", "dropped", "added", "filler"),
+                              (0.5, 0.15, 0.15, 0.08, 0.07, 0.05))[0]
+            edit = self._span(cls, truth, out, rng)
+            if edit is not None:
+                out.append(edit)
+        return sorted(out)
+
+    def nbest(self, words: list[str], rng: random.Random) -> tuple[list[str], list[Edit]]:
+        """A 10-best list (spaced) for a truth given as words, and TOP1's edits."""
+        cfg = self.config
+        truth = "".join(words)
+        top1 = self.top1_edits(truth, rng)
+        hyps = [render(words, top1)]
+        seen = {hyps[0].replace(" ", ""), truth}
+        listed_at = rng.randint(2, cfg.n_best) if top1 and rng.random() < cfg.p_truth_listed else None
+        for _ in range(60):
+            if len(hyps) >= cfg.n_best - (listed_at is not None):
+                break
+            hyp = render(words, self.other_edits(truth, top1, rng))
+            if hyp.replace(" ", "") not in seen:
+                seen.add(hyp.replace(" ", ""))
+                hyps.append(hyp)
+        if listed_at is not None:
+            hyps.insert(min(listed_at - 1, len(hyps)), " ".join(words))
+        return hyps, top1
+
+
+def _occurrences(text: str, sub: str) -> list[int]:
+    out, i = [], text.find(sub)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sub, i + 1)
+    return out
+
+
+def _free(edit: Edit, taken: list[Edit], length: int) -> bool:
+    """Tell whether an edit keeps at least one correct character from every taken one (so spans stay apart)."""
+    start, end, _ = edit
+    return all(end + 1 <= s or e + 1 <= start for s, e, _ in taken) and 0 <= start <= end <= length
+
+
+def render(words: list[str], edits: list[Edit]) -> str:
+    """The truth's words with edits applied, spaced as the words (an added word its own, a rewrite in its word)."""
+    starts = set(itertools.accumulate(len(w) for w in words[:-1]))
+    text = "".join(words)
+    at = {s: (e, w) for s, e, w in edits if e > s}
+    added = {s: w for s, e, w in edits if e == s}
+    tokens: list[str] = []
+    cur = ""
+    i = 0
+    while i <= len(text):
+        if i in starts or i == len(text) or i in added:
+            if cur:
+                tokens.append(cur)
+            cur = ""
+        if i in added:
+            tokens.append(added[i])
+        if i == len(text):
+            break
+        if i in at:
+            end, written = at[i]
+            cur += written
+            i = end
+            continue
+        cur += text[i]
+        i += 1
+    return " ".join(t for t in tokens if t)
+
+
+def make_real_lists(recogniser: RealRecogniser, truths: list[str], seed: int, prefix: str) -> list[Labelled]:
+    """Make a labelled 10-best list (with phones) for each truth (words separated by spaces)."""
+    rng = random.Random(seed)
+    out = []
+    for k, truth in enumerate(truths):
+        words = truth.split()
+        hyps, _ = recogniser.nbest(words, rng)
+        out.append(Labelled(f"{prefix}-{k}", "".join(words), NBest(tuple(hyps), tuple(map(text_phones, hyps)))))
+    return out
+
+
+def build_real(corpus_dir: Path, n_train: int, n_test: int, seed: int,
+               config: RealConfig = RealConfig()) -> tuple[list[Labelled], list[Labelled], RealRecogniser, Truths]:
+    """Make the calibrated stand-in's train and test lists (test first, so its lists do not depend on N)."""
+    truths = pick_truths(corpus_dir, n_train, n_test, config, seed)
+    char_counts: Counter[str] = Counter()
+    word_counts: Counter[str] = Counter()
+    for name in ("train", "reviews"):
+        for line in (corpus_dir / f"{name}.txt").read_text(encoding="utf-8").split("\n"):
+            char_counts.update(line.replace(" ", ""))
+            word_counts.update(line.split())
+    # how often a rewrite's spoken side occurs is estimated on corpus clauses, not on the truths, so that the
+    # recogniser (and with it the test file) is the same whatever n_train
+    sample = [line for name in ("train", "reviews")
+              for line in (corpus_dir / f"{name}.txt").read_text(encoding="utf-8").split("\n")[::40] if line]
+    recogniser = RealRecogniser(char_counts, word_counts, sample, config, seed)
+    test = make_real_lists(recogniser, truths.test, seed + 1, "standin-test")
+    train = make_real_lists(recogniser, truths.train, seed, "standin-train")
+    return train, test, recogniser, truths
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description="Write the stand-in labelled files (two versions, train and test).")
+    ap = argparse.ArgumentParser(description="Write a stand-in labelled file (two versions, train and test), or "
+                                             "print a labelled file's error statistics beside the real data's.")
+    ap.add_argument("--stats", type=Path, metavar="FILE", help="print FILE's error statistics and stop")
+    ap.add_argument("--against", type=Path, metavar="OTHER", help="with --stats: OTHER's spans seen in FILE")
+    ap.add_argument("--profile", choices=("easy", "real"), default="easy",
+                    help="easy: the decoding recogniser on reviews (docs' figures); real: calibrated to REAL")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    ap.add_argument("--out", type=Path, default=Path("data/standin"))
-    ap.add_argument("--train", type=int, default=20_000, help="lists in the train files")
+    ap.add_argument("--out", type=Path, help="default data/standin (easy), data/standin-real (real)")
+    ap.add_argument("--train", type=int, help="lists in the train files (default 20,000 easy, 40,000 real)")
     ap.add_argument("--test", type=int, default=2_000, help="lists in the test files (other clauses)")
     ap.add_argument("--seed", type=int, default=31)
     args = ap.parse_args()
+    if args.stats is not None:
+        print_stats(args.stats, args.against)
+        return
+    if args.against is not None:
+        ap.error("--against needs --stats")
     if not (args.corpus / "reviews.txt").exists():
         from preprocess.corpus import build, write
 
         write(build(), args.corpus)
     t0 = time.perf_counter()
+    if args.profile == "easy":
+        write_easy(args.corpus, args.out or Path("data/standin"), args.train or 20_000, args.test, args.seed, t0)
+    else:
+        write_real(args.corpus, args.out or Path("data/standin-real"), args.train or 40_000, args.test, args.seed,
+                   t0)
+
+
+def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float) -> None:
+    """Write the calibrated stand-in's four files and its recogniser's description."""
+    config = RealConfig()
+    train, test, recogniser, truths = build_real(corpus, n_train, n_test, seed, config)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, items in (("train", train), ("test", test)):
+        write_labelled(items, out / f"nbest_{name}.jsonl")
+        write_labelled(top1_only(items), out / f"top1_{name}.jsonl")
+    (out / "recogniser.json").write_text(json.dumps(
+        {"profile": "real", "seed": seed, "config": asdict(config), "finance_share": round(truths.finance_share, 4),
+         "finance_words": FINANCE_WORDS, "systematic_rewrites": [asdict(r) for r in recogniser.inventory]},
+        ensure_ascii=False, indent=1), encoding="utf-8")
+    print(f"wrote {out}: {len(train)} train and {len(test)} test lists, two versions (real profile, "
+          f"{truths.finance_share:.0%} of truths from finance clauses), in {time.perf_counter() - t0:.0f} s")
+
+
+def write_easy(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float) -> None:
+    """Write the easy stand-in (the decoding recogniser on reviews with a transcriber layer)."""
     config = Transcribers()
-    sim = DecodingSimulator.from_corpus(args.corpus)
-    reviews = [s for s in (args.corpus / "reviews.txt").read_text(encoding="utf-8").split("\n")[REVIEW_HOLDOUT:] if s]
-    news = [s for s in (args.corpus / "train.txt").read_text(encoding="utf-8").split("\n") if s]
-    random.Random(args.seed).shuffle(reviews)
+    sim = DecodingSimulator.from_corpus(corpus)
+    reviews = [s for s in (corpus / "reviews.txt").read_text(encoding="utf-8").split("\n")[REVIEW_HOLDOUT:] if s]
+    news = [s for s in (corpus / "train.txt").read_text(encoding="utf-8").split("\n") if s]
+    random.Random(seed).shuffle(reviews)
     homophones = domain_homophones(reviews, news, sim, config)
-    args.out.mkdir(parents=True, exist_ok=True)
-    parts = {"test": reviews[: args.test], "train": reviews[args.test : args.test + args.train]}
+    out.mkdir(parents=True, exist_ok=True)
+    parts = {"test": reviews[:n_test], "train": reviews[n_test : n_test + n_train]}
     for name, sentences in parts.items():
-        items = make_lists(sim, sentences, homophones, config, args.seed + (name == "test"), f"standin-{name}")
-        write_labelled(items, args.out / f"nbest_{name}.jsonl")
-        write_labelled(top1_only(items), args.out / f"top1_{name}.jsonl")
-    (args.out / "transcribers.json").write_text(json.dumps(
+        items = make_lists(sim, sentences, homophones, config, seed + (name == "test"), f"standin-{name}")
+        write_labelled(items, out / f"nbest_{name}.jsonl")
+        write_labelled(top1_only(items), out / f"top1_{name}.jsonl")
+    (out / "transcribers.json").write_text(json.dumps(
         {"variants": VARIANT_CONVENTIONS, "fillers": FILLER_CONVENTIONS, "domain_homophones": homophones,
          "config": asdict(config)}, ensure_ascii=False, indent=1),
         encoding="utf-8")
-    print(f"wrote {args.out}: {len(parts['train'])} train and {len(parts['test'])} test lists, two versions, "
+    print(f"wrote {out}: {len(parts['train'])} train and {len(parts['test'])} test lists, two versions, "
           f"{len(homophones)} domain words, in {time.perf_counter() - t0:.0f} s")
 
 

@@ -1,0 +1,157 @@
+"""The error statistics (`preprocess.error_stats`) and the stand-in calibrated to the real data's (`standin`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preprocess import standin
+from preprocess.error_stats import REAL_HELD_OUT, REAL_LISTS, against, classify_span, error_stats
+from preprocess.labelled import Labelled, read_labelled, write_labelled
+from preprocess.phones import text_phones
+from preprocess.standin import (
+    REAL,
+    TOLERANCE_CER,
+    TOLERANCE_DISTINCT,
+    TOLERANCE_LENGTH,
+    TOLERANCE_SEEN,
+    TOLERANCE_SHARE,
+    build_real,
+    render,
+    top1_only,
+)
+from preprocess.text import NBest
+
+
+@pytest.mark.parametrize(("source", "target", "cls"), [
+    ("痾", "呃", "filler"), ("呃", "嗯", "filler"), ("", "呃", "filler"), ("嗯", "", "filler"),
+    ("週", "周", "variant"), ("佈", "布", "variant"), ("台", "臺", "variant"),
+    ("再", "在", "homophone"), ("得", "的", "homophone"), ("新用", "信用", "homophone"),
+    ("辛", "星", "near"), ("四", "是", "near"), ("三成", "山城", "near"),
+    ("卷", "券", "other"), ("我", "你", "other"), ("大好", "打掃", "other"),
+    ("了", "", "added"), ("那個", "", "added"),
+    ("", "我", "dropped"), ("", "的話", "dropped"),
+    ("信", "信用", "other_length"), ("什麼", "甚", "other_length"),
+])  # fmt: skip
+def test_classify_span_names_each_class(source: str, target: str, cls: str):
+    assert classify_span(source, target) == cls
+
+
+def test_error_stats_pools_cer_and_counts_one_span_lists():
+    pairs = [
+        ("我要 繳費", "我要繳費"),  # right (spaces are not characters)
+        ("我要腳費", "我要繳費"),  # one span: homophone
+        ("痾我要腳費了", "呃我要繳費"),  # three spans: filler, homophone, added
+        ("信用卡", "信用卡帳單"),  # one span: dropped
+    ]
+    stats = error_stats(pairs)
+    assert stats.lists == 4
+    assert stats.top1_right == pytest.approx(0.25)
+    assert stats.cer == pytest.approx((0 + 1 + 3 + 2) / (4 + 4 + 5 + 5))
+    assert stats.truth_chars == pytest.approx(18 / 4)
+    assert stats.one_span == pytest.approx(2 / 3)
+    assert stats.rewrites.spans == 5
+    assert stats.span_share["homophone"] == pytest.approx(2 / 5)
+    assert stats.span_share["filler"] == pytest.approx(1 / 5)
+    assert stats.char_share["dropped"] == pytest.approx(2 / 6)  # weighted by the longer side
+    assert stats.rewrites.distinct == 4 and stats.rewrites.twice == 1  # 腳 -> 繳 twice
+    assert stats.rewrites_at_real is None  # fewer than REAL_LISTS lists
+
+
+def test_against_counts_the_other_files_spans_seen_here():
+    stats = error_stats([("我要腳費", "我要繳費"), ("腳費", "繳費"), ("再見", "在見")])
+    seen = against(stats, [("腳費多少", "繳費多少"), ("再來", "在來"), ("大家", "打架")])
+    assert seen.spans == 3
+    assert seen.seen == pytest.approx(2 / 3)
+    assert seen.seen_twice == pytest.approx(1 / 3)
+
+
+def test_stats_cli_prints_the_table_beside_the_real_figures(tmp_path: Path, capsys, monkeypatch):
+    path = tmp_path / "lists.jsonl"
+    write_labelled([Labelled("a", "我要繳費", NBest(("我要 腳費",))), Labelled("b", "你好", NBest(("你好",)))], path)
+    monkeypatch.setattr("sys.argv", ["standin", "--stats", str(path), "--against", str(path)])
+    standin.main()
+    out = capsys.readouterr().out
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")] for line in out.splitlines())}
+    assert rows["TOP1 exactly right"] == ["50.0 %", "50.6 %"]
+    assert rows["TOP1 CER (pooled)"][0] == "16.7 %"  # 1 edit in 6 characters
+    assert "  homophone: % of spans / % of error characters" in out
+    assert rows["other file's spans seen here / seen twice+"][0] == "100.0 % / 0.0 %"
+
+
+def test_render_spaces_hypotheses_as_the_truths_words():
+    words = ["我", "要", "繳費", "了"]
+    assert render(words, []) == "我 要 繳費 了"
+    assert render(words, [(2, 3, "腳")]) == "我 要 腳費 了"
+    assert render(words, [(0, 0, "呃"), (4, 5, "")]) == "呃 我 要 繳費"
+    assert render(words, [(1, 3, "藥教")]) == "我 藥教費 了"  # a rewrite across words stays in the first
+
+
+@pytest.fixture(scope="module")
+def real(corpus_dir: Path) -> tuple[list[Labelled], list[Labelled]]:
+    train, test, _, _ = build_real(corpus_dir, REAL_LISTS, REAL_HELD_OUT, seed=31)
+    return train, test
+
+
+def test_real_standin_matches_the_real_figures_within_the_tolerances(real):
+    train, test = real
+    stats = error_stats([(it.nbest.top1, it.truth) for it in train])
+    seen = against(stats, [(it.nbest.top1, it.truth) for it in test])
+    assert abs(stats.top1_right - REAL.top1_right) <= TOLERANCE_SHARE
+    assert abs(stats.cer - REAL.cer) <= TOLERANCE_CER
+    assert abs(stats.truth_chars - REAL.truth_chars) <= TOLERANCE_LENGTH
+    assert abs(stats.one_span - REAL.one_span) <= TOLERANCE_SHARE
+    for cls, share in REAL.span_share.items():
+        assert abs(stats.span_share[cls] - share) <= TOLERANCE_SHARE, cls
+    for cls, share in REAL.char_share.items():
+        assert abs(stats.char_share[cls] - share) <= TOLERANCE_SHARE, cls
+    length_changes = sum(stats.char_share[c] for c in standin.LENGTH_CHANGES)
+    assert abs(length_changes - REAL.char_share_length_changes) <= TOLERANCE_SHARE
+    at = stats.rewrites_at_real
+    assert at is not None
+    assert abs(at.distinct / REAL.distinct - 1) <= TOLERANCE_DISTINCT
+    assert abs(at.twice / REAL.twice - 1) <= TOLERANCE_DISTINCT
+    assert abs(at.top_share - REAL.top_share) <= TOLERANCE_SHARE
+    assert seen.seen_at_real is not None and seen.seen_twice_at_real is not None
+    assert abs(seen.seen_at_real - REAL.seen) <= TOLERANCE_SEEN
+    assert abs(seen.seen_twice_at_real - REAL.seen_twice) <= TOLERANCE_SEEN
+
+
+def test_real_standin_lists_the_truth_below_a_wrong_top1_in_about_three_of_four(real):
+    train, test = real
+    items = train + test
+    wrong = [it for it in items if it.nbest.top1.replace(" ", "") != it.truth]
+    listed = [it for it in wrong if it.truth in [h.replace(" ", "") for h in it.nbest.sentences[1:]]]
+    assert 0.7 <= len(listed) / len(wrong) <= 0.8
+    ranks = {[h.replace(" ", "") for h in it.nbest.sentences].index(it.truth) + 1 for it in listed}
+    assert ranks == set(range(2, 11))
+
+
+def test_real_standin_hypotheses_are_ten_distinct_spaced_and_phoned(real):
+    train, test = real
+    assert not {it.truth for it in train} & {it.truth for it in test}
+    assert not {it.id for it in train} & {it.id for it in test}
+    for it in train[:500] + test:
+        hyps = it.nbest.sentences
+        assert len(hyps) == 10
+        assert len({h.replace(" ", "") for h in hyps}) == 10
+        assert all(h == " ".join(h.split()) and h for h in hyps)
+        assert it.nbest.phonemes == tuple(text_phones(h) for h in hyps)
+
+
+def test_real_standin_test_file_is_seeded_and_independent_of_the_train_size(corpus_dir: Path, real):
+    _, test, _, _ = build_real(corpus_dir, 200, 100, seed=31)
+    assert test == real[1][:100]
+
+
+def test_write_real_writes_top1_files_that_truncate_the_nbest_files(corpus_dir: Path, tmp_path: Path):
+    standin.write_real(corpus_dir, tmp_path, 60, 30, seed=5, t0=0.0)
+    for name in ("train", "test"):
+        nbest = read_labelled(tmp_path / f"nbest_{name}.jsonl")
+        top1 = read_labelled(tmp_path / f"top1_{name}.jsonl")
+        assert top1 == top1_only(nbest)
+        assert all(len(it.nbest.sentences) == 1 and not it.nbest.phonemes for it in top1)
+    assert len(read_labelled(tmp_path / "nbest_train.jsonl")) == 60
+    assert json.loads((tmp_path / "recogniser.json").read_text(encoding="utf-8"))["profile"] == "real"
