@@ -61,6 +61,10 @@ class CorrectorNet(nn.Module):
             attention_probs_dropout_prob=cfg.dropout,
         )
         self.encoder = BertModel(bert, add_pooling_layer=False)
+        # The encoder computes no loss. torch.jit.trace reads every attribute of a module, and transformers'
+        # `loss_function` property then logs a plain-text warning on stderr ("loss_type=None was set in the config")
+        # at each load.
+        self.encoder.loss_function = None
         self.query = nn.Linear(h, h)
         self.cand_proj = nn.Linear(N_CAND_FEATS, h)
         self.cand_bias = nn.Linear(N_CAND_FEATS, 1)

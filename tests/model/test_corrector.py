@@ -1,5 +1,9 @@
 """The shipped corrector, end to end on the real samples (uses the committed weights)."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from model.corrector import WEIGHTS_DIR, Corrector
@@ -119,3 +123,12 @@ def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the
         with torch.inference_mode():
             for _, tensors in corrector.batch(items[:size]).groups:
                 assert torch.equal(corrector.net(**tensors), eager.net(**tensors))
+
+
+def test_loading_the_model_prints_nothing_on_stderr():
+    """Every stderr line of the service is JSON: a load must not print a library's plain-text warning (transformers'
+    "loss_type=None was set in the config" came with every load). A fresh process: the warning is logged once."""
+    code = "from model.corrector import Corrector; Corrector(device='cpu').setup()"
+    run = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0 and run.stderr == ""
