@@ -6,7 +6,7 @@ server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three add
   (or as soon as a kept-alive one turns readable), and the thread then blocks reading the request: about as many
   clients that send a few bytes and then nothing as threads stopped the service. Here the event loop (gthread's
   poller, the worker's main thread) reads every request itself without blocking until it is whole
-  (`server.framing.RequestReader`, h11), and only then hands it to the pool; the thread's parser reads the
+  (`server.framing.RequestReader`, httptools: llhttp), and only then hands it to the pool; the thread's parser reads the
   buffered bytes and never waits on the socket. A connection that does not complete its request within
   `REQUEST_READ_TIMEOUT_S` is closed unanswered; one the service would refuse anyway (a body over
   `MAX_BODY_BYTES`, a head over 32 KiB, framing HTTP/1.1 forbids) is answered with the app's JSON error body and

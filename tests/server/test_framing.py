@@ -1,5 +1,5 @@
-"""server.framing.RequestReader: when the bytes read so far hold a whole request (h11's framing), and the responses
-the event loop writes with it.
+"""server.framing.RequestReader: when the bytes read so far hold a whole request (llhttp's framing, through
+httptools), and the responses the event loop writes itself.
 
 The worker's event loop hands a request to a thread only on `Verdict.WHOLE`, so a thread never waits on the
 socket; a request that can never be framed, or is over the limits, is refused by the event loop at once.
@@ -99,7 +99,7 @@ def test_a_transfer_coding_other_than_chunked_is_refused_as_not_implemented(codi
     assert isinstance(verdict, Refusal) and verdict.status in (400, 501)
 
 
-def test_a_request_expecting_100_continue_is_flagged_once_its_head_is_read_and_answered_with_h11():
+def test_a_request_expecting_100_continue_is_flagged_once_its_head_is_read_and_answered_by_the_reader():
     one = reader()
     assert one.feed(head(f"Content-Length: {len(BODY)}", "Expect: 100-Continue")) is Verdict.MORE
     assert one.expects_continue
@@ -137,7 +137,7 @@ def test_the_head_tells_the_door_its_route_and_whether_the_connection_stays_open
     assert data[one.end:] == b"POST /next"  # the next request's bytes stay behind
 
 
-def test_a_door_answer_is_a_200_with_the_json_body_written_by_h11():
+def test_a_door_answer_is_a_200_with_the_json_body_and_gunicorns_fields():
     one = reader()
     one.feed(head(f"Content-Length: {len(BODY)}") + BODY)
     status_head, _, body = one.response(200, b'{"answer":"x"}', keep_alive=True).partition(b"\r\n\r\n")
@@ -145,3 +145,18 @@ def test_a_door_answer_is_a_200_with_the_json_body_written_by_h11():
     assert lines[0] == "http/1.1 200 ok"
     assert {"connection: keep-alive", "content-length: 14", "server: gunicorn"} <= set(lines)
     assert body == b'{"answer":"x"}'
+
+
+@pytest.mark.parametrize("size", [1, 7, 100])
+def test_a_chunked_request_ends_where_its_last_chunk_does_and_the_next_requests_bytes_stay_behind(size):
+    data = head("Transfer-Encoding: chunked") + chunked(BODY, size) + b"POST /next HTTP/1.1\r\n"
+    one = reader()
+    assert one.feed(data) is Verdict.WHOLE
+    assert bytes(one.body) == BODY and data[one.end:] == b"POST /next HTTP/1.1\r\n"
+
+
+def test_bytes_fed_after_a_whole_request_are_kept_for_the_next_one():
+    one = reader()
+    assert one.feed(head(f"Content-Length: {len(BODY)}") + BODY) is Verdict.WHOLE
+    assert one.feed(b"GET /healthz") is Verdict.WHOLE
+    assert bytes(one.buffer[one.end:]) == b"GET /healthz"
