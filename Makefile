@@ -78,9 +78,11 @@ adapt: install-dev
 	bash model/install_irstlm.sh
 	$(PY) -m model.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT")
 
-## The stand-in labelled files adapt is measured on (docs/model.md), in data/standin/.
+## The stand-in labelled files adapt is measured on (docs/model.md): the one calibrated to real competition lists in
+## data/standin-real/ (PROFILE=easy: the older, easier one, in data/standin/).
+PROFILE ?= real
 standin: install-dev
-	$(PY) -m preprocess.standin
+	$(PY) -m preprocess.standin --profile $(PROFILE)
 
 evaluate: install-dev
 	$(PY) -m model.evaluate --stage all

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from config import Config, ConfigError
-from model.adapt import MIN_LISTS, data_paths, main
+from model.adapt import MIN_LISTS, data_paths, main, parse_args, run_key
 from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
 from model.corrector import Corrector
 from preprocess.labelled import Labelled, write_labelled
@@ -258,3 +258,13 @@ def test_an_adapted_folder_without_provenance_is_refused_as_unfinished(tmp_path)
     (out / "config.json").write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(ConfigError, match="unfinished adapted folder"):
         Config.from_env({"WEIGHTS_DIR": str(out)})
+
+
+def test_a_checkpoint_folder_is_named_by_the_datas_content_and_the_settings_not_by_paths(tmp_path):
+    """An edited file, or other settings, never resume another run's training; the same bytes elsewhere do."""
+    args = parse_args(["--data", "x.jsonl", "--out", str(tmp_path / "a" / "w")])
+    files = [{"sha256": "1" * 64}]
+    key = run_key(args, files)
+    assert run_key(parse_args(["--data", "y.jsonl", "--out", str(tmp_path / "b" / "w")]), files) == key
+    assert run_key(args, [{"sha256": "2" * 64}]) != key
+    assert run_key(parse_args(["--data", "x.jsonl", "--out", "w", "--epochs", "2"]), files) != key
