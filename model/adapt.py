@@ -65,14 +65,13 @@ from model.network import CorrectorNet
 from model.rerank import RerankWeights
 from model.train import dev_probs, fit, pick_threshold, save, shipped_start
 from model.train import parse_args as train_args
-from model.train_data import labelled_examples
+from model.train_data import MAX_HYPOTHESES, labelled_examples
 from model.tune import DevList, described_lists, dev_lists, fit_lists
 from model.tune import fit as fit_stage
 from preprocess.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
 from preprocess.rules import Confusions
 from preprocess.text import NBest, han_only
 
-MAX_HYPOTHESES = 10
 SHOWN_MALFORMED = 20
 # Fewer lists leave the split's parts a handful each, and too little text for the domain LM's estimate.
 MIN_LISTS = 50
