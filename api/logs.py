@@ -13,8 +13,6 @@ import os
 import sys
 from typing import Any
 
-from gunicorn.glogging import Logger as GunicornBaseLogger
-
 from api.paths import AnswerPath
 
 REQUEST_LOG = logging.getLogger("api.requests")
@@ -41,21 +39,6 @@ class JsonFormatter(logging.Formatter):
             # Tracebacks go to the log, never to the client.
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)
-
-
-class GunicornLogger(GunicornBaseLogger):
-    """gunicorn's logger, writing an access line only when an access log is asked for (`accesslog`).
-
-    gunicorn turns its access log on whenever a `logconfig_dict` is given (server/gunicorn_conf.py gives one, to
-    make its own lines JSON), even with `accesslog = None`: every request was then logged twice, once by gunicorn
-    (its atoms built from the whole environ, formatted, written under the handler's lock) and once by the app
-    (`log_request`), which is the line that says how the request was answered. Measured on the HTTP path alone
-    (a TOP1 answer, wrk -t1 -c64, 4 rounds of 8 s each way): 1,037-1,307 requests/s without gunicorn's line
-    against 760-905 with it. For server/gunicorn_conf.py to name as `logger_class`.
-    """
-
-    def _compute_access_log_enabled(self) -> bool:
-        return bool(self.cfg.accesslog)
 
 
 class _StderrHandler(logging.Handler):

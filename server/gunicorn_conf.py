@@ -53,8 +53,9 @@ keepalive = 75
 loglevel = _config.log_level.lower()
 accesslog = None  # the app writes one JSON line per request itself
 # gunicorn's logger turns its access line on whenever logconfig_dict is given, even with accesslog = None: every
-# request was logged twice, at a measured cost (api.logs.GunicornLogger); this one writes it only when asked.
-logger_class = "api.logs.GunicornLogger"
+# request was logged twice, at a measured cost (server.gunicorn_logger.GunicornLogger); this one writes it only when
+# asked.
+logger_class = "server.gunicorn_logger.GunicornLogger"
 # gunicorn's own lines as JSON too, on stderr beside the app's (api.logs), with the process id (master or worker).
 # The root logger gets no handler (gunicorn's default would print the app's lines a second time, as plain text).
 logconfig_dict = {

@@ -69,6 +69,12 @@ GTHREAD_INTERNALS = {
     "TConn attributes": ("sock", "client", "parser", "data_ready", "is_http2", "set_timeout", "close"),
     "Unreader methods": ("take_buffered", "unread"),
     "Request attributes": ("_expected_100_continue",),
+    # read by server.worker._reads_requests / _start_reading, server.gunicorn_conf.on_starting and
+    # server.gunicorn_logger
+    "gunicorn functions": ("http2.negotiation.prior_knowledge_allowed", "http2.negotiation.upgrade_allowed",
+                           "http.get_parser"),
+    "Application attributes": ("app_uri",),
+    "Logger methods": ("_compute_access_log_enabled",),
 }
 
 

@@ -53,3 +53,28 @@ def test_the_worker_overrides_nothing_beyond_the_listed_methods():
     own = {name for name, value in vars(ReadingThreadWorker).items()
            if callable(value) and not name.startswith("_") and hasattr(ThreadWorker, name)}
     assert own <= set(GTHREAD_INTERNALS["ThreadWorker methods"])
+
+
+def test_the_gunicorn_functions_the_seam_calls_exist_with_the_arguments_used():
+    import importlib
+
+    for dotted in GTHREAD_INTERNALS["gunicorn functions"]:
+        module, _, name = dotted.rpartition(".")
+        function = getattr(importlib.import_module(f"gunicorn.{module}"), name, None)
+        assert callable(function), dotted
+    from gunicorn.http import get_parser
+    from gunicorn.http2.negotiation import prior_knowledge_allowed, upgrade_allowed
+
+    assert list(inspect.signature(get_parser).parameters)[:3] == ["cfg", "source", "source_addr"]
+    assert list(inspect.signature(prior_knowledge_allowed).parameters) == ["cfg", "peer_addr"]
+    assert list(inspect.signature(upgrade_allowed).parameters) == ["cfg", "peer_addr"]
+
+
+def test_the_application_and_logger_internals_exist():
+    from gunicorn.app.wsgiapp import WSGIApplication
+    from gunicorn.glogging import Logger
+
+    for name in GTHREAD_INTERNALS["Application attributes"]:
+        assert f"self.{name} =" in inspect.getsource(WSGIApplication), name
+    for name in GTHREAD_INTERNALS["Logger methods"]:
+        assert callable(getattr(Logger, name, None)), name
