@@ -9,7 +9,8 @@ door takes it:
    the judge already gave up on an earlier attempt, and it never waits for the model;
 2. TOP1 over `max_top1_chars` (spaces removed): TOP1 (`too_long`);
 3. a first attempt whose question this replica answered already: that answer (`cached`);
-4. the model loading, or failed to load: TOP1 (`model_loading`, `error`);
+4. the model loading (or the process engine replacing its set of workers), or failed to load: TOP1 (`model_loading`,
+   `error`), at once rather than after the budget;
 5. admission (`api.admission`): a full thread pool (event loop only), a late accept, `max_in_flight` questions on
    the model, or the overload control's reduced share: TOP1 (`pool_full`, `late_accept`, `overload`, `shed`);
 6. the model, through the batcher, until the request's deadline: its answer (`model`), else TOP1 (`deadline`,
@@ -162,6 +163,8 @@ class AnswerPolicy:
         if trouble is not None:
             path = AnswerPath.MODEL_LOADING if corrector_loading(self._corrector) else AnswerPath.ERROR
             return top1(req, path, reason=trouble)
+        if self._engine.loading():
+            return top1(req, AnswerPath.MODEL_LOADING, reason="no model process is ready: a new set is loading")
         return None
 
     def _ask_model(self, req: InferenceRequest, deadline: float) -> Outcome:

@@ -52,6 +52,11 @@ class Engine(Protocol):
         """True while the engine is open, a worker runs, and no batch is stuck."""
         ...
 
+    def loading(self) -> bool:
+        """True while no worker can answer because its model is loading (the process engine replacing its set);
+        called for every question, so cheap."""
+        ...
+
     def stats(self) -> BatcherStats:
         """A snapshot of the engine's counters."""
         ...

@@ -231,6 +231,7 @@ class ProcessBatcher(Generic[T, R]):
                              "max_in_flight": max_in_flight}
         worker_args = (model_class, max_batch_size, max_wait_s, tuple(model_init_args), dict(model_init_kwargs or {}))
         self._streamer = _Streamer(worker_args, worker_num, devices, self._deliver, name)
+        self._answering = False  # a worker has its model built (see loading); False while a generation loads
         try:
             self._wait_until_ready(ready_timeout_s)
         except BaseException:
@@ -246,6 +247,14 @@ class ProcessBatcher(Generic[T, R]):
     def submit(self, item: T, deadline: float) -> Future[R]:
         """Queue one item for a batch and return the future that will hold its result or error."""
         return self._core.submit(item, deadline, self._enqueue)
+
+    def loading(self) -> bool:
+        """Say whether no worker process can answer because a set is loading: true from a replacement until the new
+        generation is ready (seconds), when a question queued would wait out its deadline. Cheap when false: the
+        processes are looked at only until one is ready after a start or a replacement."""
+        if not self._answering:
+            self._answering = self._streamer.ready_count() > 0
+        return not self._answering and not self._core.closed
 
     def alive(self) -> bool:
         """Say whether the batcher is open, its collector runs, and every worker is up with its model (a worker
@@ -328,7 +337,9 @@ class ProcessBatcher(Generic[T, R]):
         # close() joins the monitor before it stops the workers, so no process is started behind its back.
         dead = self._streamer.dead_slots()
         if dead and not self._core.closed:
+            self._answering = False
             self._streamer.replace_all()  # see _Streamer.replace_all: a dead process may hold a queue's lock
+            self._answering = False  # a caller may have seen the old generation ready meanwhile
             self._core.tally.restarted()
             dropped = 0
             for job in self._core.jobs():  # queued for or held by the old generation: never answered now

@@ -171,6 +171,11 @@ class Batcher(Generic[T, R]):
         size = self._size_of(item) if self._size_of is not None else 0
         return self._core.submit(item, deadline, self._enqueue, size)
 
+    def loading(self) -> bool:
+        """Never: the one worker thread runs the model built before the batcher started (a dead one is revived by
+        `submit` itself)."""
+        return False
+
     def alive(self) -> bool:
         """Say whether the batcher is open, its worker thread runs, and no batch has run past stuck_after_s."""
         return (not self._core.closed and self._streamer.worker_alive()

@@ -247,3 +247,34 @@ def test_process_batcher_recovers_from_a_worker_killed_with_sigkill(batcher, que
         assert batcher.submit("back", soon()).result(timeout=2) == "~BACK"
         assert time.monotonic() - killed_at < 5.0
     assert batcher.stats().in_flight == 0
+
+
+def test_while_the_process_engine_replaces_its_workers_questions_answer_model_loading_at_once(config, monkeypatch,
+                                                                                               make_body):
+    """Issue 31: a killed worker's set is replaced, and while the new one loads no model can answer: a question
+    asked then is TOP1 under `model_loading` at once, not after waiting out its budget (`deadline`)."""
+    import os
+    import signal
+
+    monkeypatch.setattr(api.app, "CORRECTOR_TARGET", "tests.deploy.fake_models:SlowSetupCorrector")
+    app = create_app(dataclasses.replace(config, batcher_workers=2))
+    engine = app.extensions[EXTENSION_KEY].batcher
+    try:
+        client = app.test_client()
+        assert client.post("/inference", json=make_body(esun_uuid="before")).get_json()["answer"] == \
+            "改喂你好密碼我要進去"
+        assert not engine.loading()
+        os.kill(engine.worker_pids()[0], signal.SIGKILL)
+        wait_until(lambda: engine.stats().restarts == 1, 5)
+        assert engine.loading()  # the new set takes SlowSetupCorrector.SETUP_S to load
+        assert client.post("/inference", json=make_body(esun_uuid="during")).get_json()["answer"] == \
+            "喂你好密碼我要進去"
+        wait_until(lambda: not engine.loading(), 10)
+        assert client.post("/inference", json=make_body(esun_uuid="after")).get_json()["answer"] == \
+            "改喂你好密碼我要進去"
+        paths = {s.labels["path"]: s.value
+                 for family in text_string_to_metric_families(client.get("/metrics").get_data(as_text=True))
+                 for s in family.samples if s.name == "esun_request_duration_seconds_count" and s.value}
+        assert paths == {"model": 2, "model_loading": 1}
+    finally:
+        engine.close(timeout=2)

@@ -72,3 +72,13 @@ class PicklableCorrector:
 
     def predict_batch(self, items: list[NBest]) -> list[str]:
         return [self.MARK + han_only(item.top1) for item in items]
+
+
+class SlowSetupCorrector(PicklableCorrector):
+    """PicklableCorrector whose every worker takes SETUP_S to build its model: a replaced set loads for that long."""
+
+    SETUP_S = 1.5
+
+    def setup(self) -> None:
+        time.sleep(self.SETUP_S)
+        self.ready = True
