@@ -205,3 +205,40 @@ def against(stats: ErrorStats, other_pairs: Sequence[tuple[str, str]]) -> Agains
         return Against(spans, seen, twice, None, None)
     _, seen_r, twice_r = _seen(stats.keys_at_real, (k for keys in other[:REAL_HELD_OUT] for k in keys))
     return Against(spans, seen, twice, seen_r, twice_r)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real competition data's figures (2,562 labelled lists; seen-in-train: 1,000 other lists against them)
+
+
+@dataclass(frozen=True)
+class RealFigures:
+    """The real data's aggregate TOP1 errors, in `error_stats`' definitions; None where not known."""
+
+    top1_right: float = 0.506
+    cer: float = 0.102
+    truth_chars: float = 11.0
+    one_span: float = 0.69
+    span_share: dict[str, float] = field(default_factory=lambda: {
+        "filler": 0.06, "variant": 0.02, "homophone": 0.32, "near": 0.06, "other": 0.39,
+        "added": 0.06, "dropped": 0.04, "other_length": 0.06})
+    # by error characters; added, dropped and other length only together (the rest of 100 %)
+    char_share: dict[str, float] = field(default_factory=lambda: {
+        "filler": 0.04, "variant": 0.01, "homophone": 0.27, "near": 0.06, "other": 0.40})
+    char_share_length_changes: float = 0.22
+    distinct: int = 1416  # in REAL_LISTS lists
+    twice: int = 167
+    thrice: int = 75
+    top_share: float = 0.13
+    seen: float = 0.335  # spans of REAL_HELD_OUT other lists seen in the REAL_LISTS
+    seen_twice: float = 0.24
+
+
+REAL = RealFigures()
+LENGTH_CHANGES = ("added", "dropped", "other_length")
+# How close a calibrated stand-in must come to REAL (tests/preprocess/test_standin.py reads these):
+TOLERANCE_SHARE = 0.03  # absolute, on every share (TOP1 right, one span, span and character shares, top 30)
+TOLERANCE_CER = 0.01  # absolute
+TOLERANCE_LENGTH = 1.0  # characters, on the mean truth length
+TOLERANCE_DISTINCT = 0.20  # relative, on the distinct rewrites (and those seen twice) in REAL_LISTS lists
+TOLERANCE_SEEN = 0.06  # absolute, on the seen-in-train shares

@@ -8,20 +8,23 @@ from pathlib import Path
 import pytest
 
 from preprocess import standin
-from preprocess.error_stats import REAL_HELD_OUT, REAL_LISTS, against, classify_span, error_stats
-from preprocess.labelled import Labelled, read_labelled, write_labelled
-from preprocess.phones import text_phones
-from preprocess.standin import (
+from preprocess.error_stats import (
     REAL,
+    REAL_HELD_OUT,
+    REAL_LISTS,
     TOLERANCE_CER,
     TOLERANCE_DISTINCT,
     TOLERANCE_LENGTH,
     TOLERANCE_SEEN,
     TOLERANCE_SHARE,
-    build_real,
-    render,
-    top1_only,
+    against,
+    classify_span,
+    error_stats,
 )
+from preprocess.labelled import Labelled, read_labelled, write_labelled
+from preprocess.phones import text_phones
+from preprocess.standin import top1_only
+from preprocess.standin_real import build_real, render
 from preprocess.text import NBest
 
 
