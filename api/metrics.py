@@ -186,6 +186,11 @@ class _AdmissionCollector(Collector):
                                 "allowed to wait on the model at once (max_in_flight when normal).", value=state.limit)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_in_flight", "/inference requests admitted to the "
                                 "model and not yet answered.", value=state.on_model)
+        yield GaugeMetricFamily(f"{NAMESPACE}_pool_requests", "Requests in the thread pool (handed on by the worker's "
+                                "event loop, not yet answered by the app); at pool_cap the event loop answers "
+                                "/inference itself (path pool_full).", value=state.in_pool)
+        yield GaugeMetricFamily(f"{NAMESPACE}_pool_cap", "Requests the thread pool takes before the event loop answers "
+                                "/inference itself (half of HTTP_THREADS).", value=self._admission.pool_cap)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_queued_min_seconds", "A signal of the overload control: the "
                                 "least time from accept to view of any request in its last interval.",
                                 value=state.queued_min_s)

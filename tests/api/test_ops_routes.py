@@ -180,3 +180,15 @@ def test_metrics_count_the_cyclic_gc_s_full_collections_and_their_pauses(client)
     assert metric(client, "esun_gc_collections_total", generation="2") >= before + 1
     assert metric(client, "esun_gc_pause_seconds_total", generation="2") > 0
     assert metric(client, "esun_gc_pause_longest_seconds", generation="2") > 0
+
+
+def test_metrics_show_the_thread_pools_count_and_cap(app, client):
+    """The pool's count is the gate that acts first under overload (pool_full): it has a gauge."""
+    admission = app.extensions[EXTENSION_KEY].admission
+    assert metric(client, "esun_pool_cap") == admission.pool_cap
+    assert metric(client, "esun_pool_requests") == 0
+    admission.enter_pool()
+    admission.enter_pool()
+    assert metric(client, "esun_pool_requests") == 2
+    admission.leave_pool()
+    assert metric(client, "esun_pool_requests") == 1
