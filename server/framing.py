@@ -98,6 +98,7 @@ class RequestReader:
         self._head_done = False
         self._whole = False
         self._length: int | None = None  # the body's Content-Length (0 without one); None when chunked
+        self._upgrade = False  # the request asks to switch protocols (Upgrade): llhttp stops after its head
         self._end = 0
         self._parser = httptools.HttpRequestParser(self)
 
@@ -108,6 +109,8 @@ class RequestReader:
             return Verdict.WHOLE
         start = len(self.buffer)
         self.buffer += data
+        if self._upgrade:
+            return self._upgrade_body()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -117,7 +120,7 @@ class RequestReader:
             if not isinstance(cause, _Whole):
                 raise
         except httptools.HttpParserUpgrade:
-            return Refusal(501, "protocol upgrade is not supported")
+            return self._upgrade_body()
         except httptools.HttpParserError as exc:
             return Refusal(400, str(exc) or "malformed request")
         if self._whole:
@@ -188,6 +191,11 @@ class RequestReader:
             raise _Refused(self._too_large())
 
     def on_message_complete(self) -> None:
+        if self._parser.should_upgrade():
+            # llhttp ends the message with its head and leaves the rest to the new protocol; the service does not
+            # switch (gunicorn's thread serves it as plain HTTP/1.1), so the body is read by its length here
+            self._upgrade = True
+            return
         self._whole = True
         self.expects_continue = False
         raise _Whole  # stop here: bytes behind the request are the next one's, parsed by its own reader
@@ -210,6 +218,19 @@ class RequestReader:
             else:
                 low = mid
         return high
+
+    def _upgrade_body(self) -> Verdict | Refusal:
+        """A request with an Upgrade header, which the service answers as plain HTTP/1.1: whole when its
+        Content-Length's bytes are there (a chunked one is refused: llhttp no longer frames it)."""
+        if self._length is None:
+            return Refusal(501, "a chunked body with a protocol upgrade is not supported")
+        head_end = self.buffer.find(b"\r\n\r\n") + 4
+        if len(self.buffer) < head_end + self._length:
+            return Verdict.MORE
+        self.body = self.buffer[head_end : head_end + self._length]
+        self._whole, self._end = True, head_end + self._length
+        self.expects_continue = False
+        return Verdict.WHOLE
 
     def _too_large(self) -> Refusal:
         return Refusal(413, f"body must be under {self.max_body_bytes} bytes")

@@ -160,3 +160,22 @@ def test_bytes_fed_after_a_whole_request_are_kept_for_the_next_one():
     assert one.feed(head(f"Content-Length: {len(BODY)}") + BODY) is Verdict.WHOLE
     assert one.feed(b"GET /healthz") is Verdict.WHOLE
     assert bytes(one.buffer[one.end:]) == b"GET /healthz"
+
+
+UPGRADE = ("Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA")
+
+
+def test_a_request_asking_to_upgrade_is_read_whole_with_its_body_as_plain_http_11():
+    """curl --http2 on an http:// URL asks to switch to h2c; llhttp stops at such a request's head, and the service
+    answers it as HTTP/1.1, so its body is read by its length, however it arrives."""
+    data = head(*UPGRADE, f"Content-Length: {len(BODY)}") + BODY
+    assert verdicts_byte_by_byte(data)[-1] is Verdict.WHOLE
+    assert set(verdicts_byte_by_byte(data)[:-1]) == {Verdict.MORE}
+    one = reader()
+    assert one.feed(data + b"GET /next") is Verdict.WHOLE
+    assert bytes(one.body) == BODY and bytes(one.buffer[one.end:]) == b"GET /next"
+
+
+def test_a_chunked_body_with_an_upgrade_is_refused_as_not_implemented():
+    verdict = reader().feed(head(*UPGRADE, "Transfer-Encoding: chunked") + chunked(BODY, 7))
+    assert isinstance(verdict, Refusal) and verdict.status == 501
