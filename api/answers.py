@@ -40,13 +40,12 @@ from functools import partial
 from typing import Any
 
 from api.admission import Admission
-from api.errors import InvalidRequest
 from api.interfaces import Corrector, Engine, Prediction
 from api.loading import corrector_loading, corrector_trouble
 from api.logs import log_request
 from api.metrics import Metrics
 from api.paths import AnswerPath
-from api.schemas import InferenceRequest, build_response, parse_request
+from api.schemas import Question, build_response, read_at_door
 from batching import DeadlineExceeded, Overloaded
 from cache import LayeredResultCache
 from config import Config
@@ -57,6 +56,8 @@ logger = logging.getLogger("api")
 # Far above any real sentence (the model sees TOP1s of at most max_top1_chars) and far under the judge's
 # 10,240-character response limit.
 MAX_ANSWER_CHARS = 1000
+# A door answer's body, as Flask's JSON provider writes the view's (json.dumps would build an encoder each time).
+_ANSWER_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,12 @@ class Outcome:
     reason: str | None = None
 
 
-def top1(req: InferenceRequest, path: AnswerPath, reason: str | None = None, batch_size: int | None = None) -> Outcome:
+def top1(req: Question, path: AnswerPath, reason: str | None = None, batch_size: int | None = None) -> Outcome:
     """Answer with TOP1 (its characters without spaces), always a valid answer."""
     return Outcome(top1_answer(req.sentence_list), path, batch_size, reason or path.reason)
 
 
-def cache_key(req: InferenceRequest) -> str:
+def cache_key(req: Question) -> str:
     """Name a question in the result cache: its esun_uuid and a digest of its TOP1."""
     digest = hashlib.sha256(req.sentence_list[0].encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{req.esun_uuid}#{digest}"
@@ -100,17 +101,16 @@ class AnswerPolicy:
         refusal = self._admission.refusal(deadline, now, at_door=True)
         if refusal is None:
             return None
-        try:
-            req = parse_request(body, self._config)
-        except InvalidRequest:
+        req = read_at_door(body)
+        if req is None:
             return None
         outcome = self._without_model(req, at_door=True)
         if outcome is _LEAVE:
             return None
         response = self.respond(req, outcome or top1(req, refusal), accepted_at)
-        return json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode()
+        return _ANSWER_JSON.encode(response).encode()
 
-    def in_view(self, req: InferenceRequest, accepted_at: float, view_start: float) -> Outcome:
+    def in_view(self, req: Question, accepted_at: float, view_start: float) -> Outcome:
         """The view's question: answer without the model, or ask the model within the request's budget."""
         self._admission.observe_queued(view_start - accepted_at)
         deadline = accepted_at + self._budget_s
@@ -131,7 +131,7 @@ class AnswerPolicy:
             logger.exception("answering %s failed; answering TOP1", req.esun_uuid)
             return top1(req, AnswerPath.ERROR, reason=f"{type(exc).__name__}: {exc}")
 
-    def respond(self, req: InferenceRequest, outcome: Outcome, accepted_at: float,
+    def respond(self, req: Question, outcome: Outcome, accepted_at: float,
                 view_start: float | None = None) -> dict[str, Any]:
         """The judge's four keys for `outcome`; one request log line and the request's metrics."""
         body = build_response(req.esun_uuid, outcome.answer, self._config, now=time.time())
@@ -144,7 +144,7 @@ class AnswerPolicy:
             self._admission.count_shed()
         return body
 
-    def _without_model(self, req: InferenceRequest, at_door: bool) -> Outcome | None | object:
+    def _without_model(self, req: Question, at_door: bool) -> Outcome | None | object:
         """Rules 1-4; None: the question may go on to admission; `_LEAVE`: the event loop cannot answer alike."""
         key = cache_key(req)
         if req.is_retry:
@@ -167,7 +167,7 @@ class AnswerPolicy:
             return top1(req, AnswerPath.MODEL_LOADING, reason="no model process is ready: a new set is loading")
         return None
 
-    def _ask_model(self, req: InferenceRequest, deadline: float) -> Outcome:
+    def _ask_model(self, req: Question, deadline: float) -> Outcome:
         """Submit the question to the engine and wait for it until `deadline`; else TOP1."""
         try:
             future = self._engine.submit(req.to_nbest(), deadline)

@@ -119,22 +119,20 @@ class Metrics:
             "chunked).", ["status"], namespace=NAMESPACE,
             registry=r)
         # Every label value exists from the start, so rates and alerts see zeros instead of missing series.
-        for path in AnswerPath:
-            self.request_seconds.labels(path.value)
-            if path.fallback:
-                self.fallbacks.labels(path.value)
+        # Each path's series, looked up once (`labels` costs a lock and a dict per call).
+        self._request_seconds_of = {path: self.request_seconds.labels(path.value) for path in AnswerPath}
+        self._fallbacks_of = {path: self.fallbacks.labels(path.value) for path in AnswerPath if path.fallback}
         self.request_seconds.labels(REJECTED)
         for status in REFUSAL_STATUSES:
             self.requests_refused.labels(status)
-        for level in CACHE_LEVELS:
-            for result in CACHE_RESULTS:
-                self.cache_lookups.labels(level, result)
+        self._cache_lookups_of = {(level, result): self.cache_lookups.labels(level, result)
+                                  for level in CACHE_LEVELS for result in CACHE_RESULTS}
 
     def observe_request(self, path: AnswerPath, seconds: float) -> None:
         """Record one answered /inference request and, for a TOP1 answer, its fallback."""
-        self.request_seconds.labels(path.value).observe(seconds)
+        self._request_seconds_of[path].observe(seconds)
         if path.fallback:
-            self.fallbacks.labels(path.value).inc()
+            self._fallbacks_of[path].inc()
 
     def observe_batch(self, report: BatchReport) -> None:
         """Record one call of the corrector and each of its questions' wait for it (the engine's on_batch hook)."""
@@ -145,7 +143,7 @@ class Metrics:
 
     def cache_lookup(self, level: str, result: str) -> None:
         """Count one answer-cache lookup (cache.CacheObserver)."""
-        self.cache_lookups.labels(level, result).inc()
+        self._cache_lookups_of[level, result].inc()
 
     def redis_circuit(self, is_open: bool) -> None:
         """Record the Redis circuit breaker's state (cache.CacheObserver)."""

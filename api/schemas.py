@@ -39,11 +39,13 @@ Everything else is read leniently:
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import (
@@ -243,6 +245,22 @@ class InferenceRequest(BaseModel):
     def _at_most_max_hypotheses(cls, value: list[str], info: ValidationInfo) -> list[str]:
         return value[: _config_of(info).max_hypotheses]
 
+    def question(self) -> Question:
+        """What the answer policy reads of the request."""
+        return Question(self.esun_uuid, self.retry, tuple(self.sentence_list), tuple(self.phoneme_sequence_list))
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A readable request as the answer policy (api.answers) reads it: from `parse_request` (the view) or
+    `read_at_door` (the event loop, which reads TOP1 alone)."""
+
+    esun_uuid: str
+    retry: int
+    # TOP1 (cut after MAX_TOP1_KEPT_CHARS characters besides whitespace), then the usable later hypotheses.
+    sentence_list: tuple[str, ...]
+    phonemes: tuple[str, ...] = ()
+
     @property
     def is_retry(self) -> bool:
         """Tell whether an earlier attempt at this question already failed on the judge's side."""
@@ -250,7 +268,7 @@ class InferenceRequest(BaseModel):
 
     def to_nbest(self) -> NBest:
         """Give the corrector's view of the question: TOP1 and the usable hypotheses after it."""
-        return NBest(sentences=tuple(self.sentence_list), phonemes=tuple(self.phoneme_sequence_list))
+        return NBest(sentences=self.sentence_list, phonemes=self.phonemes)
 
 
 class InferenceResponse(BaseModel):
@@ -287,14 +305,14 @@ class InfoBody(BaseModel):
     config: dict[str, Any]
 
 
-def parse_request(body: bytes, config: Config) -> InferenceRequest:
+def parse_request(body: bytes, config: Config) -> Question:
     """Read an inference request from raw body bytes, whatever the Content-Type; raise InvalidRequest."""
     try:
-        text = body.decode("utf-8-sig")
+        text = _text(body)
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        data = json.loads(text, parse_int=_read_int)
+        data = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"body is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, arrays nested too deep
@@ -302,30 +320,58 @@ def parse_request(body: bytes, config: Config) -> InferenceRequest:
     if not isinstance(data, dict):
         raise InvalidRequest(f"body must be a JSON object, got {_json_kind(data)}")
     try:
-        return InferenceRequest.model_validate(data, context={"config": config})
+        return InferenceRequest.model_validate(data, context={"config": config}).question()
     except ValidationError as exc:
         uuid = data.get("esun_uuid")
         raise InvalidRequest(_describe(exc), esun_uuid=uuid if isinstance(uuid, str) else None) from None
 
 
+def read_at_door(body: bytes) -> Question | None:
+    """Read a request the worker's event loop may answer without the model (TOP1 or an answer already computed): its
+    esun_uuid, retry and TOP1, or None where `parse_request` could refuse it or read it otherwise (a thread then
+    parses it whole). What it returns, `parse_request` returns too, as far as these three go; it skips pydantic and
+    the later hypotheses (which never make a request refused), a third of a door answer's CPU.
+    """
+    try:
+        data = _DECODER.decode(_text(body))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if not isinstance(data, dict):
+        return None
+    uuid, hypotheses = data.get("esun_uuid"), data.get("sentence_list")
+    if not (type(uuid) is str and 0 < len(uuid) <= MAX_UUID_CHARS and type(hypotheses) is list and hypotheses
+            and type(hypotheses[0]) is str):
+        return None
+    top1 = hypotheses[0]
+    if not top1.strip() or _FORBIDDEN_CHARS.search(uuid) or _FORBIDDEN_CHARS.search(top1):
+        return None
+    retry = _as_retry(data["retry"]) if "retry" in data else FIRST_ATTEMPT
+    return Question(uuid, retry, (_cut_top1(top1),))
+
+
 def build_response(esun_uuid: str, answer: str, config: Config, now: float) -> dict[str, Any]:
-    """Build the judge's four-key answer; `now` is time.time() at answering."""
-    return InferenceResponse(
-        esun_uuid=esun_uuid,
-        server_uuid=server_uuid(config.captain_email, now, config.server_uuid_salt),
-        server_timestamp=now,
-        answer=answer,
-    ).model_dump()
+    """Build the judge's four-key answer (`InferenceResponse`'s keys); `now` is time.time() at answering."""
+    return {"esun_uuid": esun_uuid, "server_uuid": server_uuid(config.captain_email, int(now), config.server_uuid_salt),
+            "server_timestamp": now, "answer": answer}
 
 
-def server_uuid(captain_email: str, now: float, salt: str) -> str:
-    """Make the id of an answer the way the organiser's template did."""
+@lru_cache(maxsize=4)
+def server_uuid(captain_email: str, now: int, salt: str) -> str:
+    """Make the id of an answer the way the organiser's template did (the same for every answer of a second)."""
     return hashlib.sha256((captain_email + str(int(now)) + salt).encode("utf-8")).hexdigest()
 
 
 def _read_int(digits: str) -> int | float:
     """Read a JSON integer: as an int, or as a float (maybe infinite) when it is too long to matter as an int."""
     return int(digits) if len(digits) <= _MAX_INT_DIGITS else float(digits)
+
+
+_DECODER = json.JSONDecoder(parse_int=_read_int)  # json.loads would build one for each body
+
+
+def _text(body: bytes) -> str:
+    """The body as text: UTF-8, with or without a byte order mark (as the codec utf-8-sig, which is in Python)."""
+    return body[3:].decode() if body[:3] == codecs.BOM_UTF8 else body.decode()
 
 
 def _config_of(info: ValidationInfo) -> Config | ReadLimits:

@@ -33,6 +33,8 @@ MAX_HEAD_BYTES = 32 * 1024
 _CODES = {400: "bad_request", 413: "payload_too_large", 431: "header_fields_too_large", 501: "not_implemented"}
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 CONTINUE_100 = b"HTTP/1.1 100 Continue\r\n\r\n"
+# The header fields the reader acts on (the rest are read by gunicorn's parser on the thread, and by llhttp).
+_FIELDS = frozenset((b"host", b"transfer-encoding", b"expect", b"content-length"))
 
 
 class Verdict(enum.Enum):
@@ -94,19 +96,27 @@ class RequestReader:
         self.keep_alive = False
         self.expects_continue = False  # the client waits for `100 Continue` before it sends the body
         self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
+        self._headers: list[tuple[bytes, bytes]] = []  # the fields of _FIELDS, in order
         self._head_done = False
         self._whole = False
         self._length: int | None = None  # the body's Content-Length (0 without one); None when chunked
         self._upgrade = False  # the request asks to switch protocols (Upgrade): llhttp stops after its head
         self._end = 0
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
 
     def feed(self, data: bytes) -> Verdict | Refusal:
         """Take the next bytes of the connection; say whether the request is whole, refused, or needs more."""
         if self._whole:  # bytes behind a whole request belong to the next one
             self.buffer += data
             return Verdict.WHOLE
+        verdict = self._feed(data)
+        if verdict is not Verdict.MORE:
+            # The parser holds this reader as its callbacks' object: dropped once the request is read, so that the
+            # pair is freed at once instead of left to the cyclic garbage collector, one cycle per request.
+            self._parser = None
+        return verdict
+
+    def _feed(self, data: bytes) -> Verdict | Refusal:
         start = len(self.buffer)
         self.buffer += data
         if self._upgrade:
@@ -114,10 +124,10 @@ class RequestReader:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
-            cause = exc.__context__
-            if isinstance(cause, _Refused):
-                return cause.refusal
-            if not isinstance(cause, _Whole):
+            # Not bound to a local: the callback's exception holds this frame in its traceback (a cycle).
+            if isinstance(exc.__context__, _Refused):
+                return exc.__context__.refusal
+            if not isinstance(exc.__context__, _Whole):
                 raise
         except httptools.HttpParserUpgrade:
             return self._upgrade_body()
@@ -156,7 +166,9 @@ class RequestReader:
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        name = name.lower()
+        if name in _FIELDS:
+            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if len(self.buffer) > MAX_HEAD_BYTES and self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4) < 0:
@@ -177,7 +189,7 @@ class RequestReader:
         self.method = self._parser.get_method()
         self.path = self._url.partition(b"?")[0]
         self.keep_alive = version == "1.1" and self._parser.should_keep_alive()
-        self.expects_continue = version == "1.1" and any(
+        self.expects_continue = version == "1.1" and b"expect" in names and any(
             name == b"expect" and value.strip().lower() == b"100-continue" for name, value in headers)
         length = next((int(value) for name, value in headers if name == b"content-length"), 0)
         self._length = None if b"transfer-encoding" in names else length
