@@ -50,3 +50,30 @@ def test_request_lines_from_many_threads_reach_a_file_whole_and_all_of_them(tmp_
     lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     assert sorted(r["esun_uuid"].split("-長")[0] for r in lines) == sorted(
         f"uuid-{t}-{i}" for t in range(16) for i in range(200))
+
+
+def test_a_request_line_is_the_same_written_directly_or_through_a_logging_record(tmp_path, monkeypatch, caplog):
+    """log_request skips the logging record where the project's handler is the only one listening; the line is the
+    one the handler's formatter makes of the record (a listener added, e.g. a test's capture, gets the record)."""
+    import json
+    import logging
+
+    from api.logs import REQUEST_LOG, JsonFormatter, configure_logging, log_request
+    from api.paths import AnswerPath
+
+    configure_logging("INFO")
+    root = logging.getLogger()
+    path = tmp_path / "stderr.log"
+    with open(path, "w", encoding="utf-8") as stderr:
+        monkeypatch.setattr("sys.stderr", stderr)
+        with monkeypatch.context() as only_ours:  # pytest's own capture handlers off
+            only_ours.setattr(root, "handlers", [h for h in root.handlers if isinstance(h.formatter, JsonFormatter)])
+            log_request("q-長", 1, AnswerPath.POOL_FULL, 0.26, None, "the thread pool is full", queued_ms=1.5)
+        assert not caplog.records  # no record was made
+        with caplog.at_level(logging.INFO, logger=REQUEST_LOG.name):
+            log_request("q-長", 1, AnswerPath.POOL_FULL, 0.26, None, "the thread pool is full", queued_ms=1.5)
+    direct = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    through_record = json.loads(JsonFormatter().format(caplog.records[0]))
+    assert abs(direct.pop("ts") - through_record.pop("ts")) < 5
+    assert direct == through_record
+    assert direct["path"] == "pool_full" and direct["level"] == "WARNING" and direct["esun_uuid"] == "q-長"
