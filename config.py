@@ -34,6 +34,8 @@ _CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.
 # Settings that existed once, with what took their place: set in the environment, they stop the start in one line.
 REMOVED_SETTINGS = {
     "POOL_LIMIT": "the thread pool holds half of HTTP_THREADS (set HTTP_THREADS)",
+    "MAX_IN_FLIGHT": "questions on the model are bounded by the thread pool, half of HTTP_THREADS (set "
+                     "HTTP_THREADS): each waits on a pool thread, so a higher bound could never act",
     "OVERLOAD_INTERVAL_S": "the overload control's interval is fixed at 100 ms (OVERLOAD_TARGET_S sets how it acts)",
     "OVERLOAD_MODEL_SHARE": "the overload control's model-wait target is half the budget (OVERLOAD_TARGET_S sets "
                             "how it acts; JUDGE_TIMEOUT_S and SAFETY_MARGIN_S the budget)",
@@ -56,9 +58,6 @@ class Config:
     batch_policy: str = "adaptive"
     # A batch running longer than this makes /readyz say so (503); its waiters answer TOP1 at their deadline.
     batch_stuck_after_s: float = 2.0
-    # Questions waiting for or in a batch; past this they answer TOP1 at once. Kept well under http_threads so
-    # that under overload threads stay free for those fast answers instead of queueing connections unseen.
-    max_in_flight: int = 96
     # The judge's HTTP timeout; answers are due `safety_margin_s` before it (network, JSON, scheduling).
     judge_timeout_s: float = 1.0
     safety_margin_s: float = 0.25
@@ -113,7 +112,8 @@ class Config:
     @property
     def pool_cap(self) -> int:
         """/inference requests the thread pool holds at once: half the threads; past it the worker's event loop
-        answers (api/admission.py: TOP1, path `pool_full`). Each is a thread contending for the GIL with the event
+        answers (api/admission.py: TOP1, path `pool_full`). Also the batcher's bound on questions on the model (each
+        waits on a pool thread; past it, path `overload`). Each is a thread contending for the GIL with the event
         loop that reads every request: measured at 3x the closed-loop capacity with 128 threads, a cap of 64
         answered none late, 96 1.5 %, 128 4.8 % (docs/benchmarks.md); the threads above it serve the probes."""
         return self.http_threads // 2
@@ -181,7 +181,7 @@ def _validate(c: Config) -> None:
     _at_least(c, "port", 0)
     if c.port > 65535:
         raise ConfigError(f"port must be <= 65535, got {c.port}")
-    for name in ("max_batch_size", "max_in_flight", "max_top1_chars", "max_hypotheses",
+    for name in ("max_batch_size", "max_top1_chars", "max_hypotheses",
                  "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "http_threads", "batcher_workers"):
         _at_least(c, name, 1)
     for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s", "overload_target_s"):

@@ -1,20 +1,22 @@
-"""Admission: whether a question may go to the model. One object, one count of questions on the model.
+"""Admission: whether a question may go to the model. One object; the count of questions on the model is the
+engine's own (`Engine.in_flight`: admitted and not yet resolved), read, never kept a second time.
 
-Both doors ask it (`api.answers`): the worker's event loop before handing a request to a thread (`refusal`, which
-takes nothing), and the view before submitting the question to the batcher (`admit`, which takes a place on the
-model that `release` gives back). A question it keeps from the model is answered TOP1 at once, with the path of
-the gate that kept it, checked in this order (as Triton's queue policy, one table):
+Both doors ask it (`api.answers`): the worker's event loop before handing a request to a thread (`at_door=True`), and
+the view before submitting the question to the batcher. A question it keeps from the model is answered TOP1 at once,
+with the path of the gate that kept it, checked in this order (as Triton's queue policy, one table):
 
 | gate | refuses when | path | setting |
 |---|---|---|---|
 | thread pool (event loop only) | `pool_cap` requests are in the thread pool | `pool_full` | `HTTP_THREADS` (half) |
 | late accept | less than `min_model_budget_s` of the budget is left | `late_accept` | `MIN_MODEL_BUDGET_S` |
-| questions on the model | `max_in_flight` admitted and not yet answered | `overload` | `MAX_IN_FLIGHT` |
-| overload control | its reduced share (below) is taken | `shed` | `OVERLOAD_TARGET_S` (0: off) |
+| overload control | its reduced share (below) of the model is taken | `shed` | `OVERLOAD_TARGET_S` (0: off) |
+
+Past them, the engine's own bound refuses (`batching.Overloaded`, path `overload`): it admits at most `pool_cap`
+questions, the most the pool can hold, since each question waits on a pool thread; only a question whose request
+stopped waiting (its deadline) and that no batch has started yet can make it full.
 
 Why each: a request in the pool is a thread contending for the GIL with the event loop that reads every request;
-one that waited for a thread so long that less than a batch's run time is left would answer late; the batcher
-holds the same `max_in_flight` bound, so a question past it would be refused there.
+one that waited for a thread so long that less than a batch's run time is left would answer late.
 
 The overload control sheds model work while requests queue, so that answers stay in budget. Under overload the
 budget is spent waiting: before the view (for a thread, for the GIL while batches hold both cores), where a TOP1
@@ -22,15 +24,16 @@ given at the view is already late, and on the model (batches slower than the bud
 request threads). It watches, folded as CoDel does, the *smallest* value seen in each interval (`INTERVAL_S`):
 
 - queued time: each request's time from its accept stamp (`api.accept`) to its view (`observe_queued`);
-- model wait: each admitted question's time from admission to its answer, model or deadline (`release`): the
-  measured batch times, as the questions saw them. Its target is `MODEL_SHARE` of the budget.
+- model wait: each submitted question's time from its submit to its answer, model or deadline
+  (`observe_model_wait`): the measured batch times, as the questions saw them. Its target is `MODEL_SHARE` of the
+  budget.
 
 A burst that clears within an interval has a small minimum; only a queue where even the luckiest request waited
 longer than its target counts, and only when it stands for two intervals in a row (a single stall of the
 process, a batch holding the GIL, makes every request of the next interval wait with no queue at all). At the end
 of each interval (AIMD on the model's share, as TCP's congestion window): a standing queue halves the limit (from
-`max_in_flight` down to 0); one interval over target after a calm one keeps it; otherwise it grows by
-`max_in_flight / RECOVERY_STEPS` per interval back to `max_in_flight`. The level (0 normal, 1 reduced, 2 all shed),
+`pool_cap` down to 0); one interval over target after a calm one keeps it; otherwise it grows by
+`pool_cap / RECOVERY_STEPS` per interval back to `pool_cap`. The level (0 normal, 1 reduced, 2 all shed),
 the limit, the counts and the signals are in `/metrics` (`api.metrics`); every change of level is one JSON log
 line (logger `api.admission`). Cost on the request path: one lock and a few comparisons; no thread of its own
 (intervals close lazily, on the next call).
@@ -53,9 +56,9 @@ logger = logging.getLogger("api.admission")
 # Levels of the controller, as exposed in /metrics and in its log lines.
 NORMAL, REDUCED, SHEDDING = 0, 1, 2
 LEVEL_NAMES = {NORMAL: "normal", REDUCED: "reduced", SHEDDING: "shedding"}
-# Multiplicative decrease per interval of a standing queue: from 96 to 0 in 7 intervals.
+# Multiplicative decrease per interval of a standing queue: from 64 to 0 in 7 intervals.
 DECREASE_FACTOR = 0.5
-# Additive increase: from 0 back to max_in_flight in this many calm intervals.
+# Additive increase: from 0 back to pool_cap in this many calm intervals.
 RECOVERY_STEPS = 8
 # The overload control's interval, and its target for the least model wait: this share of the budget.
 INTERVAL_S = 0.1
@@ -109,35 +112,37 @@ class Admission:
     `time.monotonic` in service and a fake clock in tests; every decision depends only on it and on the calls made.
     """
 
-    def __init__(self, max_in_flight: int, pool_cap: int, min_model_budget_s: float, target_s: float,
-                 model_target_s: float, interval_s: float = INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    def __init__(self, pool_cap: int, min_model_budget_s: float, target_s: float, model_target_s: float,
+                 interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        if pool_cap < 1:
+            raise ValueError(f"pool_cap must be >= 1, got {pool_cap}")
         if target_s < 0:
             raise ValueError(f"target_s must be >= 0 (0: off), got {target_s}")
         if interval_s <= 0 or model_target_s <= 0:
             raise ValueError(f"interval_s and model_target_s must be > 0, got {interval_s}, {model_target_s}")
-        self.max_in_flight = max_in_flight
         self.pool_cap = pool_cap
+        self._on_model: Callable[[], int] = _nothing_counted
         self.min_model_budget_s = min_model_budget_s
         self.interval_s = interval_s
         self.enabled = target_s > 0
         self._clock = clock
         self._lock = threading.Lock()
-        self._limit = max_in_flight
-        self._on_model = 0
+        self._limit = pool_cap
         self._in_pool = 0
         self._shed_total = 0
         self._interval_end = clock() + interval_s
         self._queued = _Minimum(target_s)
         self._model_wait = _Minimum(model_target_s)
-        self._step = max(1, math.ceil(max_in_flight / RECOVERY_STEPS))
+        self._step = max(1, math.ceil(pool_cap / RECOVERY_STEPS))
 
     @classmethod
     def from_config(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Admission:
-        return cls(config.max_in_flight, config.pool_cap, config.min_model_budget_s, config.overload_target_s,
+        return cls(config.pool_cap, config.min_model_budget_s, config.overload_target_s,
                    MODEL_SHARE * config.budget_s, clock=clock)
+
+    def count_with(self, on_model: Callable[[], int]) -> None:
+        """Read the questions on the model from `on_model` (the engine's `in_flight`; the app sets it once)."""
+        self._on_model = on_model
 
     # --- the thread pool (counted by the worker's event loop and its threads) ---------------------------------
 
@@ -154,7 +159,7 @@ class Admission:
     # --- the gates --------------------------------------------------------------------------------------------
 
     def refusal(self, deadline: float, now: float, at_door: bool = False) -> AnswerPath | None:
-        """Say which gate would keep a question arriving now from the model, without taking a place (None: none).
+        """Say which gate keeps a question arriving now from the model (None: none).
 
         `at_door`: asked by the event loop for a request not yet in the pool, where a full pool refuses too.
         """
@@ -164,21 +169,12 @@ class Admission:
         _log_change(change)
         return path
 
-    def admit(self, deadline: float, now: float) -> AnswerPath | None:
-        """Take a place on the model (None; the caller must `release` it), or say which gate refuses it."""
+    def observe_model_wait(self, waited_s: float) -> None:
+        """Fold how long a submitted question waited on the model (its answer or its deadline) into the interval."""
+        if not self.enabled:
+            return
         with self._lock:
             change = self._roll(self._clock())
-            path = self._gate(deadline, now, at_door=False)
-            if path is None:
-                self._on_model += 1
-        _log_change(change)
-        return path
-
-    def release(self, waited_s: float) -> None:
-        """Give back a place taken by `admit`, with how long its question waited on the model (answer or deadline)."""
-        with self._lock:
-            change = self._roll(self._clock())
-            self._on_model = max(0, self._on_model - 1)
             self._model_wait.add(waited_s)
         _log_change(change)
 
@@ -209,14 +205,12 @@ class Admission:
             return AnswerPath.POOL_FULL
         if deadline - now < self.min_model_budget_s:
             return AnswerPath.LATE_ACCEPT
-        if self._on_model >= self.max_in_flight:
-            return AnswerPath.OVERLOAD
-        if self.enabled and self._on_model >= self._limit:
+        if self._limit < self.pool_cap and self._on_model() >= self._limit:  # reduced (never when off)
             return AnswerPath.SHED
         return None
 
     def _snapshot(self) -> AdmissionState:
-        return AdmissionState(_level(self._limit, self.max_in_flight), self._limit, self._on_model, self._in_pool,
+        return AdmissionState(_level(self._limit, self.pool_cap), self._limit, self._on_model(), self._in_pool,
                               self._shed_total, self._queued.last_s, self._model_wait.last_s, self.enabled)
 
     def _roll(self, now: float) -> tuple[AdmissionState, AdmissionState] | None:
@@ -241,11 +235,15 @@ class Admission:
         if (queued_over and queued_standing) or (wait_over and wait_standing):
             self._limit = int(self._limit * DECREASE_FACTOR)
         elif not (queued_over or wait_over):
-            self._limit = min(self.max_in_flight, self._limit + self._step)
+            self._limit = min(self.pool_cap, self._limit + self._step)
 
 
-def _level(limit: int, max_in_flight: int) -> int:
-    if limit >= max_in_flight:
+def _nothing_counted() -> int:
+    return 0
+
+
+def _level(limit: int, pool_cap: int) -> int:
+    if limit >= pool_cap:
         return NORMAL
     return SHEDDING if limit == 0 else REDUCED
 

@@ -11,10 +11,10 @@ door takes it:
 3. a first attempt whose question this replica answered already: that answer (`cached`);
 4. the model loading (or the process engine replacing its set of workers), or failed to load: TOP1 (`model_loading`,
    `error`), at once rather than after the budget;
-5. admission (`api.admission`): a full thread pool (event loop only), a late accept, `max_in_flight` questions on
-   the model, or the overload control's reduced share: TOP1 (`pool_full`, `late_accept`, `overload`, `shed`);
+5. admission (`api.admission`): a full thread pool (event loop only), a late accept, or the overload control's
+   reduced share of the model: TOP1 (`pool_full`, `late_accept`, `shed`);
 6. the model, through the batcher, until the request's deadline: its answer (`model`), else TOP1 (`deadline`,
-   `error`, or `overload` if the batcher refuses it).
+   `error`, or `overload` when the batcher holds as many questions as it admits).
 
 The event loop answers only when admission would refuse the question (asked first, before the body is even
 parsed: it costs a lock) and it can answer alike: it reads the local cache level only (no network call in the
@@ -119,14 +119,10 @@ class AnswerPolicy:
             assert outcome is not _LEAVE
             if outcome is not None:
                 return outcome
-            refusal = self._admission.admit(deadline, time.monotonic())
+            refusal = self._admission.refusal(deadline, time.monotonic())
             if refusal is not None:
                 return top1(req, refusal)
-            admitted_at = time.monotonic()
-            try:
-                return self._ask_model(req, deadline)
-            finally:
-                self._admission.release(time.monotonic() - admitted_at)
+            return self._ask_model(req, deadline)
         except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
             logger.exception("answering %s failed; answering TOP1", req.esun_uuid)
             return top1(req, AnswerPath.ERROR, reason=f"{type(exc).__name__}: {exc}")
@@ -175,14 +171,17 @@ class AnswerPolicy:
             return top1(req, AnswerPath.OVERLOAD, reason="batcher queue is full")
         except Exception as exc:  # BatcherClosed or a bug: still a TOP1 answer on the judge's path
             return top1(req, AnswerPath.ERROR, reason=f"submit failed: {_describe(exc)}")
+        submitted_at = time.monotonic()
         key, top1_text = cache_key(req), top1_answer(req.sentence_list)
         future.add_done_callback(partial(_remember, self._cache, key, top1_text))
         try:
-            prediction = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            prediction = future.result(timeout=max(0.0, deadline - submitted_at))
         except (TimeoutError, DeadlineExceeded):
             return top1(req, AnswerPath.DEADLINE)
         except Exception as exc:  # BatchFailed, or the corrector's own error
             return top1(req, AnswerPath.ERROR, reason=_describe(exc))
+        finally:
+            self._admission.observe_model_wait(time.monotonic() - submitted_at)
         answer = usable_answer(prediction.answer, top1_text)
         if answer is None:
             unusable = f"corrector gave an unusable answer: {str(prediction.answer)[:80]!r}"

@@ -63,6 +63,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False  # answers in UTF-8: shorter, and readable in logs
     admission = admission or Admission.from_config(config)
+    admission.count_with(batcher.in_flight)
     metrics.watch_admission(admission)
     metrics.watch_engine(batcher)
     answers = AnswerPolicy(config, cache, corrector, batcher, admission, metrics)
@@ -102,7 +103,7 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Engi
         cuda_devices=devices or None,
         max_batch_size=config.max_batch_size,
         max_wait_s=config.max_batch_wait_s,
-        max_in_flight=config.max_in_flight,
+        max_in_flight=config.pool_cap,  # each question waits on a pool thread
         on_result=Prediction,
         on_batch=metrics.observe_batch,
         name="corrector",
@@ -141,7 +142,7 @@ def _build_batcher(config: Config, corrector: Corrector, metrics: Metrics) -> En
         batch_fn(corrector),
         max_batch_size=config.max_batch_size,
         max_wait_s=config.max_batch_wait_s,
-        max_in_flight=config.max_in_flight,
+        max_in_flight=config.pool_cap,  # each question waits on a pool thread
         policy=config.batch_policy,
         size_of=size_of,
         name="corrector",

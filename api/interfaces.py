@@ -52,6 +52,11 @@ class Engine(Protocol):
         """True while the engine is open, a worker runs, and no batch is stuck."""
         ...
 
+    def in_flight(self) -> int:
+        """Questions admitted and not yet resolved: the one count of questions on the model (`api.admission`
+        reads it); called for every question, so cheap."""
+        ...
+
     def loading(self) -> bool:
         """True while no worker can answer because its model is loading (the process engine replacing its set);
         called for every question, so cheap."""

@@ -181,9 +181,9 @@ class _AdmissionCollector(Collector):
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_level", "Overload control: 0 normal, 1 model share reduced, "
                                 "2 every new arrival answered TOP1 (shed).", value=state.level)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_limit", "Overload control: most /inference requests "
-                                "allowed to wait on the model at once (max_in_flight when normal).", value=state.limit)
-        yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_in_flight", "/inference requests admitted to the "
-                                "model and not yet answered.", value=state.on_model)
+                                "allowed to wait on the model at once (pool_cap when normal).", value=state.limit)
+        yield GaugeMetricFamily(f"{NAMESPACE}_overload_model_in_flight", "Questions the batcher admitted and has "
+                                "not yet answered (the one count the overload control reads).", value=state.on_model)
         yield GaugeMetricFamily(f"{NAMESPACE}_pool_requests", "Requests in the thread pool (handed on by the worker's "
                                 "event loop, not yet answered by the app); at pool_cap the event loop answers "
                                 "/inference itself (path pool_full).", value=state.in_pool)

@@ -22,7 +22,7 @@ class AnswerPath(StrEnum):
     LATE_ACCEPT = "late_accept"  # too little of its budget left to wait for a batch
     POOL_FULL = "pool_full"  # the thread pool is full: answered by the event loop
     SHED = "shed"  # the overload control keeps model work down while requests queue
-    OVERLOAD = "overload"  # MAX_IN_FLIGHT questions are on the model already
+    OVERLOAD = "overload"  # the batcher holds pool_cap questions already (it refused the submit)
     DEADLINE = "deadline"  # the model did not answer within the budget
     ERROR = "error"  # the model failed, answered nothing usable, or failed to load; or a bug on the way
 
@@ -54,7 +54,7 @@ _REASONS = {
     AnswerPath.LATE_ACCEPT: "less than min_model_budget_s of the budget left",
     AnswerPath.POOL_FULL: "the thread pool was full: answered by the event loop",
     AnswerPath.SHED: "overload control: model work shed while requests queue",
-    AnswerPath.OVERLOAD: "max_in_flight questions were on the model",
+    AnswerPath.OVERLOAD: "the batcher held as many questions as it admits (pool_cap)",
     AnswerPath.DEADLINE: "no answer within budget",
     AnswerPath.ERROR: "the model failed",
 }

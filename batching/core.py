@@ -138,6 +138,10 @@ class Core(Generic[T, R]):
             self._counted(now)
         return job.future
 
+    def in_flight(self) -> int:
+        """Jobs admitted and not yet resolved (read without the lock: a dict's length is read whole)."""
+        return len(self._jobs)
+
     def job(self, task_id: int) -> Job[T, R] | None:
         """Return the job in flight under this task id, if any."""
         with self.lock:

@@ -248,6 +248,10 @@ class ProcessBatcher(Generic[T, R]):
         """Queue one item for a batch and return the future that will hold its result or error."""
         return self._core.submit(item, deadline, self._enqueue)
 
+    def in_flight(self) -> int:
+        """Items admitted and not yet resolved."""
+        return self._core.in_flight()
+
     def loading(self) -> bool:
         """Say whether no worker process can answer because a set is loading: true from a replacement until the new
         generation is ready (seconds), when a question queued would wait out its deadline. Cheap when false: the

@@ -171,6 +171,10 @@ class Batcher(Generic[T, R]):
         size = self._size_of(item) if self._size_of is not None else 0
         return self._core.submit(item, deadline, self._enqueue, size)
 
+    def in_flight(self) -> int:
+        """Items admitted and not yet resolved."""
+        return self._core.in_flight()
+
     def loading(self) -> bool:
         """Never: the one worker thread runs the model built before the batcher started (a dead one is revived by
         `submit` itself)."""

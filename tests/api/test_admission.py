@@ -1,11 +1,10 @@
-"""The admission (api/admission.py): its gates in order (pool at the door, late accept, questions on the model, the
-overload control's share); the overload control sheds model work while requests queue before their view or on the
-model, recovers by itself, never sheds on a server that is not overloaded; its state in /metrics, its changes in the
-log."""
+"""The admission (api/admission.py): its gates in order (pool at the door, late accept, the overload control's share of
+the engine's one count of questions on the model); the overload control sheds model work while requests queue before
+their view or on the model, recovers by itself, never sheds on a server that is not overloaded; its state in
+/metrics, its changes in the log."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -22,9 +21,18 @@ from tests.fakes import FakeClock, FaultCorrector
 TARGET_S = 0.05
 INTERVAL_S = 0.1
 MODEL_TARGET_S = 0.4
-MAX_IN_FLIGHT = 96
 POOL_CAP = 64
 MIN_BUDGET_S = 0.1
+
+
+class OnModel:
+    """The engine's count of questions on the model (`Engine.in_flight`), as a test moves it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> int:
+        return self.count
 
 
 @pytest.fixture
@@ -37,13 +45,28 @@ def control(clock: FakeClock) -> Admission:
     return make(clock)
 
 
-def make(clock: FakeClock, max_in_flight: int = MAX_IN_FLIGHT, target_s: float = TARGET_S) -> Admission:
-    return Admission(max_in_flight, POOL_CAP, MIN_BUDGET_S, target_s, MODEL_TARGET_S, INTERVAL_S, clock=clock)
+def make(clock: FakeClock, pool_cap: int = POOL_CAP, target_s: float = TARGET_S) -> Admission:
+    control = Admission(pool_cap, MIN_BUDGET_S, target_s, MODEL_TARGET_S, INTERVAL_S, clock=clock)
+    control.count_with(OnModel())
+    return control
+
+
+def on_model(control: Admission) -> OnModel:
+    return control._on_model  # the fake count make() gave it
 
 
 def take(control: Admission) -> AnswerPath | None:
-    """Ask for a model place for a request with its whole budget ahead (None: admitted)."""
-    return control.admit(deadline=10.0, now=0.0)
+    """A request with its whole budget ahead asks; admitted (None), its question is on the model until answered."""
+    refusal = control.refusal(deadline=10.0, now=0.0)
+    if refusal is None:
+        on_model(control).count += 1
+    return refusal
+
+
+def answer(control: Admission, waited_s: float) -> None:
+    """One question on the model is answered after waiting this long."""
+    on_model(control).count -= 1
+    control.observe_model_wait(waited_s)
 
 
 def run_interval(control: Admission, clock: FakeClock, queued_s: list[float]) -> None:
@@ -64,13 +87,13 @@ def overload(control: Admission, clock: FakeClock, intervals: int) -> None:
         run_interval(control, clock, [0.2, 0.3, 0.25])
 
 
-def test_a_server_without_a_standing_queue_admits_every_request_up_to_max_in_flight(control, clock):
+def test_a_server_without_a_standing_queue_admits_every_request(control, clock):
     # Bursts: most requests wait long, but one in each interval got its thread at once: no standing queue.
     for _ in range(50):
         run_interval(control, clock, [0.4, 0.002, 0.6, 0.3])
     assert control.state().level == NORMAL
-    assert admitted(control, MAX_IN_FLIGHT) == MAX_IN_FLIGHT
-    assert take(control) is AnswerPath.OVERLOAD  # past max_in_flight: the bound on questions on the model, not a shed
+    # No second bound: past pool_cap the engine refuses (path overload), not the admission.
+    assert admitted(control, 2 * POOL_CAP) == 2 * POOL_CAP
 
 
 def test_single_stalls_between_calm_intervals_never_shed(control, clock):
@@ -78,14 +101,14 @@ def test_single_stalls_between_calm_intervals_never_shed(control, clock):
     for _ in range(30):
         run_interval(control, clock, [0.3, 0.35])
         run_interval(control, clock, [0.001, 0.3])
-    assert control.state().limit == MAX_IN_FLIGHT
-    assert admitted(control, MAX_IN_FLIGHT) == MAX_IN_FLIGHT
+    assert control.state().limit == POOL_CAP
+    assert admitted(control, POOL_CAP) == POOL_CAP
 
 
 def test_queued_time_at_the_target_is_not_overload(control, clock):
     for _ in range(20):
         run_interval(control, clock, [TARGET_S, TARGET_S])
-    assert control.state().limit == MAX_IN_FLIGHT
+    assert control.state().limit == POOL_CAP
 
 
 def test_a_standing_queue_halves_the_model_share_each_interval_down_to_shedding_everything(control, clock):
@@ -94,18 +117,18 @@ def test_a_standing_queue_halves_the_model_share_each_interval_down_to_shedding_
         overload(control, clock, 1)
         limits.append(control.state().limit)
     # The first interval over target may be a stall, not a queue: the share is halved from the second one on.
-    assert limits == [96, 48, 24, 12, 6, 3, 1, 0, 0]
+    assert limits == [64, 32, 16, 8, 4, 2, 1, 0, 0]
     assert control.state().level == SHEDDING
     assert take(control) is AnswerPath.SHED
 
 
-def test_reduced_share_admits_up_to_the_limit_and_frees_slots_on_release(control, clock):
-    overload(control, clock, 4)  # limit 12
+def test_reduced_share_admits_up_to_the_limit_and_frees_slots_as_questions_are_answered(control, clock):
+    overload(control, clock, 4)  # limit 8
     state = control.state()
-    assert (state.level, state.limit) == (REDUCED, 12)
-    assert admitted(control, 12) == 12
+    assert (state.level, state.limit) == (REDUCED, 8)
+    assert admitted(control, 8) == 8
     assert [take(control) for _ in range(8)] == [AnswerPath.SHED] * 8
-    control.release(0.2)
+    answer(control, 0.2)
     assert take(control) is None
     assert take(control) is AnswerPath.SHED
 
@@ -117,8 +140,8 @@ def test_the_share_grows_back_step_by_step_once_the_queue_is_gone(control, clock
     for _ in range(RECOVERY_STEPS):
         run_interval(control, clock, [0.001, 0.01])
         limits.append(control.state().limit)
-    assert limits == sorted(limits) and limits[0] == MAX_IN_FLIGHT // RECOVERY_STEPS
-    assert limits[-1] == MAX_IN_FLIGHT
+    assert limits == sorted(limits) and limits[0] == POOL_CAP // RECOVERY_STEPS
+    assert limits[-1] == POOL_CAP
     assert control.state().level == NORMAL
 
 
@@ -132,16 +155,15 @@ def test_an_idle_spell_counts_as_calm_intervals_so_the_first_request_after_a_lul
 def test_a_short_lull_recovers_only_as_many_steps_as_intervals_passed(control, clock):
     overload(control, clock, 10)
     clock.advance(2.5 * INTERVAL_S)  # the last overloaded interval's end was passed already: two empty ones close
-    assert control.state().limit == 2 * (MAX_IN_FLIGHT // RECOVERY_STEPS)
+    assert control.state().limit == 2 * (POOL_CAP // RECOVERY_STEPS)
 
 
 def test_a_target_of_zero_turns_the_control_off(clock):
-    control = make(clock, max_in_flight=4, target_s=0.0)
+    control = make(clock, pool_cap=4, target_s=0.0)
     overload(control, clock, 10)
-    assert admitted(control, 4) == 4
-    assert take(control) is AnswerPath.OVERLOAD  # the bound on questions on the model holds; nothing is shed
+    assert admitted(control, 6) == 6  # nothing is shed; the engine's bound refuses past 4
     state = control.state()
-    assert (state.enabled, state.level, state.on_model) == (False, NORMAL, 4)
+    assert (state.enabled, state.level, state.on_model) == (False, NORMAL, 6)
 
 
 def test_each_change_of_level_is_logged_once_as_a_json_line(control, clock, caplog):
@@ -161,16 +183,18 @@ def test_each_change_of_level_is_logged_once_as_a_json_line(control, clock, capl
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="interval_s"):
-        Admission(4, 2, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, 0.0)
+        Admission(2, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, 0.0)
     with pytest.raises(ValueError, match="target_s"):
-        Admission(4, 2, MIN_BUDGET_S, -1.0, MODEL_TARGET_S, INTERVAL_S)
+        Admission(2, MIN_BUDGET_S, -1.0, MODEL_TARGET_S, INTERVAL_S)
     with pytest.raises(ValueError, match="model_target_s"):
-        Admission(4, 2, MIN_BUDGET_S, TARGET_S, 0.0, INTERVAL_S)
+        Admission(2, MIN_BUDGET_S, TARGET_S, 0.0, INTERVAL_S)
+    with pytest.raises(ValueError, match="pool_cap"):
+        Admission(0, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, INTERVAL_S)
     with pytest.raises(ConfigError, match="overload_target_s must be < budget_s"):
         Config(overload_target_s=0.75)
 
 
-@pytest.mark.parametrize(("name", "successor"), [("POOL_LIMIT", "HTTP_THREADS"),
+@pytest.mark.parametrize(("name", "successor"), [("POOL_LIMIT", "HTTP_THREADS"), ("MAX_IN_FLIGHT", "HTTP_THREADS"),
                                                  ("OVERLOAD_INTERVAL_S", "OVERLOAD_TARGET_S"),
                                                  ("OVERLOAD_MODEL_SHARE", "OVERLOAD_TARGET_S")])
 def test_a_removed_setting_stops_the_start_in_one_line_naming_its_successor(name, successor):
@@ -188,15 +212,14 @@ def test_a_full_thread_pool_refuses_at_the_door_only(control):
 
 
 def test_a_request_with_less_than_a_batch_of_its_budget_left_is_refused_late(control):
-    assert control.admit(deadline=1.0, now=1.0 - MIN_BUDGET_S / 2) is AnswerPath.LATE_ACCEPT
-    assert control.admit(deadline=1.0, now=1.0 - 2 * MIN_BUDGET_S) is None
-    assert control.state().on_model == 1
+    assert control.refusal(deadline=1.0, now=1.0 - MIN_BUDGET_S / 2) is AnswerPath.LATE_ACCEPT
+    assert control.refusal(deadline=1.0, now=1.0 - 2 * MIN_BUDGET_S) is None
 
 
-def test_the_door_asks_without_taking_a_place(control):
-    for _ in range(5):
-        assert control.refusal(deadline=10.0, now=0.0, at_door=True) is None
-    assert control.state().on_model == 0
+def test_the_count_of_questions_on_the_model_is_the_engines(clock):
+    control = make(clock)
+    on_model(control).count = 5
+    assert control.state().on_model == 5
 
 
 # --- Through the app: the view's path, /metrics, the request log
@@ -204,8 +227,8 @@ def test_the_door_asks_without_taking_a_place(control):
 
 @pytest.fixture
 def app(clock: FakeClock) -> Flask:
-    control = make(clock, max_in_flight=8)
-    app = create_app(dataclasses.replace(Config(), max_in_flight=8), corrector=FaultCorrector(), admission=control)
+    control = make(clock, pool_cap=8)
+    app = create_app(Config(http_threads=16, max_batch_size=8), corrector=FaultCorrector(), admission=control)
     yield app
     app.extensions[EXTENSION_KEY].batcher.close()
 
@@ -253,7 +276,7 @@ def model_interval(control: Admission, clock: FakeClock, waits_s: list[float]) -
     """Requests admitted earlier are answered within one interval after waiting this long on the model."""
     for wait in waits_s:
         assert take(control) is None
-        control.release(wait)
+        answer(control, wait)
     clock.advance(INTERVAL_S + 1e-9)
 
 
@@ -263,20 +286,20 @@ def test_model_answers_slower_than_the_target_for_two_intervals_shrink_the_share
     for _ in range(3):
         model_interval(control, clock, [0.5, 0.7, 0.75])  # even the quickest answer took 500 ms
         limits.append(control.state().limit)
-    assert limits == [96, 48, 24]
+    assert limits == [64, 32, 16]
     for _ in range(RECOVERY_STEPS):
         model_interval(control, clock, [0.15, 0.6])
-    assert control.state().limit == MAX_IN_FLIGHT
+    assert control.state().limit == POOL_CAP
     assert control.state().model_wait_min_s == pytest.approx(0.15)
 
 
 def test_a_model_that_answers_within_its_target_keeps_the_full_share_whatever_the_slowest_answers(control, clock):
     for _ in range(50):
         model_interval(control, clock, [0.2, 0.74, 0.75, 0.75])  # batches of 64: the first within target
-    assert control.state().limit == MAX_IN_FLIGHT
+    assert control.state().limit == POOL_CAP
 
 
-def test_at_the_full_share_only_the_bound_on_questions_on_the_model_refuses(control, clock):
-    run_interval(control, clock, [0.001])
-    assert admitted(control, 2 * MAX_IN_FLIGHT) == MAX_IN_FLIGHT
-    assert take(control) is AnswerPath.OVERLOAD
+def test_the_app_counts_questions_on_the_model_with_its_engine(app):
+    state = app.extensions[EXTENSION_KEY]
+    assert state.admission.state().on_model == state.batcher.in_flight() == 0
+    assert state.batcher.describe()["max_in_flight"] == state.config.pool_cap

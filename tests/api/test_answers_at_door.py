@@ -3,7 +3,6 @@ itself, before any thread, and what it leaves to one; the same answer the view w
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -17,11 +16,11 @@ from api.answers import cache_key
 from api.app import create_app
 from api.schemas import parse_request
 from api.state import EXTENSION_KEY, AppState
+from batching import Overloaded
 from config import Config
 from tests.fakes import FakeClock, FaultCorrector
 
 TOP1 = "喂你好密碼我要進去"
-MAX_IN_FLIGHT = 8
 POOL_CAP = 4
 INTERVAL_S = 0.1
 
@@ -38,12 +37,12 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def admission(clock: FakeClock) -> Admission:
-    return Admission(MAX_IN_FLIGHT, POOL_CAP, 0.1, 0.05, 0.4, INTERVAL_S, clock=clock)
+    return Admission(POOL_CAP, 0.1, 0.05, 0.4, INTERVAL_S, clock=clock)
 
 
 @pytest.fixture
 def app(admission: Admission) -> Iterator[Flask]:
-    app = create_app(dataclasses.replace(Config(), max_in_flight=MAX_IN_FLIGHT), corrector=FaultCorrector(),
+    app = create_app(Config(http_threads=2 * POOL_CAP, max_batch_size=POOL_CAP), corrector=FaultCorrector(),
                      admission=admission)
     yield app
     app.extensions[EXTENSION_KEY].batcher.close()
@@ -116,22 +115,26 @@ def test_under_a_reduced_share_the_door_sheds_only_what_the_model_limit_has_no_r
         admission.observe_queued(0.3)
         clock.advance(INTERVAL_S / 4)
     limit = admission.state().limit
-    assert 0 < limit < MAX_IN_FLIGHT
+    assert 0 < limit < POOL_CAP
     assert at_door(state, question()) is None  # room: a thread serves it
-    for _ in range(limit):
-        assert admission.admit(deadline=time.monotonic() + 1, now=time.monotonic()) is None  # the view admits
-    assert at_door(state, question()) is not None
+    admission.count_with(lambda: limit)  # the engine holds as many questions as the share allows
+    assert answered(at_door(state, question()))["answer"] == TOP1
 
 
-def test_with_max_in_flight_questions_on_the_model_the_door_answers_overload(state, admission, caplog):
-    for _ in range(MAX_IN_FLIGHT):
-        assert admission.admit(deadline=time.monotonic() + 1, now=time.monotonic()) is None
+def test_with_the_engine_full_the_door_leaves_the_question_to_a_thread_which_hears_the_engines_refusal(
+        app, state, admission, caplog):
+    admission.count_with(lambda: POOL_CAP)  # questions whose requests gave up, not yet expired by the engine
+    assert at_door(state, question("full")) is None  # the admission keeps no bound of its own
     with caplog.at_level(logging.INFO, logger="api.requests"):
-        assert answered(at_door(state, question("full")))["answer"] == TOP1
+        state.batcher.submit = _refuse  # the engine's bound
+        response = app.test_client().post("/inference", data=question("full"))
+    assert response.get_json()["answer"] == TOP1
     assert paths_logged(caplog) == ["overload"]
-    assert admission.state().shed_total == 0  # the bound on questions on the model, not a shed of the control
-    admission.release(0.1)
-    assert at_door(state, question("room")) is None
+    assert admission.state().shed_total == 0
+
+
+def _refuse(*_args: object) -> None:
+    raise Overloaded(f"{POOL_CAP} items in flight, max_in_flight is {POOL_CAP}")
 
 
 def test_an_answer_this_replica_already_computed_is_given_at_the_door_instead_of_top1(state, admission, caplog):

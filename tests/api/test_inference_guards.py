@@ -96,7 +96,9 @@ def test_inference_answers_top1_at_once_when_overloaded(make_app, fake_corrector
                                                         request_paths):
     gate = threading.Event()
     held = fake_corrector(gate=gate)
-    client = make_app(config=dataclasses.replace(config, max_in_flight=1), corrector=held).test_client()
+    # One place on the model (pool_cap 1): the first question stays on it after its request gave up.
+    client = make_app(config=dataclasses.replace(config, http_threads=2, max_batch_size=1),
+                      corrector=held).test_client()
     try:
         post(client, make_body(esun_uuid="a" * 64))  # holds the only slot past its deadline
         body = make_body(esun_uuid="b" * 64)

@@ -1,0 +1,101 @@
+"""Each gate that keeps a question from the model, shown acting: `python -m testing.gates [--seconds 10] [--out DIR]`.
+
+Serves the service as `make run` does (gunicorn, its event loop and pool) around tests/fakes.py's FakeCorrector,
+whose batches take FAKE_DELAY_S whatever their size (a slow model of known capacity), and sends open-loop Poisson
+load (testing.aioload) of the real competition requests at a multiple of that capacity. Each scenario prints the
+answers by path from the server's own log, and whether every answer was a 200 in time; the JSON goes to --out.
+
+- slow model: batches of 8 in 0.4 s (20 questions/s) at 3x: the model waits past half the budget, so the overload
+  control sheds (`shed`); questions whose requests gave up stay in the batcher until expired (`overload`); the
+  pool fills (`pool_full`).
+- slow model, 5x: the same, further past its capacity.
+- slow senders: requests whose body arrives 0.7 s after their first byte (the budget spent on the way in) answer
+  `late_accept` at the door, at once. (In the view the overload control acts first: a request waits for its view
+  past the 50 ms target long before it waits past the budget less MIN_MODEL_BUDGET_S.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from testing.aioload import open_loop
+from testing.loadgen import fresh_payload, payload_templates
+from testing.report import count_paths
+from testing.samples import request_bodies
+from testing.server import start_server
+
+APP = "tests.fakes:create_fake_app()"
+SLOW = {"FAKE_DELAY_S": "0.4", "MAX_BATCH_SIZE": "8", "HTTP_THREADS": "32", "MAX_BATCH_WAIT_S": "0.05"}
+# settings, and the offered load: a multiple of the model's capacity (8 questions a batch / FAKE_DELAY_S)
+SCENARIOS: dict[str, tuple[dict[str, str], float]] = {
+    "slow model": (SLOW, 3.0),
+    "slow model, 5x": (SLOW, 5.0),
+}
+SENDER_DELAY_S = 0.7
+
+
+async def slow_send(url: str, template: str) -> int:
+    """Send one request's head and the first byte of its body, the rest SENDER_DELAY_S later; return the status."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    _, body = fresh_payload(template)
+    writer.write(b"POST /inference HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d"
+                 b"\r\nConnection: close\r\n\r\n%s" % (host.encode(), len(body), body[:1]))
+    await writer.drain()
+    await asyncio.sleep(SENDER_DELAY_S)
+    writer.write(body[1:])
+    status = int((await reader.readline()).split()[1])
+    writer.close()
+    return status
+
+
+def run(name: str, settings: dict[str, str], load: float, seconds: float, templates: list[str],
+        log_dir: Path) -> dict[str, Any]:
+    server = start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=APP)
+    try:
+        if name == "slow senders":
+            async def senders() -> list[int]:
+                return await asyncio.gather(*(slow_send(server.url, t) for t in templates[:20]))
+
+            start = time.time()
+            statuses = asyncio.run(senders())
+            end, late, offered = time.time(), None, None
+        else:
+            offered = load * 8 / float(settings["FAKE_DELAY_S"])
+            shots, start, end, _ = open_loop(server.url, offered, seconds, 2.0, templates)
+            statuses = [shot.status for shot in shots]
+            late = sum(shot.latency_s > float(settings.get("JUDGE_TIMEOUT_S", "1")) for shot in shots)
+        paths = count_paths(server.request_log(), start, end)
+    finally:
+        server.stop()
+    return {"scenario": name, "settings": settings, "offered_rps": offered, "sent": len(statuses),
+            "non_200": sum(s != 200 for s in statuses), "late": late, "paths": dict(sorted(paths.items()))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Each admission gate shown acting, around a slow fake model.")
+    ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds of load per scenario")
+    ap.add_argument("--out", type=Path, default=Path("out/gates"))
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    templates = payload_templates(request_bodies(400))
+    results = [run(name, settings, load, args.seconds, templates, args.out)
+               for name, (settings, load) in [*SCENARIOS.items(), ("slow senders", (SLOW, 0.0))]]
+    print("| scenario | offered/s | sent | non-200 | later than the judge's timeout | answers by path |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        paths = ", ".join(f"{path} {count}" for path, count in r["paths"].items())
+        print(f"| {r['scenario']} | {r['offered_rps'] or '-'} | {r['sent']} | {r['non_200']} | {r['late'] or 0} | "
+              f"{paths} |")
+    (args.out / "gates.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
