@@ -105,7 +105,7 @@ def test_inference_answers_top1_when_deadline_passes(make_app, fake_corrector, c
 
     # The late answer is kept for the judge's retry.
     cache = client.application.extensions[EXTENSION_KEY].cache
-    wait_until(lambda: cache.get(cache_key(SimpleNamespace(**body))) is not None)
+    wait_until(lambda: cache.get_local(cache_key(SimpleNamespace(**body))) is not None)
     assert post(client, make_body(retry=1)) == slow.expected(NBest(tuple(body["sentence_list"])))
     assert request_paths()[-1] == "retry_cached"
 
