@@ -32,10 +32,30 @@ install-dev: $(VENV)/.installed-dev
 
 ## The CUDA build of the pinned torch into .venv, replacing the CPU build (README, "Running on a GPU"):
 ## make install-gpu [TORCH_INDEX=https://download.pytorch.org/whl/cu128]
+## It fails, in one line saying why, unless the torch it leaves is a CUDA build (torch.version.cuda): pip also looks
+## in its other sources (pip.conf's find-links, extra-index-url), which may hold the CPU build of the same version.
+## A CUDA build on a machine without a GPU is a success (CUDA available: False).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cu128
+define CUDA_BUILD_CHECK
+import sys, urllib.request, torch
+index = sys.argv[1]
+if torch.version.cuda is None:
+    try:
+        urllib.request.urlopen(index, timeout=10).close()
+        why = f"{index} offers none for this Python and platform"
+    except OSError as exc:
+        why = f"{index} is unreachable ({getattr(exc, 'reason', exc)})"
+    sys.exit(f"make install-gpu: the CUDA build of torch could not be installed: {why}; pip installed torch "
+             f"{torch.__version__}, a CPU build, from its other sources")
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "CUDA available:", torch.cuda.is_available())
+endef
+export CUDA_BUILD_CHECK
 install-gpu: install
-	$(PY) -m pip install --force-reinstall --no-deps "$$(grep -m1 '^torch==' requirements.txt)" --index-url $(TORCH_INDEX)
-	$(PY) -c 'import torch; print("torch", torch.__version__, "CUDA available:", torch.cuda.is_available())'
+	@spec="$$(grep -m1 '^torch==' requirements.txt)"; \
+	if ! out="$$($(PY) -m pip install -q --force-reinstall --no-deps "$$spec" --index-url $(TORCH_INDEX) 2>&1)"; then \
+	echo "make install-gpu: the CUDA build of torch could not be installed: pip: \
+	$$(grep -m1 '^ERROR' <<<"$$out" || tail -n1 <<<"$$out")" >&2; exit 1; fi
+	@$(PY) -c "$$CUDA_BUILD_CHECK" $(TORCH_INDEX)
 
 ## Serve the shipped corrector with gunicorn (one process, gthread) on $(PORT).
 run: install

@@ -69,7 +69,8 @@ class Config:
     # waited longer than this between accept and view, or the quickest model answer longer than half the budget, the
     # model's share is halved (new arrivals answer TOP1, path `shed`); it grows back when the queues are gone. 0: off.
     overload_target_s: float = 0.05
-    # Guards and request limits.
+    # What the model is asked about (api.answers: a longer TOP1 is answered TOP1, path `too_long`), and how much of
+    # a request is read (api.schemas: later hypotheses past these limits are dropped; a larger body is refused 413).
     max_top1_chars: int = 45
     max_hypotheses: int = 10
     max_chars_per_hypothesis: int = 200

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from cli import exit_outside_venv
 from config import Config, ConfigError
 
 
@@ -42,8 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    from api import create_app
-
+    try:
+        from api import create_app
+    except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
+        exit_outside_venv(missing, "api", instead="make run")
     app = create_app(config)
     app.run(host=config.host, port=config.port, threaded=True, use_reloader=False)
     return 0

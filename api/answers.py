@@ -7,7 +7,8 @@ door takes it:
 
 1. a retry: the answer computed for its question by now, else TOP1 (`retry_cached`, `retry_top1`): a retry means
    the judge already gave up on an earlier attempt, and it never waits for the model;
-2. TOP1 over `max_top1_chars` (spaces removed): TOP1 (`too_long`);
+2. TOP1 over `max_top1_chars` (spaces removed), or TOP1 without a Han character (the model corrects Han characters
+   only): TOP1 (`too_long`, `no_han`);
 3. a first attempt whose question this replica answered already: that answer (`cached`);
 4. the model loading (or the process engine replacing its set of workers), or failed to load: TOP1 (`model_loading`,
    `error`), at once rather than after the budget;
@@ -152,6 +153,8 @@ class AnswerPolicy:
             return Outcome(answer, AnswerPath.RETRY_CACHED) if answer else top1(req, AnswerPath.RETRY_TOP1)
         if len(strip_spaces(req.sentence_list[0])) > self._config.max_top1_chars:
             return top1(req, AnswerPath.TOO_LONG)
+        if not han_only(req.sentence_list[0]):
+            return top1(req, AnswerPath.NO_HAN)
         cached = self._cache.get_local(key)
         if cached:
             return Outcome(cached, AnswerPath.CACHED)
@@ -172,8 +175,8 @@ class AnswerPolicy:
         except Exception as exc:  # BatcherClosed or a bug: still a TOP1 answer on the judge's path
             return top1(req, AnswerPath.ERROR, reason=f"submit failed: {_describe(exc)}")
         submitted_at = time.monotonic()
-        key, top1_text = cache_key(req), top1_answer(req.sentence_list)
-        future.add_done_callback(partial(_remember, self._cache, key, top1_text))
+        key = cache_key(req)
+        future.add_done_callback(partial(_remember, self._cache, key))
         try:
             prediction = future.result(timeout=max(0.0, deadline - submitted_at))
         except (TimeoutError, DeadlineExceeded):
@@ -182,7 +185,7 @@ class AnswerPolicy:
             return top1(req, AnswerPath.ERROR, reason=_describe(exc))
         finally:
             self._admission.observe_model_wait(time.monotonic() - submitted_at)
-        answer = usable_answer(prediction.answer, top1_text)
+        answer = usable_answer(prediction.answer)
         if answer is None:
             unusable = f"corrector gave an unusable answer: {str(prediction.answer)[:80]!r}"
             return top1(req, AnswerPath.ERROR, reason=unusable, batch_size=prediction.batch_size)
@@ -195,28 +198,26 @@ class AnswerPolicy:
 _LEAVE = object()
 
 
-def usable_answer(answer: object, top1_text: str) -> str | None:
+def usable_answer(answer: object) -> str | None:
     """Return the answer without spaces if the judge can take it, else None (the caller answers TOP1).
 
-    Usable: a non-empty string of at most MAX_ANSWER_CHARS Han characters, or TOP1's own answer (which keeps a
-    hypothesis with no Han character as it is). Anything else, e.g. Latin letters, control characters or lone
-    surrogates (which would make the JSON body unencodable), is refused here, at the model's boundary.
+    Usable: a non-empty string of at most MAX_ANSWER_CHARS Han characters (the model is asked only about a TOP1 with
+    one: rule 2). Anything else, e.g. Latin letters, control characters or lone surrogates (which would make the
+    JSON body unencodable), is refused here, at the model's boundary.
     """
     if not isinstance(answer, str):
         return None
     answer = strip_spaces(answer)
-    if answer and answer == top1_text:
-        return answer
     if not answer or len(answer) > MAX_ANSWER_CHARS or han_only(answer) != answer:
         return None
     return answer
 
 
-def _remember(cache: LayeredResultCache, key: str, top1_text: str, future: Future[Prediction]) -> None:
+def _remember(cache: LayeredResultCache, key: str, future: Future[Prediction]) -> None:
     """Store a model answer for the retry, also when its request stopped waiting (runs in the worker)."""
     if future.cancelled() or future.exception() is not None:
         return
-    answer = usable_answer(future.result().answer, top1_text)
+    answer = usable_answer(future.result().answer)
     if answer is not None:
         cache.put(key, answer)
 

@@ -28,7 +28,7 @@ LOADING_SWITCH_INTERVAL_S = 0.0005
 
 
 class ModelNotLoaded(RuntimeError):
-    """The corrector was asked to predict before it was loaded (the guards keep questions from it until then)."""
+    """The corrector was asked to predict before it was loaded (until then api.answers answers TOP1 without it)."""
 
 
 class LoadingCorrector:

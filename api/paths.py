@@ -18,6 +18,7 @@ class AnswerPath(StrEnum):
     RETRY_CACHED = "retry_cached"  # a retry, with the answer computed for its question by now
     RETRY_TOP1 = "retry_top1"  # a retry without one: TOP1 (a retry never waits for the model)
     TOO_LONG = "too_long"  # TOP1 longer than the model takes
+    NO_HAN = "no_han"  # TOP1 without a Han character: nothing the model corrects
     MODEL_LOADING = "model_loading"  # the model is still loading
     LATE_ACCEPT = "late_accept"  # too little of its budget left to wait for a batch
     POOL_FULL = "pool_full"  # the thread pool is full: answered by the event loop
@@ -43,13 +44,14 @@ class AnswerPath(StrEnum):
 
 
 _MODEL_ANSWERS = frozenset({AnswerPath.MODEL, AnswerPath.CACHED, AnswerPath.RETRY_CACHED})
-_TOP1_BY_DESIGN = frozenset({AnswerPath.RETRY_TOP1, AnswerPath.TOO_LONG})
+_TOP1_BY_DESIGN = frozenset({AnswerPath.RETRY_TOP1, AnswerPath.TOO_LONG, AnswerPath.NO_HAN})
 _REASONS = {
     AnswerPath.MODEL: "the corrector's answer",
     AnswerPath.CACHED: "answered already",
     AnswerPath.RETRY_CACHED: "a retry: the answer computed for it by now",
     AnswerPath.RETRY_TOP1: "a retry with no answer computed yet: TOP1 without the model",
     AnswerPath.TOO_LONG: "TOP1 longer than max_top1_chars",
+    AnswerPath.NO_HAN: "TOP1 has no Han character: TOP1 as it is, without the model",
     AnswerPath.MODEL_LOADING: "the model is loading",
     AnswerPath.LATE_ACCEPT: "less than min_model_budget_s of the budget left",
     AnswerPath.POOL_FULL: "the thread pool was full: answered by the event loop",

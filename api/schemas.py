@@ -27,7 +27,7 @@ Everything else is read leniently:
 - `esun_timestamp` is optional and may hold any value: it is never used. It reads as a float, or None when
   missing or not a finite number.
 - `retry` is an int 0, 1 or 2, or a numeric string (`2`, `"2"`). Missing, unparseable, a boolean, or out of
-  range it reads as 2, a first attempt (the model path is bounded by the deadline and overload guards), except
+  range it reads as 2, a first attempt (a model answer is bounded by the deadline and admission, api.answers), except
   a negative number, which reads as 0 (the last attempt).
 - `phoneme_sequence_list` is optional and never a reason to refuse: missing, null, empty, shorter or longer
   than `sentence_list`, or holding odd strings, it is passed on as it is (truncated to `max_hypotheses`);

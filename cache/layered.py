@@ -15,7 +15,8 @@ log = logging.getLogger("api.cache")
 
 
 class LayeredResultCache:
-    """The local cache first, then (if any) the shared one; answers found in the shared one are kept locally.
+    """The local cache, then (if any) the shared one, each read on its own (`get_local`, `get_shared`: the event
+    loop reads the local level only); answers found in the shared one are kept locally.
 
     `put` stores the answer locally at once, and hands the shared write to a `WriteBehind`: it never waits for
     Redis. `put` runs on the batcher's worker thread (api.answers stores answers from a done-callback), where
@@ -32,11 +33,6 @@ class LayeredResultCache:
         self.shared = shared
         self._observer = observer
         self.writer = WriteBehind(shared.put, max_pending_writes) if shared is not None else None
-
-    def get(self, esun_uuid: str) -> str | None:
-        """Return the answer from the local cache, else from the shared one, else None."""
-        answer = self.get_local(esun_uuid)
-        return answer if answer is not None else self.get_shared(esun_uuid)
 
     def get_local(self, esun_uuid: str) -> str | None:
         """Return the answer from the local cache alone (no network call), else None."""

@@ -47,13 +47,14 @@ log = logging.getLogger(__name__)
 
 
 def choose(example: Example, probs: np.ndarray, threshold: float) -> str:
-    """Rebuild the sentence: at each position the best candidate if it beats keep with p >= threshold."""
+    """Rebuild the sentence: at each position the best candidate if it beats keep with p >= threshold; TOP1 where
+    that would delete every character (a candidate may be a deletion, and an empty answer is none)."""
     out: list[str] = []
     for i, cands in enumerate(example.candidates):
         p = probs[i, : len(cands)]
         best = int(p.argmax())
         out.append(cands[best] if best != 0 and p[best] >= threshold else cands[0])
-    return "".join(out)
+    return "".join(out) or example.top1
 
 
 def resolve_device(device: str) -> torch.device:
@@ -263,12 +264,12 @@ class Corrector:
         return probs
 
     def unbatch(self, items: list[NBest], batch: Batch, probs: dict[int, np.ndarray]) -> list[str]:
-        """Turn probabilities back into one answer per item, in order."""
-        answers: list[str] = []
-        for i, (item, example) in enumerate(zip(items, batch.examples, strict=True)):
-            answer = self._answer(example, probs.get(i)) if example is not None else ""
-            answers.append(answer or top1_answer(item.sentences))
-        return answers
+        """Turn probabilities back into one answer per item, in order: never empty.
+
+        An item whose TOP1 has no Han character has no Example and is answered TOP1 as it is (the service never asks
+        about one: it answers it itself, on its `no_han` path)."""
+        return [self._answer(example, probs.get(i)) if example is not None else top1_answer(item.sentences)
+                for i, (item, example) in enumerate(zip(items, batch.examples, strict=True))]
 
     def _answer(self, example: Example, probs: np.ndarray) -> str:
         if self.reranker is None:

@@ -39,8 +39,3 @@ def align_to(top1: str, hyp: str) -> list[str]:
 def align_nbest(top1: str, hyps: list[str]) -> list[list[str]]:
     """Align each hypothesis to TOP1: a matrix of segments, one row per hypothesis."""
     return [align_to(top1, h) for h in hyps]
-
-
-def apply_segments(segs: list[str]) -> str:
-    """Rebuild a sentence from one chosen segment per TOP1 position."""
-    return "".join(segs)

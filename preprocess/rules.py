@@ -82,10 +82,6 @@ class Rule:
         return self.count / max(self.seen, self.count, 1)
 
     @property
-    def bare_source(self) -> str:
-        return self.source[1:-1] if self.in_context else self.source
-
-    @property
     def bare_target(self) -> str:
         return self.target[1:-1] if self.in_context else self.target
 

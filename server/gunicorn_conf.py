@@ -7,8 +7,11 @@ holds one and a batch fills only when at least `max_batch_size` requests wait at
 
 from __future__ import annotations
 
+import errno
 import importlib
 import math
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,11 +85,37 @@ def on_starting(server: Any) -> None:
     holds the GIL for up to half a second at a time). The shipped model's modules are imported only for the
     shipped app (`api:...`): apps around fakes start without torch.
     """
+    stop_if_port_taken(server)
     from api import preload
 
     module = server.app.app_uri.partition(":")[0]
     preload(with_model=module == "api", config=_config)
     importlib.import_module(module)
+
+
+def stop_if_port_taken(server: Any) -> None:
+    """Stop at once, in one log line, when another process listens on a port to bind (a second `make run`).
+
+    gunicorn itself would try five times a second apart, logging two errors each time, after the master's warm-up:
+    11 s and ten lines to say it. The probe binds as gunicorn does (SO_REUSEADDR: a port that only lingers after
+    its last server is free) and closes at once. Sockets handed over (a USR2 re-exec, systemd) are not bound here.
+    """
+    if "GUNICORN_FD" in os.environ or "LISTEN_FDS" in os.environ:
+        return
+    for address in server.cfg.address:
+        if not isinstance(address, tuple):  # a unix socket path: gunicorn reports it
+            continue
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                continue  # anything else gunicorn reports as it binds
+            server.log.error("port %s is in use on %s: another server listens there (a second make run?); stop it "
+                             "or set PORT to another port", address[1], address[0] or "all addresses")
+            sys.exit(1)
 
 
 def worker_exit(server: object, worker: object) -> None:

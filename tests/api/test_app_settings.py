@@ -74,6 +74,17 @@ def test_server_start_says_a_bad_setting_in_one_line_and_exits_nonzero(command, 
     assert run.stdout == ""
 
 
+def test_python_m_api_run_by_a_python_without_the_packages_says_what_to_run_in_one_line():
+    """Regression: the README's `python -m api`, run by a system Python (no flask), ended in a traceback."""
+    run = subprocess.run([sys.executable, "-S", "-m", "api"], cwd=REPO_ROOT, env={**os.environ, "PORT": "0"},
+                         capture_output=True, text=True, timeout=60)  # -S: without the site-packages of .venv
+    assert run.returncode == 2
+    [line] = run.stderr.splitlines()
+    assert line.startswith("python -m api needs ")
+    assert line.endswith("run `make run` (or `.venv/bin/python -m api`) after `make install`")
+    assert run.stdout == ""
+
+
 def test_app_warns_when_captain_email_is_missing(make_app, config, caplog):
     import dataclasses
     import logging

@@ -1,4 +1,4 @@
-"""The paths a request can take: retry, too long, cached, model, deadline, overload, error."""
+"""The paths a request can take: retry, too long, no Han character, cached, model, deadline, overload, error."""
 
 from __future__ import annotations
 
@@ -63,6 +63,24 @@ def test_inference_answers_top1_when_top1_is_too_long(client, make_body, correct
     assert request_paths() == ["too_long"]
 
 
+@pytest.mark.parametrize("top1", ["e-mail while 5g", "<htr>", "5 . 0"])
+def test_inference_answers_a_top1_without_han_characters_itself_on_a_path_of_its_own(
+        client, make_body, corrector, request_paths, caplog, top1):
+    """Nothing for the model to correct: TOP1 as it is, on the `no_han` path, logged and counted like every answer
+    the model does not give, never as the model's."""
+    body = make_body([top1, "喂 你好"])
+    assert post(client, body) == top1_answer(body["sentence_list"]) == "".join(top1.split())
+    assert corrector.calls == 0
+    assert request_paths() == ["no_han"]
+    [line] = [r for r in caplog.records if r.name == "api.requests"]
+    assert line.levelname == "INFO"  # TOP1 by design, not a degraded answer
+    assert "no Han character" in line.fields["reason"]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'esun_fallbacks_total{reason="no_han"} 1.0' in metrics
+    assert 'esun_request_duration_seconds_count{path="no_han"} 1.0' in metrics
+    assert 'esun_request_duration_seconds_count{path="model"} 0.0' in metrics
+
+
 def test_inference_sends_top1_of_exactly_max_chars_to_the_model(client, make_body, corrector, config):
     body = make_body(["我 " * config.max_top1_chars])
     assert post(client, body).startswith(corrector.MARK)
@@ -87,7 +105,7 @@ def test_inference_answers_top1_when_deadline_passes(make_app, fake_corrector, c
 
     # The late answer is kept for the judge's retry.
     cache = client.application.extensions[EXTENSION_KEY].cache
-    wait_until(lambda: cache.get(cache_key(SimpleNamespace(**body))) is not None)
+    wait_until(lambda: cache.get_local(cache_key(SimpleNamespace(**body))) is not None)
     assert post(client, make_body(retry=1)) == slow.expected(NBest(tuple(body["sentence_list"])))
     assert request_paths()[-1] == "retry_cached"
 
@@ -177,13 +195,6 @@ def test_inference_answers_top1_when_the_model_answer_is_unusable(make_app, fake
     assert request_paths() == ["error"]
     # Nothing unusable was kept for the retry either.
     assert post(client, make_body(retry=1)) == top1_answer(body["sentence_list"])
-
-
-def test_inference_keeps_a_model_answer_equal_to_a_top1_without_han(make_app, fake_corrector, make_body,
-                                                                    request_paths):
-    client = make_app(corrector=fake_corrector(answer=lambda item: "waa 5g")).test_client()
-    assert post(client, make_body(sentence_list=["waa 5g", "哇"])) == "waa5g"
-    assert request_paths() == ["model"]
 
 
 def test_inference_never_gives_a_reused_uuid_the_answer_of_another_question(client, make_body, corrector,

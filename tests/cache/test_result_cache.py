@@ -171,10 +171,11 @@ def test_layered_cache_reads_local_first_then_redis_and_keeps_redis_hits_locally
     shared = redis_cache(client, observer=observer)
     shared.put("q1", "從別的副本")
     cache = LayeredResultCache(MemoryResultCache(max_entries=10, ttl_s=60), shared, observer)
-    assert cache.get("q1") == "從別的副本"
+    assert cache.get_local("q1") is None
+    assert cache.get_shared("q1") == "從別的副本"
     assert cache.local.get("q1") == "從別的副本"
     calls = client.calls
-    assert cache.get("q1") == "從別的副本"
+    assert cache.get_local("q1") == "從別的副本"
     assert client.calls == calls
     assert observer.lookups == [("local", "miss"), ("redis", "hit"), ("local", "hit")]
 
@@ -187,7 +188,7 @@ def test_layered_cache_writes_both_levels_and_answers_locally_while_redis_is_dow
     assert json.loads(client.data["test:q1"]) == {"answer": "答"}
     client.error = redis.ConnectionError("Connection refused")
     cache.put("q2", "二")
-    assert (cache.get("q1"), cache.get("q2"), cache.get("q3")) == ("答", "二", None)
+    assert (cache.get_local("q1"), cache.get_local("q2"), cache.get_shared("q3")) == ("答", "二", None)
     cache.close()
 
 
@@ -195,7 +196,7 @@ def test_build_cache_is_in_process_only_without_redis_url(config):
     cache = build_cache(config)
     assert cache.shared is None
     cache.put("q1", "答")
-    assert cache.get("q1") == "答"
+    assert (cache.get_local("q1"), cache.get_shared("q1")) == ("答", None)
 
 
 def test_cache_entries_are_values_the_cyclic_gc_stops_tracking():

@@ -116,7 +116,7 @@ def test_storing_64_answers_returns_at_once_while_redis_takes_30ms_a_write_and_t
     took = time.monotonic() - started
 
     assert took < 0.2, took  # 64 synchronous writes would take 64 * 30 ms = 1.9 s
-    assert {q: cache.get(q) for q in answers} == answers  # from memory, at once
+    assert {q: cache.get_local(q) for q in answers} == answers  # from memory, at once
     assert cache.flush(timeout=10)
     assert {q: stored(client, q) for q in answers} == answers
     assert client.ttl_ms["test:q0"] == 60_000
@@ -135,7 +135,7 @@ def test_a_full_write_queue_drops_and_counts_writes_without_blocking(make_layere
 
     assert took < 0.1, took
     assert cache.writer is not None and cache.writer.dropped == 6 and cache.writer.pending == 4
-    assert all(cache.get(f"q{i}") == f"答{i}" for i in range(11))  # memory holds them all
+    assert all(cache.get_local(f"q{i}") == f"答{i}" for i in range(11))  # memory holds them all
     assert sum("cache write dropped" in r.getMessage() for r in caplog.records) == 1  # one per backlog
 
     client.gate.set()
@@ -212,7 +212,7 @@ def test_close_without_redis_or_writes_is_a_no_op():
     cache.put("q1", "答")
     assert cache.flush(timeout=0.1)
     cache.close()
-    assert cache.get("q1") == "答"
+    assert cache.get_local("q1") == "答"
 
 
 def test_a_batch_of_16_gets_model_answers_within_budget_while_redis_is_slow(make_app, fake_corrector, config,

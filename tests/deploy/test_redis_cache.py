@@ -49,7 +49,7 @@ def test_redis_cache_shares_answers_between_two_replicas(redis_server, redis_cli
     first, second = build_cache(config), build_cache(config)
     first.put("q1", "喂你好密碼我要進去")
     assert first.flush(timeout=2)  # written to Redis by the cache's writer thread, a moment after put
-    assert second.get("q1") == "喂你好密碼我要進去"
+    assert second.get_shared("q1") == "喂你好密碼我要進去"
     assert redis_client.get("esun:answer:q1").decode() == '{"answer": "喂你好密碼我要進去"}'
     assert 0 < redis_client.pttl("esun:answer:q1") <= config.cache_ttl_s * 1000
 
@@ -76,8 +76,8 @@ def test_layered_cache_answers_locally_within_milliseconds_when_redis_is_dead():
     started = time.monotonic()
     cache.put("q1", "答")
     for _ in range(20):
-        assert cache.get("q1") == "答"
-        assert cache.get("q2") is None
+        assert cache.get_local("q1") == "答"
+        assert cache.get_local("q2") is None and cache.get_shared("q2") is None
     assert time.monotonic() - started < 0.5
     assert cache.shared.breaker.is_open
 

@@ -4,9 +4,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import WEIGHTS_DIR, Corrector, choose
+from model.features import Featurizer, Vocab
 from preprocess.text import NBest, is_han
 
 pytestmark = pytest.mark.real_model
@@ -69,6 +71,17 @@ def test_corrector_keeps_an_unambiguous_top1(corrector):
 
 def test_corrector_falls_back_to_top1_without_chinese(corrector):
     assert corrector.predict_batch([NBest(("while e-mail",))]) == ["whilee-mail"]
+
+
+def test_the_network_alone_keeps_top1_where_it_would_delete_every_character():
+    """A hypothesis with no Han character offers a deletion at every position of TOP1; taken everywhere, it would
+    leave an empty answer: TOP1 is kept instead, so the corrector never answers empty."""
+    example = Featurizer(Vocab.load(WEIGHTS_DIR / "vocab.json")).featurize(NBest(("的 的", "<htr>")))
+    assert [cands[1] for cands in example.candidates] == ["", ""]
+    deletion_everywhere = np.array([[0.0, 1.0]] * 2)
+    assert choose(example, deletion_everywhere, threshold=0.5) == "的的"
+    one_deletion = np.array([[1.0, 0.0], [0.0, 1.0]])
+    assert choose(example, one_deletion, threshold=0.5) == "的"
 
 
 def test_corrector_keeps_a_spoken_filler_that_top1_and_most_hypotheses_hold(corrector):

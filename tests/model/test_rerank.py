@@ -91,3 +91,14 @@ def test_protected_positions_hold_a_filler_slot_the_list_fills_with_other_filler
 def test_reranker_keeps_top1s_filler_in_a_slot_other_hypotheses_fill_otherwise(featurizer, lm):
     ex = _example(featurizer, *FILLER_SLOT)
     assert Reranker(lm, RerankWeights(lm=1.0, margin=0.0)).choose(ex, None) == "痾我要查帳單"
+
+
+def test_reranker_never_offers_the_empty_sentence_even_where_every_character_may_be_deleted(featurizer, lm):
+    """A hypothesis with no Han character aligns as a deletion at every position of TOP1: the sentence that takes
+    them all is empty, no answer at all, and is never a candidate, so the reranker cannot choose it."""
+    ex = _example(featurizer, "的 的", "<htr>")
+    assert all("" in cands for cands in ex.candidates)
+    deletion_everywhere = np.array([[0.0, 1.0]] * 2)  # the network sure of the deletion at each position
+    texts = [c.text for c in candidates(ex, deletion_everywhere)]
+    assert texts[0] == "的的" and "的" in texts and "" not in texts
+    assert Reranker(lm, LM_ONLY).choose(ex, deletion_everywhere) in texts

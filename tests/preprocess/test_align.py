@@ -1,4 +1,4 @@
-from preprocess.align import align_nbest, align_to, apply_segments
+from preprocess.align import align_nbest, align_to
 
 
 def test_align_to_pairs_equal_lengths_position_by_position():
@@ -20,7 +20,7 @@ def test_align_to_attaches_a_leading_insertion_to_the_first_position():
 def test_align_to_handles_unequal_length_replacement():
     segs = align_to("買回調接", "買掉")
     assert len(segs) == 4
-    assert apply_segments(segs) == "買掉"
+    assert "".join(segs) == "買掉"
 
 
 def test_align_nbest_treats_segmentation_only_differences_as_equal():
@@ -33,4 +33,4 @@ def test_align_nbest_treats_segmentation_only_differences_as_equal():
 
 def test_align_to_rebuilds_the_hypothesis_exactly():
     for top1, hyp in [("abcdef", "xbcdyf"), ("abc", ""), ("abc", "abcabc"), ("a", "zzz")]:
-        assert apply_segments(align_to(top1, hyp)) == hyp
+        assert "".join(align_to(top1, hyp)) == hyp

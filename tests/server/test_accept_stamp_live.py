@@ -1,4 +1,4 @@
-"""gunicorn for real (server/gunicorn_conf.py, server.worker's StampingThreadWorker): the accept stamp reaches the view.
+"""gunicorn for real (server/gunicorn_conf.py, server.worker's ReadingThreadWorker): the accept stamp reaches the view.
 
 The app is testing/bench_app.py's fake-corrector app (answers MARK + TOP1 within milliseconds). A request's clock
 starts at its first byte: a client that connects, then waits past the whole budget before sending its request, gets
