@@ -96,7 +96,7 @@ class RequestReader:
         self.keep_alive = False
         self.expects_continue = False  # the client waits for `100 Continue` before it sends the body
         self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []  # the fields of _FIELDS, in order
+        self._fields: dict[bytes, list[bytes]] = {}  # the values of the fields of _FIELDS, by name
         self._head_done = False
         self._whole = False
         self._length: int | None = None  # the body's Content-Length (0 without one); None when chunked
@@ -168,31 +168,30 @@ class RequestReader:
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if name in _FIELDS:
-            self._headers.append((name, value))
+            self._fields.setdefault(name, []).append(value)
 
     def on_headers_complete(self) -> None:
         if len(self.buffer) > MAX_HEAD_BYTES and self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4) < 0:
             raise _Refused(Refusal(431, f"the request's head is over {MAX_HEAD_BYTES} bytes"))
         self._head_done = True
         version = self._parser.get_http_version()
-        headers = self._headers
-        names = {name for name, _ in headers}
-        if version == "1.1" and b"host" not in names:
+        fields = self._fields
+        if version == "1.1" and b"host" not in fields:
             raise _Refused(Refusal(400, "an HTTP/1.1 request must name its Host"))
-        if b"transfer-encoding" in names:
-            codings = [t.strip().lower() for name, value in headers if name == b"transfer-encoding"
-                       for t in value.split(b",")]
+        encodings = fields.get(b"transfer-encoding")
+        if encodings is not None:
             if version == "1.0":
                 raise _Refused(Refusal(400, "Transfer-Encoding in HTTP/1.0"))
-            if codings != [b"chunked"]:
+            if [t.strip().lower() for value in encodings for t in value.split(b",")] != [b"chunked"]:
                 raise _Refused(Refusal(501, "only the chunked transfer coding is supported"))
         self.method = self._parser.get_method()
         self.path = self._url.partition(b"?")[0]
         self.keep_alive = version == "1.1" and self._parser.should_keep_alive()
-        self.expects_continue = version == "1.1" and b"expect" in names and any(
-            name == b"expect" and value.strip().lower() == b"100-continue" for name, value in headers)
-        length = next((int(value) for name, value in headers if name == b"content-length"), 0)
-        self._length = None if b"transfer-encoding" in names else length
+        self.expects_continue = version == "1.1" and any(
+            value.strip().lower() == b"100-continue" for value in fields.get(b"expect", ()))
+        lengths = fields.get(b"content-length")
+        length = int(lengths[0]) if lengths else 0
+        self._length = None if encodings is not None else length
         if length > self.max_body_bytes:
             raise _Refused(self._too_large())
 
