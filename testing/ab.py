@@ -2,7 +2,7 @@
 
 `python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
 temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads), builds
-the evaluation lists once here (`model.evaluate`'s seeded sets, `--limit` per set), and runs this file as a child
+the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set), and runs this file as a child
 process in each tree (`PYTHONPATH` naming the tree, so the child imports that commit's code):
 
 - `answers`: every list answered in batches of 64, in the same order; the answers are diffed against this tree's
@@ -79,7 +79,7 @@ def child(mode: str, lists_path: Path, batches: int, singles: int, warm: int) ->
 
 def build_lists(limit: int, path: Path) -> dict[str, list[str]]:
     """Write the evaluation sets' lists (`limit` each), interleaved by a seeded shuffle; return the truths by set."""
-    from model.evaluate import simulated_set
+    from learn.evaluate import simulated_set
 
     rows = []
     for name in SETS:

@@ -9,7 +9,7 @@ sender's 10,240 characters is malformed: a failure, not re-sent (docs/contract.m
 
 A question with no valid answer has `answer` None, scored as empty (`JudgedAnswer.scored`). `esun_uuid` is
 sha256 of a salt and the id: the same on every attempt, new on every run (the service keeps answers by
-`esun_uuid` for an hour). Scoring (CER) is the caller's (`model.evaluate --data FILE --url URL`).
+`esun_uuid` for an hour). Scoring (CER) is the caller's (`learn.evaluate --data FILE --url URL`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Train the corrector: `python -m model.train` from scratch on simulated lists, or on labelled lists with `--data`.
+"""Train the corrector: `python -m learn.train` from scratch on simulated lists, or on labelled lists with `--data`.
 
 Recipe without --data (every setting is a flag; the defaults are the shipped model's):
 1. build the corpus if missing (`preprocess.corpus`), the vocabulary from the training split;
@@ -44,11 +44,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.contract import check_features, feature_record
-from model.corrector import WEIGHTS_DIR, choose
-from model.features import Example, Featurizer, Vocab, collate
-from model.network import CorrectorNet, NetConfig
-from model.train_data import (
+from learn.train_data import (
     Data,
     ensure_corpus,
     labelled_examples,
@@ -58,6 +54,10 @@ from model.train_data import (
     simulated_dev,
     simulated_examples,
 )
+from model.contract import check_features, feature_record
+from model.corrector import WEIGHTS_DIR, choose
+from model.features import Example, Featurizer, Vocab, collate
+from model.network import CorrectorNet, NetConfig
 from preprocess.labelled import Labelled, LabelledFormatError, split_dev
 from preprocess.simulate import load_simulator
 from preprocess.text import han_only
@@ -312,7 +312,7 @@ def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: 
         "trained": trained,
     }
     cfg_path = out / "config.json"
-    if cfg_path.exists():  # keep the evaluation figures written by model.evaluate, if any
+    if cfg_path.exists():  # keep the evaluation figures written by learn.evaluate, if any
         meta["evaluation"] = json.loads(cfg_path.read_text(encoding="utf-8")).get("evaluation")
     cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
 
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     if data.dev:
         threshold, dev_figures = pick_threshold(data.dev, dev_probs(net, data.dev, device), data.dev_truth)
         print(f"threshold {threshold:.2f} chosen on dev; dev figures (tuned on, not held out: score held-out lists "
-              f"with python -m model.evaluate --data FILE): {json.dumps(dev_figures)}")
+              f"with python -m learn.evaluate --data FILE): {json.dumps(dev_figures)}")
     else:
         threshold, dev_figures = start.threshold, None
         print(f"no dev list: keeping threshold {threshold:.2f}")

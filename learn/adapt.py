@@ -1,4 +1,4 @@
-"""Adapt the shipped corrector to one recogniser and its transcribers: `python -m model.adapt --data FILE --out DIR`.
+"""Adapt the shipped corrector to one recogniser and its transcribers: `python -m learn.adapt --data FILE --out DIR`.
 
 Reads the competition's labelled file(s) (a JSON list or JSONL of `id`, `ground_truth_sentence`, `sentence_list`,
 `phoneme_sequence_list`; 1 to 10 hypotheses, with or without phones; a malformed row is named and counted, a row of
@@ -47,27 +47,19 @@ import torch
 from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
-from model.adaptation import (
-    CONFUSIONS_FILE,
-    DOMAIN_LM_FILE,
-    Adaptation,
-    AdaptationError,
-    Conventions,
-    DomainLM,
-    build_domain_lm,
-    save_confusions,
-    sha256,
-)
+from learn.domain_lm import build_domain_lm, save_confusions
+from learn.evaluate import ROWS, cer_score, table
+from learn.train import dev_probs, fit, pick_threshold, save, shipped_start
+from learn.train import parse_args as train_args
+from learn.train_data import MAX_HYPOTHESES, labelled_examples
+from learn.tune import DevList, described_lists, dev_lists, fit_lists
+from learn.tune import fit as fit_stage
+from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
+from model.contract import sha256
 from model.corrector import WEIGHTS_DIR, Corrector
-from model.evaluate import ROWS, cer_score, table
 from model.features import Featurizer
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
-from model.train import dev_probs, fit, pick_threshold, save, shipped_start
-from model.train import parse_args as train_args
-from model.train_data import MAX_HYPOTHESES, labelled_examples
-from model.tune import DevList, described_lists, dev_lists, fit_lists
-from model.tune import fit as fit_stage
 from preprocess.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
 from preprocess.rules import Confusions
 from preprocess.text import NBest, han_only

@@ -1,4 +1,4 @@
-"""Score the corrector on labelled n-best lists: `python -m model.evaluate [--data FILE] [--url URL]`.
+"""Score the corrector on labelled n-best lists: `python -m learn.evaluate [--data FILE] [--url URL]`.
 
 Evaluation sets (3,000 lists each by default, seeded; none of them is what the second stage was fitted on):
 - `test`: the news test split (documents never trained on), our default simulated recogniser;
@@ -35,7 +35,7 @@ try:
 except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
     if __name__ != "__main__":
         raise
-    sys.exit(f"model.evaluate needs {missing.name}, which this Python lacks: run .venv/bin/python -m model.evaluate "
+    sys.exit(f"learn.evaluate needs {missing.name}, which this Python lacks: run .venv/bin/python -m learn.evaluate "
              f"(make install first)")
 
 STAGES = ("net", "lm", "full")
@@ -107,7 +107,7 @@ def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
 
 def file_set(path: Path, limit: int) -> LabelledSet:
     """Read a labelled file (the competition's format) as an evaluation set; a malformed row is named on stderr and
-    skipped, as `model.adapt` does."""
+    skipped, as `learn.adapt` does."""
     from preprocess.labelled import read_labelled_lenient
 
     read = read_labelled_lenient(path)

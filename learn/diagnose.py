@@ -1,4 +1,4 @@
-"""Which signal tells the better sentence, per set: `python -m model.diagnose [--data FILE] [--sets ...]`.
+"""Which signal tells the better sentence, per set: `python -m learn.diagnose [--data FILE] [--sets ...]`.
 
 The second stage (`model.rerank`) can only be as good as its features. For every list of a set this builds the
 second stage's candidates and their features, then asks each feature alone two questions:
@@ -10,7 +10,7 @@ chance on a set is why the second stage cannot close that set's gap. Also printe
 the best candidate of each list (what a perfect second stage would reach).
 
 Run it on the competition's labelled file (`--data FILE`) to see which signals carry over to real lists before
-refitting the weights on it (`python -m model.tune --data FILE --write`).
+refitting the weights on it (`python -m learn.tune --data FILE --write`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from learn.evaluate import SIM_SETS, LabelledSet, file_set, simulated_set
+from learn.tune import DevList, dev_lists
 from model.corrector import WEIGHTS_DIR, Corrector
-from model.evaluate import SIM_SETS, LabelledSet, file_set, simulated_set
 from model.rerank import Features
-from model.tune import DevList, dev_lists
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""model.diagnose: which second-stage feature alone prefers the better sentence, per set."""
+"""learn.diagnose: which second-stage feature alone prefers the better sentence, per set."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from model.diagnose import diagnose, main
+from learn.diagnose import diagnose, main
+from learn.tune import DevList
 from model.rerank import Features
-from model.tune import DevList
 from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 

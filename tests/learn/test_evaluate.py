@@ -1,4 +1,4 @@
-"""model.evaluate: the CER figures, labelled files, and scoring a live service over HTTP as the judge does."""
+"""learn.evaluate: the CER figures, labelled files, and scoring a live service over HTTP as the judge does."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model.evaluate import cer_score, main
+from learn.evaluate import cer_score, main
 from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
@@ -89,7 +89,7 @@ def test_evaluate_scores_a_labelled_file_with_each_stage(tmp_path, capsys):
 
 def test_cer_score_has_no_gap_to_close_when_the_list_holds_top1_alone():
     """Regression: a TOP1-alone file (oracle = TOP1) printed a gap closed of 4000 %."""
-    from model.evaluate import table
+    from learn.evaluate import table
 
     score = cer_score([NBest(("我 要 去",))], ["我要趣"], ["我要趣"])
     assert score.gap_closed is None

@@ -2,7 +2,7 @@
 
 Simulated lists come from the corpus (`preprocess.corpus`) by our recogniser (`preprocess.simulate`), each with
 the default rates or rates drawn around them so the network does not learn one simulator's exact habits;
-labelled lists from the competition's files (`preprocess.labelled`). `model.train` assembles them.
+labelled lists from the competition's files (`preprocess.labelled`). `learn.train` assembles them.
 """
 
 from __future__ import annotations
