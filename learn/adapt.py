@@ -49,8 +49,7 @@ from tqdm import tqdm
 
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
-from learn.train import dev_probs, fit, pick_threshold, save, shipped_start
-from learn.train import parse_args as train_args
+from learn.train import TrainSettings, dev_probs, fit, pick_threshold, save, shipped_start
 from learn.train_data import MAX_HYPOTHESES, labelled_examples
 from learn.tune import DevList, described_lists, dev_lists, fit_lists
 from learn.tune import fit as fit_stage
@@ -120,16 +119,15 @@ def fine_tune(args: argparse.Namespace, train: list[Labelled], dev: list[Labelle
     train_ex, _, left_train = labelled_examples(feat, train)
     dev_ex, dev_truth, _ = labelled_examples(feat, dev)
     steps = max(1, round(args.epochs * len(train_ex) / args.batch_size))
-    targs = train_args(["--init", "shipped", "--init-from", str(args.init_from), "--sim-ratio", "0",
-                        "--steps", str(steps), "--warmup", str(max(1, steps // 10)), "--lr", str(args.lr),
-                        "--batch-size", str(args.batch_size), "--ckpt-dir", str(ckpt),
-                        "--seed", str(args.seed), "--max-minutes", str(args.max_train_minutes)])
+    settings = TrainSettings(init="shipped", init_from=args.init_from, sim_ratio=0.0, steps=steps,
+                             warmup=max(1, steps // 10), lr=args.lr, batch_size=args.batch_size, ckpt_dir=ckpt,
+                             seed=args.seed, max_minutes=args.max_train_minutes)
     shipped_net = CorrectorNet(start.net_cfg)
     shipped_net.load_state_dict(start.state)
     net = CorrectorNet(start.net_cfg)
     net.load_state_dict(start.state)
     net = net.to(device)
-    done = fit(net, train_ex, targs, device) if train_ex else 0
+    done = fit(net, train_ex, settings, device) if train_ex else 0
     # the network alone on dev, each at its best threshold within the precision bound: keep the better one
     tuned = pick_threshold(dev_ex, dev_probs(net, dev_ex, device), dev_truth) if dev_ex else (start.threshold, {})
     base = pick_threshold(dev_ex, dev_probs(shipped_net.to(device), dev_ex, device), dev_truth) if dev_ex else tuned

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -118,7 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: asdict(v) for k, v in results.items()}, indent=1))
     else:
         print("\n\n".join(table(k, v) for k, v in results.items()))
+        print(f"\nnext: {next_command(args.data, args.weights)}")
     return 0
+
+
+def next_command(data: list[Path], weights: Path = WEIGHTS_DIR) -> str:
+    """Name what to run once the signals are known: refit the second stage on what was diagnosed."""
+    where = "" if weights == WEIGHTS_DIR else f" --weights {shlex.quote(str(weights))}"
+    if not data:
+        return f".venv/bin/python -m learn.tune{where} --variant full --write refits the second stage's weights"
+    files = " ".join(f"--data {shlex.quote(str(p))}" for p in data)
+    names = " ".join(shlex.quote(str(p)) for p in data)
+    return (f".venv/bin/python -m learn.tune{where} {files} --write refits the second stage's weights on it, or "
+            f"make adapt DATA=\"{names}\" OUT=DIR adapts the whole model to it")
 
 
 if __name__ == "__main__":

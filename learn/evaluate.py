@@ -26,17 +26,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-try:
-    from rapidfuzz.distance import Levenshtein
+from rapidfuzz.distance import Levenshtein
 
-    from model.corrector import WEIGHTS_DIR, Corrector, timed
-    from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
-    from preprocess.text import NBest, han_only, strip_spaces
-except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
-    if __name__ != "__main__":
-        raise
-    sys.exit(f"learn.evaluate needs {missing.name}, which this Python lacks: run .venv/bin/python -m learn.evaluate "
-             f"(make install first)")
+from model.corrector import WEIGHTS_DIR, Corrector, timed
+from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
+from preprocess.text import NBest, han_only, strip_spaces
 
 STAGES = ("net", "lm", "full")
 SHOWN_MALFORMED = 20

@@ -14,12 +14,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from config import Config
 from model.features import Example, Featurizer
 from preprocess.labelled import Labelled, read_labelled
 from preprocess.simulate import DEFAULT, SimConfig, Simulator
 from preprocess.text import NBest, han_only
 
-MAX_HYPOTHESES = 10  # the service reads no more (config.Config.max_hypotheses)
+MAX_HYPOTHESES = Config.max_hypotheses  # the service reads no more
 
 
 def jittered(rng: random.Random) -> SimConfig:
