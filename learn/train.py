@@ -104,8 +104,9 @@ class TrainSettings:
             raise ValueError(f"sim_ratio must be >= 0, got {self.sim_ratio}")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
-        if self.batch_size < 1 or self.warmup < 1 or self.ckpt_every < 1:
-            raise ValueError("batch_size, warmup and ckpt_every must be >= 1")
+        if self.batch_size < 1 or self.ckpt_every < 1 or self.warmup < 0:
+            raise ValueError(f"batch_size and ckpt_every must be >= 1 and warmup >= 0, got {self.batch_size}, "
+                             f"{self.ckpt_every} and {self.warmup}")
         init = self.init or ("shipped" if self.data else "scratch")
         object.__setattr__(self, "data", tuple(self.data))
         object.__setattr__(self, "init", init)
