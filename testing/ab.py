@@ -1,4 +1,5 @@
-"""A/B the corrector offline against other commits: the same lists, the answers diffed, batches timed in turn.
+"""A/B the corrector against other commits: offline (answers diffed, batches timed in turn) or served (answers/s
+and CPU per answer, or the worker's memory over new lists).
 
 `python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
 temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads), builds
@@ -327,7 +328,7 @@ def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="A/B the corrector offline against other commits.")
+    ap = argparse.ArgumentParser(description="A/B the corrector against other commits, offline or served.")
     ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
     ap.add_argument("--mode", choices=("answers", "time", "both", "served", "memory"), default="both")
     ap.add_argument("--limit", type=int, default=1000, help="lists per evaluation set")
