@@ -66,7 +66,7 @@ run: install
 tools:
 	bash testing/install_tools.sh
 	bash deploy/install_tools.sh
-	bash model/install_irstlm.sh
+	bash learn/install_irstlm.sh
 
 ## Install everything and run the whole test suite.
 test: install-dev tools
@@ -80,12 +80,12 @@ corpus: install-dev
 	$(PY) -m preprocess.corpus
 
 train: install-dev
-	$(PY) -m model.train
+	$(PY) -m learn.train
 
 ## Fit the second stage's weights (LM, network, rank prior) and margin on simulated dev lists.
 tune: install-dev
-	$(PY) -m model.tune --variant full --write
-	$(PY) -m model.tune --variant lm --write
+	$(PY) -m learn.tune --variant full --write
+	$(PY) -m learn.tune --variant lm --write
 
 ## Adapt the shipped corrector to your recogniser's labelled lists (README, "Train on your own labelled lists"):
 ## make adapt DATA=train_all.json OUT=weights-mine [CKPT_DIR=checkpoints]  (DATA may name several files,
@@ -95,8 +95,8 @@ adapt: export ADAPT_OUT = $(OUT)
 adapt: export ADAPT_CKPT = $(CKPT_DIR)
 adapt: install-dev
 	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE OUT=DIR [CKPT_DIR=DIR]" >&2; exit 2; }
-	bash model/install_irstlm.sh
-	$(PY) -m model.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT")
+	bash learn/install_irstlm.sh
+	$(PY) -m learn.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT")
 
 ## The stand-in labelled files adapt is measured on (docs/model.md): the one calibrated to real competition lists in
 ## data/standin-real/ (PROFILE=easy: the older, easier one, in data/standin/).
@@ -105,7 +105,7 @@ standin: install-dev
 	$(PY) -m preprocess.standin --profile $(PROFILE)
 
 evaluate: install-dev
-	$(PY) -m model.evaluate --stage all
+	$(PY) -m learn.evaluate --stage all
 
 bench: install-dev
 	$(PY) -m testing.bench

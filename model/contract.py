@@ -113,15 +113,15 @@ def check_weights_dir(weights_dir: Path) -> None:
     adaptation = meta.get("adaptation")
     if adaptation is not None and "provenance" not in adaptation:
         raise IncompleteWeightsError(f"{weights_dir} is an unfinished adapted folder: no provenance, which "
-                                     f"model.adapt writes last (re-run python -m model.adapt)")
+                                     f"learn.adapt writes last (re-run python -m learn.adapt)")
     for part, entry in (adaptation or {}).get("files", {}).items():
         file = weights_dir / str(entry.get("name", ""))
         if not entry.get("name") or not file.is_file():
             raise IncompleteWeightsError(f"{weights_dir} is an incomplete adapted folder: its {part} file "
-                                         f"{entry.get('name')!r} is missing (re-run python -m model.adapt)")
+                                         f"{entry.get('name')!r} is missing (re-run python -m learn.adapt)")
         if sha256(file) != entry.get("sha256"):
             raise IncompleteWeightsError(f"{weights_dir} is inconsistent: {entry['name']} is not the {part} this "
-                                         f"folder was adapted with (sha256 differs; re-run python -m model.adapt)")
+                                         f"folder was adapted with (sha256 differs; re-run python -m learn.adapt)")
 
 
 def sha256(path: Path) -> str:

@@ -8,7 +8,7 @@ precision) when available, CPU otherwise, where the network's linear layers run 
 int8 on CPU is torch's dynamic quantization of `nn.Linear` (weights stored int8, each batch's activations
 quantized on the fly; fbgemm kernels): the network's forward pass over a batch of 64 takes 40 ms instead of 62 on
 the 2-core machine, the whole batch 80-87 ms instead of 110-120, and 64 clients get about 20 % more answers a
-second from the served model (docs/benchmarks.md). The answers barely move: `python -m model.evaluate --limit
+second from the served model (docs/benchmarks.md). The answers barely move: `python -m learn.evaluate --limit
 3000` gave answer CERs of 2.954 / 4.097 / 8.422 % (test / reviews / decoded) against 2.948 / 4.083 / 8.436 % in
 fp32, with the same sentences made worse (6 / 8 / 13). `cpu_precision="fp32"` keeps the network as trained.
 """
@@ -171,7 +171,7 @@ class Corrector:
         self.ready = False
         self.meta: dict = {}
         self.lm: LanguageModel | None = None
-        self.adaptation: Adaptation | None = None  # what model.adapt learned, when the folder holds it
+        self.adaptation: Adaptation | None = None  # what learn.adapt learned, when the folder holds it
         self.reranker: Reranker | None = None
 
     def setup(self) -> None:
@@ -230,7 +230,7 @@ class Corrector:
         if self.stage == "net":
             return None
         if fitted is None:
-            log.warning("the weights in %s have no fitted %r stage (python -m model.tune --variant %s --write):"
+            log.warning("the weights in %s have no fitted %r stage (python -m learn.tune --variant %s --write):"
                         " the network alone answers", self.weights_dir, self.stage, self.stage)
             return None
         if self.lm is None:

@@ -4,7 +4,7 @@ The network scores each TOP1 position's candidates on its own; it cannot tell wh
 list is a sentence. This stage builds a few whole sentences — TOP1, every other hypothesis (aligned to TOP1's
 positions), and the best combinations of the network's per-position choices — describes each against TOP1
 by named features, and answers the best one when its linear score beats TOP1's by a margin. The weights and
-the margin are fitted on simulated dev lists (`python -m model.tune`) and stored with the network's weights.
+the margin are fitted on simulated dev lists (`python -m learn.tune`) and stored with the network's weights.
 
 Two rules hold whatever the score says (the judge's truths are Taiwan speech):
 - a filler slot is kept: where TOP1 holds a spoken filler and at least half of the hypotheses hold a filler at

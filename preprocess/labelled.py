@@ -9,9 +9,9 @@ Lenient where the judge is (`api.schemas` reads requests the same way):
 - keys besides the four are ignored;
 - `phoneme_sequence_list` may be shorter than `sentence_list`, empty, absent or null (read as empty);
 - every hypothesis is kept, also past the judge's 10 and also blank ones: a reader drops nothing. The service
-  reads only the first `max_hypotheses` (10), and `model.train` trims to the same number;
+  reads only the first `max_hypotheses` (10), and `learn.train` trims to the same number;
 - characters are kept as they are: the truth loses only its whitespace (the judge's truths hold Chinese
-  characters only; `model.train` trains on the Han characters of a truth, as the judge scores).
+  characters only; `learn.train` trains on the Han characters of a truth, as the judge scores).
 
 Anything else stops the read with a `LabelledFormatError` naming the file, the row (line for JSONL, from 1;
 index for a JSON list, from 0), its id when known, and what is wrong: a row that is not an object; an `id` that

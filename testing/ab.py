@@ -1,8 +1,9 @@
-"""A/B the corrector offline against other commits: the same lists, the answers diffed, batches timed in turn.
+"""A/B the corrector against other commits: offline (answers diffed, batches timed in turn) or served (answers/s
+and CPU per answer, or the worker's memory over new lists).
 
 `python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
 temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads), builds
-the evaluation lists once here (`model.evaluate`'s seeded sets, `--limit` per set), and runs this file as a child
+the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set), and runs this file as a child
 process in each tree (`PYTHONPATH` naming the tree, so the child imports that commit's code):
 
 - `answers`: every list answered in batches of 64, in the same order; the answers are diffed against this tree's
@@ -19,6 +20,12 @@ process in each tree (`PYTHONPATH` naming the tree, so the child imports that co
   `--pool` lists (400: the bench's pool, whose sentences the model's caches soon hold); with `--fresh`, the warm-up
   reads lists of its own and the window `--pool` others, each new to the server until the window outlasts them, as
   the judge's lists are (each utterance once; its retries never reach the model).
+- `memory` (`--mode memory`): each side served in turn (`--app`: another WSGI app, gunicorn's form) and sent
+  distinct lists (simulated from the corpus's train and review sentences, seeded, each under a fresh esun_uuid)
+  through wrk's closed loop, one `--chunk` of new lists after another, until its model has answered `--lists`.
+  After the set-up and after each chunk: the worker's resident set (VmRSS), the lists the model answered so far
+  (from the request log), and from `/metrics` the full collections of Python's cyclic GC so far, their time and
+  the longest (each one stops every request of the process). Do the bounded caches stay bounded?
 
 Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
 """
@@ -35,11 +42,18 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from testing.server import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
 FRESH_WARM_LISTS = 2_500  # --fresh: the warm-up's own lists (3 s at 64 clients is under 2,000 answers here)
+# --mode memory: lists built per list to be answered (a wrk run stops short of its chunk's end, see --rate-guess)
+POOL_SHARE = 1.5
 
 
 def child(mode: str, lists_path: Path, batches: int, singles: int, warm: int) -> dict:
@@ -79,7 +93,7 @@ def child(mode: str, lists_path: Path, batches: int, singles: int, warm: int) ->
 
 def build_lists(limit: int, path: Path) -> dict[str, list[str]]:
     """Write the evaluation sets' lists (`limit` each), interleaved by a seeded shuffle; return the truths by set."""
-    from model.evaluate import simulated_set
+    from learn.evaluate import simulated_set
 
     rows = []
     for name in SETS:
@@ -102,7 +116,7 @@ def make_tree(commit: str, parent: Path) -> Path:
 def run_child(tree: Path, mode: str, lists_path: Path, args: argparse.Namespace) -> dict:
     """Run this file's `child` in `tree`'s code; its JSON comes back on stdout's last line."""
     env = os.environ | {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--lists", str(lists_path),
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--lists-file", str(lists_path),
            "--batches", str(args.batches), "--singles", str(args.singles), "--warm", str(args.warm)]
     done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -139,13 +153,8 @@ def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict, args: 
 def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Namespace) -> dict:
     """Time every side once per round, in turn (the order rotated each round); print the medians."""
     names = list(sides)
-    rounds: list[dict[str, dict]] = []
-    for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        rounds.append({name: run_child(sides[name], "time", lists_path, args) for name in order})
-        got = rounds[-1]
-        print(f"round {r + 1}: " + ", ".join(f"{n} {got[n]['median_ms_64']:.1f} / {got[n]['median_ms_1']:.2f} ms"
-                                              for n in names), flush=True)
+    rounds = alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path, args),
+                       lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms")
     summary = {n: {k: statistics.median(rd[n][f"median_{k}"] for rd in rounds) for k in ("ms_64", "ms_1")}
                for n in names}
     print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |")
@@ -157,12 +166,28 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
     return {"rounds": rounds, "medians": summary}
 
 
-def tree_command(tree: Path) -> list[str]:
-    """The gunicorn command `make run` uses in `tree` (it moved between commits), read from the tree's own code."""
-    code = "import json; from testing.server import gunicorn_command; print(json.dumps(gunicorn_command()))"
+def serve(tree: Path, app: str | None) -> ServerProcess:
+    """Serve `tree` with the gunicorn command `make run` uses there (it moved between commits), read from the tree's
+    own code, its code on `PYTHONPATH`; `app` replaces the served app (gunicorn's form)."""
+    from testing.server import start_server
+
+    args = [app] if app else []
+    code = f"import json; from testing.server import gunicorn_command as g; print(json.dumps(g(*{args})))"
     done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)},
                           capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return start_server({"PYTHONPATH": str(tree)}, tree=tree, command=json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str]
+              ) -> list[dict[str, dict]]:
+    """Measure every side once per round, in turn (the order rotated each round); print each round."""
+    names = list(sides)
+    done: list[dict[str, dict]] = []
+    for r in range(rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        done.append({name: measure(sides[name]) for name in order})
+        print(f"round {r + 1}: " + ", ".join(f"{n} {show(done[-1][n])}" for n in names), flush=True)
+    return done
 
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
@@ -170,9 +195,8 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
     `--served-s` seconds."""
     from testing import wrkload
     from testing.report import latency_stats, paths_by_uuid
-    from testing.server import start_server
 
-    server = start_server({"PYTHONPATH": str(tree)}, tree=tree, command=tree_command(tree))
+    server = serve(tree, args.app)
     try:
         wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, warm)  # the first batches, the caches
         with server.cpu_clock() as clock:
@@ -195,12 +219,12 @@ def served_bodies(pool: int, fresh: bool) -> tuple[list[str], list[str]]:
     distinct lists for the window and FRESH_WARM_LISTS others for the warm-up."""
     from testing.bench import request_pool
     from testing.loadgen import payload_templates
-    from testing.served_memory import varied_bodies
+    from testing.samples import simulated_bodies
 
     if not fresh:
         templates = payload_templates(request_pool(pool))
         return templates, templates
-    templates = payload_templates(varied_bodies(pool + FRESH_WARM_LISTS))
+    templates = payload_templates(simulated_bodies(pool + FRESH_WARM_LISTS, ("train", "reviews"), distinct=True))
     return templates[pool:], templates[:pool]
 
 
@@ -208,14 +232,9 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve every side once per round, in turn (the order rotated each round); print the medians."""
     warm, templates = served_bodies(args.pool, args.fresh)
     names = list(sides)
-    rounds: list[dict[str, dict]] = []
-    for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        rounds.append({name: served_point(sides[name], warm, templates, args) for name in order})
-        print(f"round {r + 1}: " + ", ".join(
-            f"{n} {p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per "
-            f"answer ({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"
-            for n, p in rounds[-1].items()), flush=True)
+    rounds = alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
+        f"{p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per answer "
+        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"))
     keys = ("answers_per_s", "p99_ms", "server_cpu_ms_per_answer", "server_cpu_pct")
     summary = {n: {k: statistics.median(rd[n][k] for rd in rounds) for k in keys} for n in names}
     print(f"\n| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
@@ -227,10 +246,91 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     return {"rounds": rounds, "medians": summary}
 
 
+def rss_mib(pid: int) -> float:
+    """The resident set of a process, MiB (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def full_collections(url: str) -> dict[str, float]:
+    """The worker's full GC collections so far, their seconds and the longest (`/metrics`; zeros where not exposed)."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"esun_gc_collections_total": "collections", "esun_gc_pause_seconds_total": "seconds",
+              "esun_gc_pause_longest_seconds": "longest_s"}
+    out = dict.fromkeys(wanted.values(), 0.0)
+    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name in wanted and sample.labels.get("generation") == "2":
+                out[wanted[sample.name]] = sample.value
+    return out
+
+
+def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> dict:
+    """Serve `tree` and read its worker's memory and full collections after set-up and after each chunk of lists."""
+    import psutil
+
+    from testing import wrkload
+
+    server = serve(tree, args.app)
+    try:
+        worker = psutil.Process(server.process.pid).children()[0].pid
+        points = [{"lists_sent": 0, "answered_by_model": 0, "rss_mib": rss_mib(worker), "when": "after set-up",
+                   "full_gc": full_collections(server.url)}]
+        print(f"worker {worker}: {points[0]['rss_mib']} MiB after set-up", flush=True)
+        sent = answered = 0
+        started = time.monotonic()
+        while answered < args.lists and sent < len(templates):
+            chunk = templates[sent : sent + args.chunk]
+            # wrk takes the bodies in turn, and wraps round: a run short enough not to reach the chunk's end (unless
+            # the server is faster than --rate-guess; the lists answered are counted from the request log either way)
+            wrkload.closed_loop(server.url, args.clients, max(1.0, len(chunk) / args.rate_guess - wrkload.TAIL_S),
+                                0.0, chunk)
+            sent += len(chunk)
+            paths = server.paths()
+            answered = paths.get("model", 0)
+            points.append({"lists_sent": sent, "answered_by_model": answered, "rss_mib": rss_mib(worker),
+                           "requests_logged": sum(paths.values()), "full_gc": full_collections(server.url)})
+            print(f"{sent:>7} lists offered, {answered:>7} answered by the model: {points[-1]['rss_mib']} MiB",
+                  flush=True)
+        return {"points": points, "paths": dict(server.paths()), "seconds": round(time.monotonic() - started, 1)}
+    finally:
+        server.stop()
+
+
+def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
+    """Serve each side in turn with new lists until its model answered --lists; print its memory after each chunk."""
+    from testing.loadgen import payload_templates
+    from testing.samples import simulated_bodies
+
+    pool = int(args.lists * POOL_SHARE)
+    print(f"building {pool} distinct lists ...", flush=True)
+    templates = payload_templates(simulated_bodies(pool, ("train", "reviews"), args.seed, distinct=True))
+    result = {}
+    for name, tree in sides.items():
+        result[name] = memory_run(tree, templates, args)
+        # the mean of the collections since the reading before: the longest so far is the loading's own, at set-up
+        print(f"\n{name}\n| lists answered by the model | worker RSS MiB | full GC collections | their seconds | "
+              "mean ms since the row before |\n|---:|---:|---:|---:|---:|")
+        before = None
+        for p in result[name]["points"]:
+            gc = p["full_gc"]
+            mean = ""
+            if before is not None and gc["collections"] > before["collections"]:
+                mean = f"{1000 * (gc['seconds'] - before['seconds']) / (gc['collections'] - before['collections']):.0f}"
+            print(f"| {p['answered_by_model']:,} | {p['rss_mib']:,} | {gc['collections']:.0f} | {gc['seconds']:.2f} | "
+                  f"{mean} |")
+            before = gc
+    return result
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="A/B the corrector offline against other commits.")
+    ap = argparse.ArgumentParser(description="A/B the corrector against other commits, offline or served.")
     ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
-    ap.add_argument("--mode", choices=("answers", "time", "both", "served"), default="both")
+    ap.add_argument("--mode", choices=("answers", "time", "both", "served", "memory"), default="both")
     ap.add_argument("--limit", type=int, default=1000, help="lists per evaluation set")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batches", type=int, default=20, help="batches of 64 timed per child")
@@ -240,21 +340,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
     ap.add_argument("--pool", type=int, default=400, help="distinct lists the window of --mode served cycles through")
     ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
+    ap.add_argument("--app", help="--mode served, memory: the WSGI app to serve, gunicorn's form (default: make run's)")
+    ap.add_argument("--lists", type=int, default=100_000, help="--mode memory: distinct lists the model is to answer")
+    ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per wrk run, between readings")
+    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most: sizes each "
+                    "wrk run so that it does not wrap round its chunk")
+    ap.add_argument("--seed", type=int, default=0, help="--mode memory: the lists' seed")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
-    ap.add_argument("--lists", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.lists, args.batches, args.singles, args.warm)))
+        print(json.dumps(child(args.child, args.lists_file, args.batches, args.singles, args.warm)))
         return 0
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp:
         parent = Path(tmp)
         lists_path = parent / "lists.jsonl"
-        meta = build_lists(args.limit, lists_path) if args.mode != "served" else {"set": []}
+        meta = build_lists(args.limit, lists_path) if args.mode not in ("served", "memory") else {"set": []}
         sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
         from testing.bench import machine_info  # here, not at the top: the children import this file
 
@@ -268,12 +374,15 @@ def main(argv: list[str] | None = None) -> int:
                 result["time"] = compare_times(sides, lists_path, args)
             if args.mode == "served":
                 result["served"] = compare_served(sides, args)
+            if args.mode == "memory":
+                result["memory"] = compare_memory(sides, args)
         finally:
             for commit in args.against:
                 subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(parent / commit)],
                                capture_output=True)
     print(f"\nmachine: {result['machine']['cpu_model']}, {result['machine']['logical_cpus']} CPUs")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0
 

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import platform
-import random
 import shlex
 import shutil
 import statistics
@@ -41,7 +40,7 @@ from testing import cli
 with cli.dev_requirements("testing.bench"):
 
     from config import Config
-    from preprocess.text import NBest, han_only, strip_spaces
+    from preprocess.text import NBest, strip_spaces
     from testing import aioload, slow_clients, wrkload
     from testing.bench_app import STATS_ROUTE
     from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
@@ -56,7 +55,7 @@ with cli.dev_requirements("testing.bench"):
         summarise,
         tag_paths,
     )
-    from testing.samples import real_bodies
+    from testing.samples import real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, ServerProcess, get_json, missing_weights, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -78,40 +77,8 @@ SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 
 
 def request_pool(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Return n request bodies: the real samples, then simulated n-best lists (preprocess.simulate) of test sentences.
-
-    Only questions the model takes are kept (TOP1 has Han characters and at most max_top1_chars), so that every
-    answer's path says something about the model and the batcher, not about the too-long guard.
-    """
-    limit = Config().max_top1_chars
-    bodies = [body for body in real_bodies() if _model_takes(body["sentence_list"][0], limit)]
-    corpus = REPO_ROOT / "data" / "corpus"
-    _ensure_corpus(corpus)
-    from preprocess.simulate import load_simulator
-
-    simulator = load_simulator(corpus)
-    sentences = [s for s in (corpus / "test.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
-    rng = random.Random(seed)
-    rng.shuffle(sentences)
-    for sentence in sentences:
-        if len(bodies) >= n:
-            break
-        nbest = simulator.simulate(sentence, rng, phones=True)
-        if _model_takes(nbest.top1, limit):
-            bodies.append({"esun_uuid": "", "esun_timestamp": 1656000000.5, "sentence_list": list(nbest.sentences),
-                           "phoneme_sequence_list": list(nbest.phonemes), "retry": 2})
-    return bodies[:n]
-
-
-def _model_takes(top1: str, limit: int) -> bool:
-    return bool(han_only(top1)) and len(strip_spaces(top1)) <= limit
-
-
-def _ensure_corpus(corpus: Path) -> None:
-    if (corpus / "lexicon.json").is_file() and (corpus / "test.txt").is_file():
-        return
-    print(f"bench: {corpus} is missing: building it (python -m preprocess.corpus)", flush=True)
-    subprocess.run([sys.executable, "-m", "preprocess.corpus", "--out", str(corpus)], cwd=REPO_ROOT, check=True)
+    """Return n request bodies the model takes: the real samples, then simulated lists of test sentences."""
+    return simulated_bodies(n, ("test",), seed, start=real_bodies())
 
 
 # ---------------------------------------------------------------------------------------------------------------

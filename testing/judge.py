@@ -1,4 +1,5 @@
-"""Put labelled questions to a running service as the judge does: `python -m testing.judge --data FILE --url URL`.
+"""Put labelled questions to a running service as the judge does, and score its answers:
+`python -m testing.judge --data FILE --url URL` (or `--sets test,reviews,decoded`, `learn.evaluate`'s simulated sets).
 
 What the judge does (docs/contract.md, "Deadline and retries"), and so what this does: each question is POSTed to
 `URL/inference` with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out (`timeout_s`, for the
@@ -9,7 +10,8 @@ sender's 10,240 characters is malformed: a failure, not re-sent (docs/contract.m
 
 A question with no valid answer has `answer` None, scored as empty (`JudgedAnswer.scored`). `esun_uuid` is
 sha256 of a salt and the id: the same on every attempt, new on every run (the service keeps answers by
-`esun_uuid` for an hour). Scoring (CER) is the caller's (`model.evaluate --data FILE --url URL`).
+`esun_uuid` for an hour). Each set's answers are scored as `learn.evaluate` scores the corrector in process (CER
+against TOP1 and the n-best oracle, `learn.evaluate.cer_score`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import argparse
 import hashlib
 import json
 import secrets
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,6 +88,11 @@ class JudgeRun:
                 "non_200": self.non_200, "connection_errors": self.connection_errors, "malformed": self.malformed,
                 "attempts": sum(a.attempts for a in self.answers), "latency_s": vars(self.latency),
                 "wall_s": round(self.wall_s, 3)}
+
+    @property
+    def never_connected(self) -> int:
+        """Count the questions none of whose attempts could connect (a question, not its retries)."""
+        return sum(all(o == "connection_error" for o in a.outcomes) for a in self.answers)
 
 
 def esun_uuid_of(item_id: str, salt: str) -> str:
@@ -183,21 +191,44 @@ def summarise(answers: list[JudgedAnswer], wall_s: float) -> JudgeRun:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the judge over a labelled file and print the counts and latencies as JSON."""
+    """Run the judge over labelled files and simulated sets; print each set's counts, latencies and CER as JSON."""
+    from learn.evaluate import SIM_SETS, cer_score, simulated_set
+
     ap = argparse.ArgumentParser(description="Put labelled questions to a running service as the judge does.")
-    ap.add_argument("--data", type=Path, required=True, help="labelled file: the official JSON list, or JSONL")
+    ap.add_argument("--data", type=Path, action="append", default=[],
+                    help="labelled file: the official JSON list, or JSONL (repeatable)")
+    ap.add_argument("--sets", default="", help=f"learn.evaluate's simulated sets ({','.join(SIM_SETS)})")
+    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"), help="with --sets: the corpus they come from")
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--timeout", type=float, default=1.0, help="the judge's HTTP timeout in seconds")
     ap.add_argument("--concurrency", type=int, default=10, help="questions outstanding at once")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N questions (0 = all)")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N questions of each set (0 = all; 3,000 "
+                    "per simulated set)")
     args = ap.parse_args(argv)
+    names = [n for n in args.sets.split(",") if n]
+    if not args.data and not names:
+        ap.error("give --data FILE or --sets NAMES")
     try:
-        items = read_labelled(args.data)
-    except (LabelledFormatError, OSError) as e:
+        sets = {path.name: read_labelled(path)[: args.limit or None] for path in args.data}
+        for name in names:
+            data = simulated_set(args.corpus, name, args.limit or 3000)
+            sets[name] = [Labelled(f"{name}-{k}", t, nb) for k, (nb, t) in enumerate(zip(data.nbests, data.truths,
+                                                                                         strict=True))]
+    except (LabelledFormatError, OSError, ValueError) as e:
         ap.exit(2, f"{e}\n")
-    run = judge(args.url, items[: args.limit or None], args.timeout, args.concurrency)
-    print(json.dumps(run.summary(), indent=1))
-    return 0 if run.unanswered == 0 else 1
+    results, unanswered, never_connected, asked = {}, 0, 0, 0
+    for name, items in sets.items():
+        run = judge(args.url, items, args.timeout, args.concurrency)
+        score = cer_score([it.nbest for it in items], [it.truth for it in items], [a.scored for a in run.answers])
+        results[name] = run.summary() | asdict(score)
+        unanswered += run.unanswered
+        never_connected += run.never_connected
+        asked += len(items)
+    print(json.dumps(results, indent=1))
+    if never_connected > asked / 2:
+        print(f"error: {never_connected} of {asked} questions could not connect to {args.url}: is the service "
+              f"running?", file=sys.stderr)
+    return 0 if unanswered == 0 else 1
 
 
 if __name__ == "__main__":

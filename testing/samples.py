@@ -13,6 +13,8 @@ import argparse
 import hashlib
 import json
 import random
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +68,45 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
         body["esun_uuid"] = _uuid_for(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
         bodies.append(body)
         index += 1
+    return bodies
+
+
+def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0, distinct: bool = False,
+                     start: list[Body] | None = None) -> list[Body]:
+    """Return n bodies: `start`'s first, then n-best lists simulated (preprocess.simulate) from the corpus's `splits`
+    (shuffled, seeded; `distinct`: no two lists alike). Only questions the model takes are kept (TOP1 has Han
+    characters and at most max_top1_chars), so that every answer's path says something about the model and the
+    batcher, not about the too-long guard."""
+    from config import Config
+    from preprocess.simulate import load_simulator
+    from preprocess.text import han_only, strip_spaces
+
+    limit = Config().max_top1_chars
+
+    def model_takes(top1: str) -> bool:
+        return bool(han_only(top1)) and len(strip_spaces(top1)) <= limit
+
+    bodies = [body for body in start or [] if model_takes(body["sentence_list"][0])][:n]
+    corpus = REPO_ROOT / "data" / "corpus"
+    if not ((corpus / "lexicon.json").is_file() and all((corpus / f"{split}.txt").is_file() for split in splits)):
+        print(f"{corpus} is missing: building it (python -m preprocess.corpus)", flush=True)
+        subprocess.run([sys.executable, "-m", "preprocess.corpus", "--out", str(corpus)], cwd=REPO_ROOT, check=True)
+    simulator = load_simulator(corpus)
+    sentences = [s for split in splits for s in (corpus / f"{split}.txt").read_text(encoding="utf-8").splitlines()
+                 if s.strip()]
+    rng = random.Random(seed)
+    rng.shuffle(sentences)
+    seen: set[tuple[str, ...]] = set()
+    for sentence in sentences:
+        if len(bodies) >= n:
+            break
+        nbest = simulator.simulate(sentence, rng, phones=True)
+        if model_takes(nbest.top1) and not (distinct and nbest.sentences in seen):
+            seen.add(nbest.sentences)
+            bodies.append({"esun_uuid": "", "esun_timestamp": 1656000000.5, "sentence_list": list(nbest.sentences),
+                           "phoneme_sequence_list": list(nbest.phonemes), "retry": 2})
+    if distinct and len(bodies) < n:
+        raise cli.ToolError(f"the corpus gave {len(bodies)} distinct lists, fewer than the {n} asked")
     return bodies
 
 

@@ -209,8 +209,6 @@ def _wait_ready(server: ServerProcess, timeout_s: float) -> None:
 
 def _kill_tree(pid: int) -> None:
     """Kill a process started here and its children (gunicorn's worker), by their ids."""
-    import psutil
-
     with contextlib.suppress(psutil.NoSuchProcess):
         parent = psutil.Process(pid)
         for child in parent.children(recursive=True):

@@ -76,15 +76,16 @@ def test_cpu_clock_reads_the_cpu_used_between_two_moments_linearly_between_its_s
     assert clock.figures(10.0, 12.0, 0)["server_cpu_ms_per_answer"] is None
 
 
-def test_served_memory_reads_the_worker_s_rss_after_set_up_and_after_each_chunk_of_new_lists(tmp_path: Path):
+def test_ab_memory_reads_the_worker_s_rss_after_set_up_and_after_each_chunk_of_new_lists(tmp_path: Path):
     out = tmp_path / "memory.json"
     run = subprocess.run(
-        [sys.executable, "-m", "testing.served_memory", "--app", "testing.bench_app:create_bench_app(fake=True)",
-         "--lists", "1500", "--chunk", "1000", "--rate-guess", "100000", "--json", str(out)],
+        [sys.executable, "-m", "testing.ab", "--mode", "memory", "--app",
+         "testing.bench_app:create_bench_app(fake=True)", "--lists", "1500", "--chunk", "1000", "--rate-guess",
+         "100000", "--json", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    result = json.loads(out.read_text())
+    result = json.loads(out.read_text())["memory"]["here"]
     first, *chunks = result["points"]
     assert first["when"] == "after set-up" and first["answered_by_model"] == 0 and first["rss_mib"] > 0
     assert chunks and all(p["rss_mib"] > 0 for p in chunks)
@@ -94,11 +95,11 @@ def test_served_memory_reads_the_worker_s_rss_after_set_up_and_after_each_chunk_
     assert chunks[-1]["full_gc"]["collections"] >= first["full_gc"]["collections"]
 
 
-def test_served_memory_builds_distinct_lists_the_model_takes():
+def test_distinct_simulated_bodies_are_lists_the_model_takes():
     from preprocess.text import han_only
-    from testing.served_memory import varied_bodies
+    from testing.samples import simulated_bodies
 
-    bodies = varied_bodies(300)
+    bodies = simulated_bodies(300, ("train", "reviews"), distinct=True)
     assert len({tuple(b["sentence_list"]) for b in bodies}) == 300
     assert all(han_only(b["sentence_list"][0]) for b in bodies)
 

@@ -145,6 +145,17 @@ def test_judge_counts_connection_errors_when_service_is_unreachable(items: list[
     assert run.latency.p50_s is None
 
 
+def test_judge_main_against_a_dead_port_counts_questions_not_their_retries(labelled_file: Path,
+                                                                          capsys: pytest.CaptureFixture[str]):
+    with socket.socket() as sock:  # a port nothing listens on once this closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    assert main(["--data", str(labelled_file), "--url", f"http://127.0.0.1:{port}", "--timeout", "0.5"]) == 1
+    assert capsys.readouterr().err.strip() == (f"error: {len(SENTENCES)} of {len(SENTENCES)} questions could not "
+                                               f"connect to http://127.0.0.1:{port}: is the service running?")
+
+
 @pytest.mark.parametrize("body", [
     "not json",
     json.dumps(["a list"]),
@@ -169,8 +180,13 @@ def test_valid_answer_reads_the_four_keys():
 def test_judge_main_prints_summary_and_refuses_malformed_file(live_server: str, labelled_file: Path,
                                                                tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["--data", str(labelled_file), "--url", live_server, "--timeout", "2"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["questions"] == len(SENTENCES) and summary["unanswered"] == 0
+    summary = json.loads(capsys.readouterr().out)[labelled_file.name]
+    assert summary["questions"] == summary["sentences"] == len(SENTENCES) and summary["unanswered"] == 0
+    # the fake corrector answers 改 + TOP1: one more error on every list, so each is made worse
+    truths = [it.truth for it in read_labelled(labelled_file)]
+    assert summary["made_worse"] == len(SENTENCES)
+    assert summary["answer_cer"] == pytest.approx((summary["top1_cer"] * sum(map(len, truths)) + len(SENTENCES))
+                                                  / sum(map(len, truths)))
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "ground_truth_sentence": "好"}\n', encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Fit the second stage's weights and margin on dev lists: `python -m model.tune [--data FILE ...]`.
+"""Fit the second stage's weights and margin on dev lists: `python -m learn.tune [--data FILE ...]`.
 
 Dev lists are the news dev split (documents never trained on) simulated by the default recogniser and by
 recognisers drawn around it, plus any labelled files given with `--data` (the competition's format). For each
@@ -158,7 +158,7 @@ def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right
 
 def simulated_dev(corpus: Path, n: int, seed: int) -> tuple[list[NBest], list[str]]:
     """Simulate dev lists: half by the default recogniser, half by recognisers drawn around it."""
-    from model.train_data import jittered
+    from learn.train_data import jittered
 
     sim = load_simulator(corpus)
     base = sim.config

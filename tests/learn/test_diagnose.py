@@ -1,15 +1,18 @@
-"""model.diagnose: which second-stage feature alone prefers the better sentence, per set."""
+"""learn.diagnose: which second-stage feature alone prefers the better sentence, per set."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from model.diagnose import diagnose, main
+from config import REPO_ROOT
+from learn.diagnose import diagnose, main
+from learn.tune import DevList
 from model.rerank import Features
-from model.tune import DevList
 from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
@@ -47,3 +50,22 @@ def test_diagnose_reads_a_labelled_file_and_prints_json(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)["set.jsonl"]
     assert (result["lists"], result["fixable_lists"], result["top1_right_lists"]) == (2, 1, 1)
     assert set(result["signals"]) == set(NAMES)
+
+
+@pytest.mark.real_model
+def test_diagnose_ends_its_tables_by_naming_the_command_to_run_next(tmp_path, capsys):
+    path = tmp_path / "set.jsonl"
+    write_labelled([Labelled("q0", "股價上漲", NBest(("故價 上漲", "股價 上漲")))], path)
+    assert main(["--data", str(path)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("next: .venv/bin/python -m learn.tune --data ") and str(path) in last
+    assert f'make adapt DATA="{path}" OUT=DIR' in last
+
+
+def test_diagnose_run_by_a_python_without_the_project_packages_stops_in_one_line():
+    """Regression: the README's `python -m learn.diagnose` under the system Python ended in a traceback."""
+    done = subprocess.run([sys.executable, "-S", "-m", "learn.diagnose"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)  # -S: no site-packages, as a Python outside the .venv has
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith("learn.diagnose needs ") and "run .venv/bin/python -m learn.diagnose" in done.stderr

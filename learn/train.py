@@ -1,4 +1,4 @@
-"""Train the corrector: `python -m model.train` from scratch on simulated lists, or on labelled lists with `--data`.
+"""Train the corrector: `python -m learn.train` from scratch on simulated lists, or on labelled lists with `--data`.
 
 Recipe without --data (every setting is a flag; the defaults are the shipped model's):
 1. build the corpus if missing (`preprocess.corpus`), the vocabulary from the training split;
@@ -35,20 +35,16 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.contract import check_features, feature_record
-from model.corrector import WEIGHTS_DIR, choose
-from model.features import Example, Featurizer, Vocab, collate
-from model.network import CorrectorNet, NetConfig
-from model.train_data import (
+from learn.train_data import (
     Data,
     ensure_corpus,
     labelled_examples,
@@ -58,6 +54,10 @@ from model.train_data import (
     simulated_dev,
     simulated_examples,
 )
+from model.contract import check_features, feature_record
+from model.corrector import WEIGHTS_DIR, choose
+from model.features import Example, Featurizer, Vocab, collate
+from model.network import CorrectorNet, NetConfig
 from preprocess.labelled import Labelled, LabelledFormatError, split_dev
 from preprocess.simulate import load_simulator
 from preprocess.text import han_only
@@ -65,6 +65,57 @@ from preprocess.text import han_only
 TENSOR_KEYS = ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask", "attn_mask")
 DEFAULT_THRESHOLD = 0.98
 DEFAULT_LR = {"scratch": 5e-4, "shipped": 1e-4}
+Init = Literal["shipped", "scratch"]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Every setting of a training run, typed and checked once; the command line (`parse_args`) and `learn.adapt`
+    build one. `init` defaults by whether `data` is given (shipped with it, else scratch), `lr` by `init`."""
+
+    corpus: Path = Path("data/corpus")
+    data: tuple[Path, ...] = ()
+    sim_ratio: float = 1.0
+    dev_share: float = 0.05
+    init: Init | None = None
+    init_from: Path = WEIGHTS_DIR
+    out: Path = WEIGHTS_DIR
+    ckpt_dir: Path = Path("checkpoints")
+    seed: int = 7
+    variants: int = 3
+    epochs: float = 4.0
+    steps: int = 0
+    batch_size: int = 64
+    lr: float | None = None
+    warmup: int = 500
+    hidden: int = 256
+    layers: int = 3
+    max_minutes: float = 60.0
+    ckpt_every: int = 500
+    dev_sentences: int = 3000
+    train_sentences: int = 0
+    threads: int = 0
+    tune_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.dev_share < 1.0:
+            raise ValueError(f"dev_share must be in [0, 1), got {self.dev_share}")
+        if self.sim_ratio < 0:
+            raise ValueError(f"sim_ratio must be >= 0, got {self.sim_ratio}")
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if self.batch_size < 1 or self.ckpt_every < 1 or self.warmup < 0:
+            raise ValueError(f"batch_size and ckpt_every must be >= 1 and warmup >= 0, got {self.batch_size}, "
+                             f"{self.ckpt_every} and {self.warmup}")
+        init = self.init or ("shipped" if self.data else "scratch")
+        object.__setattr__(self, "data", tuple(self.data))
+        object.__setattr__(self, "init", init)
+        object.__setattr__(self, "lr", self.lr if self.lr is not None else DEFAULT_LR[init])
+
+    @property
+    def learning_rate(self) -> float:
+        assert self.lr is not None  # set in __post_init__
+        return self.lr
 
 
 def batches(examples: list[Example], size: int, rng: random.Random) -> list[list[int]]:
@@ -166,36 +217,36 @@ def shipped_start(weights: Path) -> Start:
     return Start(Vocab.load(weights / "vocab.json"), NetConfig(**meta["net"]), state, float(meta["threshold"]))
 
 
-def scratch_start(vocab: Vocab, args: argparse.Namespace) -> Start:
+def scratch_start(vocab: Vocab, settings: TrainSettings) -> Start:
     """Shape a new network for a vocabulary from the command line's sizes."""
-    return Start(vocab, NetConfig(n_chars=len(vocab.chars), n_syllables=len(vocab.syllables), hidden=args.hidden,
-                                  layers=args.layers, heads=args.hidden // 64, ffn=args.hidden * 4))
+    return Start(vocab, NetConfig(n_chars=len(vocab.chars), n_syllables=len(vocab.syllables), hidden=settings.hidden,
+                                  layers=settings.layers, heads=settings.hidden // 64, ffn=settings.hidden * 4))
 
 
-def simulated_data(args: argparse.Namespace) -> tuple[Start, Data]:
+def simulated_data(settings: TrainSettings) -> tuple[Start, Data]:
     """Today's recipe: vocabulary and examples from the corpus alone."""
-    ensure_corpus(args.corpus)
-    sim = load_simulator(args.corpus)
-    train_sents = read_split(args.corpus, "train")[: args.train_sentences or None]
-    start = (shipped_start(args.init_from) if args.init == "shipped"
-             else scratch_start(Vocab.from_sentences(read_split(args.corpus, "train")), args))
+    ensure_corpus(settings.corpus)
+    sim = load_simulator(settings.corpus)
+    train_sents = read_split(settings.corpus, "train")[: settings.train_sentences or None]
+    start = (shipped_start(settings.init_from) if settings.init == "shipped"
+             else scratch_start(Vocab.from_sentences(read_split(settings.corpus, "train")), settings))
     feat = Featurizer(start.vocab)
-    train = make_examples(sim, feat, train_sents, args.seed, args.variants, "train")
-    dev_sents = read_split(args.corpus, "dev")[: args.dev_sentences]
-    dev, truths = simulated_dev(sim, feat, dev_sents, args.seed + 1)
+    train = make_examples(sim, feat, train_sents, settings.seed, settings.variants, "train")
+    dev_sents = read_split(settings.corpus, "dev")[: settings.dev_sentences]
+    dev, truths = simulated_dev(sim, feat, dev_sents, settings.seed + 1)
     return start, Data(train, dev, truths)
 
 
-def labelled_data(args: argparse.Namespace, items: list[Labelled]) -> tuple[Start, Data]:
+def labelled_data(settings: TrainSettings, items: list[Labelled]) -> tuple[Start, Data]:
     """Labelled lists (split into train and dev by id), mixed with --sim-ratio simulated ones per labelled one."""
-    train_items, dev_items = split_dev(items, args.dev_share)
-    if args.init == "scratch" or args.sim_ratio > 0:
-        ensure_corpus(args.corpus)
-    if args.init == "shipped":
-        start = shipped_start(args.init_from)
+    train_items, dev_items = split_dev(items, settings.dev_share)
+    if settings.init == "scratch" or settings.sim_ratio > 0:
+        ensure_corpus(settings.corpus)
+    if settings.init == "shipped":
+        start = shipped_start(settings.init_from)
     else:
         truths = [han_only(i.truth) for i in train_items]
-        start = scratch_start(Vocab.from_sentences(read_split(args.corpus, "train") + truths), args)
+        start = scratch_start(Vocab.from_sentences(read_split(settings.corpus, "train") + truths), settings)
     feat = Featurizer(start.vocab)
     train, _, left_train = labelled_examples(feat, train_items)
     dev, dev_truth, left_dev = labelled_examples(feat, dev_items)
@@ -203,13 +254,14 @@ def labelled_data(args: argparse.Namespace, items: list[Labelled]) -> tuple[Star
                                "left_out": left_train + left_dev}
     print(f"labelled: {len(train)} training and {len(dev)} dev lists, {left_train + left_dev} left out "
           f"(TOP1 or truth without Han characters)")
-    if args.sim_ratio > 0:
-        sim = load_simulator(args.corpus)
-        train_sents = read_split(args.corpus, "train")[: args.train_sentences or None]
-        simulated = simulated_examples(sim, feat, train_sents, round(args.sim_ratio * len(train)), args.seed,
-                                       "simulated train")
-        dev_sents = read_split(args.corpus, "dev")[: min(args.dev_sentences, round(args.sim_ratio * len(dev)))]
-        sim_dev, sim_truth = simulated_dev(sim, feat, dev_sents, args.seed + 1)
+    if settings.sim_ratio > 0:
+        sim = load_simulator(settings.corpus)
+        train_sents = read_split(settings.corpus, "train")[: settings.train_sentences or None]
+        simulated = simulated_examples(sim, feat, train_sents, round(settings.sim_ratio * len(train)),
+                                       settings.seed, "simulated train")
+        n_dev = min(settings.dev_sentences, round(settings.sim_ratio * len(dev)))
+        dev_sents = read_split(settings.corpus, "dev")[:n_dev]
+        sim_dev, sim_truth = simulated_dev(sim, feat, dev_sents, settings.seed + 1)
         made_of |= {"simulated_train": len(simulated), "simulated_dev": len(sim_dev)}
         dev += sim_dev
         dev_truth += sim_truth
@@ -219,34 +271,36 @@ def labelled_data(args: argparse.Namespace, items: list[Labelled]) -> tuple[Star
     return start, Data(train, dev, dev_truth, made_of)
 
 
-def run_id(args: argparse.Namespace) -> dict[str, Any] | None:
+def run_id(settings: TrainSettings) -> dict[str, Any] | None:
     """Name what a checkpoint was trained on (None for today's default run, whose checkpoints carry no name)."""
-    if not args.data and args.init == "scratch":
+    if not settings.data and settings.init == "scratch":
         return None
-    return {"data": [str(p.resolve()) for p in args.data], "init": args.init, "sim_ratio": args.sim_ratio,
-            "dev_share": args.dev_share, "seed": args.seed,
-            "init_from": str(args.init_from.resolve()) if args.init == "shipped" else None}
+    return {"data": [str(p.resolve()) for p in settings.data], "init": settings.init, "sim_ratio": settings.sim_ratio,
+            "dev_share": settings.dev_share, "seed": settings.seed,
+            "init_from": str(settings.init_from.resolve()) if settings.init == "shipped" else None}
 
 
-def fit(net: CorrectorNet, train: list[Example], args: argparse.Namespace, device: torch.device) -> int:
+def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device: torch.device) -> int:
     """Train net on the examples (resuming from --ckpt-dir/last.pt of the same run); return the steps done."""
-    opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.01)
-    steps_per_epoch = math.ceil(len(train) / args.batch_size)
-    total = args.steps or int(args.epochs * steps_per_epoch)
+    lr_max = settings.learning_rate
+    opt = torch.optim.AdamW(net.parameters(), lr=lr_max, weight_decay=0.01)
+    steps_per_epoch = math.ceil(len(train) / settings.batch_size)
+    total = settings.steps or int(settings.epochs * steps_per_epoch)
 
     def lr_at(step: int, elapsed_s: float) -> float:
         # cosine decay over steps or over the time limit, whichever runs out first, so a run cut by
         # --max-minutes still ends annealed
-        if step < args.warmup:
-            return args.lr * (step + 1) / args.warmup
-        progress = max((step - args.warmup) / max(1, total - args.warmup), elapsed_s / (args.max_minutes * 60))
-        return args.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        if step < settings.warmup:
+            return lr_max * (step + 1) / settings.warmup
+        progress = max((step - settings.warmup) / max(1, total - settings.warmup),
+                       elapsed_s / (settings.max_minutes * 60))
+        return lr_max * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     step = 0
     elapsed_before = 0.0
-    args.ckpt_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = args.ckpt_dir / "last.pt"
-    this_run = run_id(args)
+    settings.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = settings.ckpt_dir / "last.pt"
+    this_run = run_id(settings)
     if ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=False)
         if state.get("run") != this_run:
@@ -265,7 +319,7 @@ def fit(net: CorrectorNet, train: list[Example], args: argparse.Namespace, devic
     ema = None
     while step < total:
         epoch = step // steps_per_epoch
-        order = batches(train, args.batch_size, random.Random(args.seed * 1000 + epoch))
+        order = batches(train, settings.batch_size, random.Random(settings.seed * 1000 + epoch))
         for b in order[step % steps_per_epoch :]:
             tensors, labels = to_tensors([train[i] for i in b], device)
             logits = net(**tensors)
@@ -281,8 +335,8 @@ def fit(net: CorrectorNet, train: list[Example], args: argparse.Namespace, devic
             ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
             bar.update(1)
             bar.set_postfix(loss=f"{ema:.4f}", lr=f"{lr:.2e}")
-            out_of_time = time.monotonic() - started > args.max_minutes * 60
-            if step % args.ckpt_every == 0 or step >= total or out_of_time:
+            out_of_time = time.monotonic() - started > settings.max_minutes * 60
+            if step % settings.ckpt_every == 0 or step >= total or out_of_time:
                 saved = {"net": net.state_dict(), "opt": opt.state_dict(), "step": step,
                          "elapsed_s": time.monotonic() - started}
                 if this_run is not None:
@@ -290,7 +344,7 @@ def fit(net: CorrectorNet, train: list[Example], args: argparse.Namespace, devic
                 torch.save(saved, ckpt)
             if step >= total or out_of_time:
                 break
-        if time.monotonic() - started > args.max_minutes * 60:
+        if time.monotonic() - started > settings.max_minutes * 60:
             print(f"stopping at step {step}: --max-minutes reached")
             break
     bar.close()
@@ -312,93 +366,88 @@ def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: 
         "trained": trained,
     }
     cfg_path = out / "config.json"
-    if cfg_path.exists():  # keep the evaluation figures written by model.evaluate, if any
+    if cfg_path.exists():  # keep the evaluation figures written by learn.evaluate, if any
         meta["evaluation"] = json.loads(cfg_path.read_text(encoding="utf-8")).get("evaluation")
     cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Read the command line; --init and --lr default by whether --data is given."""
-    ap = argparse.ArgumentParser(description="Train the n-best corrector (from scratch, or on labelled lists).")
-    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    ap.add_argument("--data", type=Path, action="append", default=[],
+def parse_args(argv: list[str] | None = None) -> TrainSettings:
+    """Read the command line into settings; a flag not given keeps `TrainSettings`' default."""
+    ap = argparse.ArgumentParser(description="Train the n-best corrector (from scratch, or on labelled lists).",
+                                 argument_default=argparse.SUPPRESS)
+    ap.add_argument("--corpus", type=Path)
+    ap.add_argument("--data", type=Path, action="append",
                     help="labelled file (the competition's JSON list, or JSONL of its rows); repeatable")
-    ap.add_argument("--sim-ratio", type=float, default=1.0,
+    ap.add_argument("--sim-ratio", type=float,
                     help="with --data: simulated lists per labelled training list (0 = labelled only)")
-    ap.add_argument("--dev-share", type=float, default=0.05,
+    ap.add_argument("--dev-share", type=float,
                     help="with --data: share of the labelled ids held out to choose the threshold")
-    ap.add_argument("--init", choices=("shipped", "scratch"), default=None,
+    ap.add_argument("--init", choices=("shipped", "scratch"),
                     help="start from the weights in --init-from, or anew (default: shipped with --data, else scratch)")
-    ap.add_argument("--init-from", type=Path, default=WEIGHTS_DIR, help="the weights --init shipped starts from")
-    ap.add_argument("--out", type=Path, default=WEIGHTS_DIR)
-    ap.add_argument("--ckpt-dir", type=Path, default=Path("checkpoints"))
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--variants", type=int, default=3, help="without --data: simulated lists per sentence")
-    ap.add_argument("--epochs", type=float, default=4.0)
-    ap.add_argument("--steps", type=int, default=0, help="stop after N optimizer steps (0 = --epochs decides)")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=None, help="default: 1e-4 from shipped weights, 5e-4 from scratch")
-    ap.add_argument("--warmup", type=int, default=500)
-    ap.add_argument("--hidden", type=int, default=256, help="--init scratch only")
-    ap.add_argument("--layers", type=int, default=3, help="--init scratch only")
-    ap.add_argument("--max-minutes", type=float, default=60.0, help="stop training after this long")
-    ap.add_argument("--ckpt-every", type=int, default=500)
-    ap.add_argument("--dev-sentences", type=int, default=3000, help="most simulated dev lists")
-    ap.add_argument("--train-sentences", type=int, default=0, help="use only the first N (0 = all)")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--init-from", type=Path, help="the weights --init shipped starts from")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--ckpt-dir", type=Path)
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--variants", type=int, help="without --data: simulated lists per sentence")
+    ap.add_argument("--epochs", type=float)
+    ap.add_argument("--steps", type=int, help="stop after N optimizer steps (0 = --epochs decides)")
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--lr", type=float, help="default: 1e-4 from shipped weights, 5e-4 from scratch")
+    ap.add_argument("--warmup", type=int)
+    ap.add_argument("--hidden", type=int, help="--init scratch only")
+    ap.add_argument("--layers", type=int, help="--init scratch only")
+    ap.add_argument("--max-minutes", type=float, help="stop training after this long")
+    ap.add_argument("--ckpt-every", type=int)
+    ap.add_argument("--dev-sentences", type=int, help="most simulated dev lists")
+    ap.add_argument("--train-sentences", type=int, help="use only the first N (0 = all)")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (0 = torch's default)")
     ap.add_argument("--tune-only", action="store_true",
                     help="only re-choose the change threshold of the weights in --out on the dev split")
-    args = ap.parse_args(argv)
-    if not 0.0 <= args.dev_share < 1.0:
-        ap.error(f"--dev-share must be in [0, 1), got {args.dev_share}")
-    if args.sim_ratio < 0:
-        ap.error(f"--sim-ratio must be >= 0, got {args.sim_ratio}")
-    if args.steps < 0:
-        ap.error(f"--steps must be >= 0, got {args.steps}")
-    args.init = args.init or ("shipped" if args.data else "scratch")
-    args.lr = args.lr if args.lr is not None else DEFAULT_LR[args.init]
-    return args
+    try:
+        return TrainSettings(**vars(ap.parse_args(argv)))
+    except ValueError as e:
+        ap.error(str(e))
 
 
 def main(argv: list[str] | None = None) -> None:
     """Train (or with --tune-only re-choose the threshold) as the command line says."""
-    args = parse_args(argv)
-    if args.tune_only:
-        threshold, figures = tune(args.out, args.corpus, args.dev_sentences, args.seed)
+    settings = parse_args(argv)
+    if settings.tune_only:
+        threshold, figures = tune(settings.out, settings.corpus, settings.dev_sentences, settings.seed)
         print(f"threshold {threshold:.2f} on dev: {json.dumps(figures)}")
         return
     try:
-        items = read_data(args.data)
+        items = read_data(settings.data)
     except (LabelledFormatError, OSError) as e:
         raise SystemExit(str(e)) from None
 
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    random.seed(settings.seed)
+    np.random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    start, data = labelled_data(args, items) if items else simulated_data(args)
+    start, data = labelled_data(settings, items) if items else simulated_data(settings)
 
     net = CorrectorNet(start.net_cfg)
     if start.state is not None:
         net.load_state_dict(start.state)
     net = net.to(device)
-    step = fit(net, data.train, args, device)
+    step = fit(net, data.train, settings, device)
 
     if data.dev:
         threshold, dev_figures = pick_threshold(data.dev, dev_probs(net, data.dev, device), data.dev_truth)
         print(f"threshold {threshold:.2f} chosen on dev; dev figures (tuned on, not held out: score held-out lists "
-              f"with python -m model.evaluate --data FILE): {json.dumps(dev_figures)}")
+              f"with python -m learn.evaluate --data FILE): {json.dumps(dev_figures)}")
     else:
         threshold, dev_figures = start.threshold, None
         print(f"no dev list: keeping threshold {threshold:.2f}")
     trained: dict[str, Any] = {"steps": step, "examples": len(data.train),
-                               "args": {k: str(v) for k, v in vars(args).items()}, "dev": dev_figures}
+                               "args": {k: str(v) for k, v in asdict(settings).items()}, "dev": dev_figures}
     if items:
         trained["data"] = data.made_of
-    save(args.out, net, start, threshold, trained)
-    print(f"wrote {args.out}")
+    save(settings.out, net, start, threshold, trained)
+    print(f"wrote {settings.out}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`python -m model.adapt` end to end on tiny labelled files the tests write (10 hypotheses, and TOP1 alone)."""
+"""`python -m learn.adapt` end to end on tiny labelled files the tests write (10 hypotheses, and TOP1 alone)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from config import Config, ConfigError
-from model.adapt import MIN_LISTS, data_paths, main, parse_args, run_key
+from learn.adapt import MIN_LISTS, data_paths, main, parse_args, run_key
 from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
 from model.corrector import Corrector
 from preprocess.labelled import Labelled, write_labelled
@@ -182,7 +182,7 @@ def test_a_run_that_fails_midway_leaves_no_folder_and_no_partial_one(tmp_path, m
     def fail(*args, **kwargs):
         raise AdaptationError("the test split could not be scored")
 
-    monkeypatch.setattr("model.adapt.test_figures", fail)
+    monkeypatch.setattr("learn.adapt.test_figures", fail)
     assert _quick(data, tmp_path / "out") == 2
     assert "adapt: the test split could not be scored" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []

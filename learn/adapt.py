@@ -1,4 +1,4 @@
-"""Adapt the shipped corrector to one recogniser and its transcribers: `python -m model.adapt --data FILE --out DIR`.
+"""Adapt the shipped corrector to one recogniser and its transcribers: `python -m learn.adapt --data FILE --out DIR`.
 
 Reads the competition's labelled file(s) (a JSON list or JSONL of `id`, `ground_truth_sentence`, `sentence_list`,
 `phoneme_sequence_list`; 1 to 10 hypotheses, with or without phones; a malformed row is named and counted, a row of
@@ -39,35 +39,26 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
-from model.adaptation import (
-    CONFUSIONS_FILE,
-    DOMAIN_LM_FILE,
-    Adaptation,
-    AdaptationError,
-    Conventions,
-    DomainLM,
-    build_domain_lm,
-    save_confusions,
-    sha256,
-)
+from learn.domain_lm import build_domain_lm, save_confusions
+from learn.evaluate import ROWS, cer_score, table
+from learn.train import TrainSettings, dev_probs, fit, pick_threshold, save, shipped_start
+from learn.train_data import MAX_HYPOTHESES, labelled_examples
+from learn.tune import DevList, described_lists, dev_lists, fit_lists
+from learn.tune import fit as fit_stage
+from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
+from model.contract import sha256
 from model.corrector import WEIGHTS_DIR, Corrector
-from model.evaluate import ROWS, cer_score, table
 from model.features import Featurizer
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
-from model.train import dev_probs, fit, pick_threshold, save, shipped_start
-from model.train import parse_args as train_args
-from model.train_data import MAX_HYPOTHESES, labelled_examples
-from model.tune import DevList, described_lists, dev_lists, fit_lists
-from model.tune import fit as fit_stage
 from preprocess.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
 from preprocess.rules import Confusions
 from preprocess.text import NBest, han_only
@@ -119,7 +110,7 @@ def answers(corrector: Corrector, lists: list[NBest], desc: str) -> list[str]:
     return out
 
 
-def fine_tune(args: argparse.Namespace, train: list[Labelled], dev: list[Labelled], device: torch.device,
+def fine_tune(args: AdaptSettings, train: list[Labelled], dev: list[Labelled], device: torch.device,
               out: Path, ckpt: Path) -> dict[str, Any]:
     """Fine-tune the shipped network on the train lists (checkpoints in `ckpt`, named by `run_key`); save it to `out`
     if it beats the shipped one on dev."""
@@ -128,16 +119,15 @@ def fine_tune(args: argparse.Namespace, train: list[Labelled], dev: list[Labelle
     train_ex, _, left_train = labelled_examples(feat, train)
     dev_ex, dev_truth, _ = labelled_examples(feat, dev)
     steps = max(1, round(args.epochs * len(train_ex) / args.batch_size))
-    targs = train_args(["--init", "shipped", "--init-from", str(args.init_from), "--sim-ratio", "0",
-                        "--steps", str(steps), "--warmup", str(max(1, steps // 10)), "--lr", str(args.lr),
-                        "--batch-size", str(args.batch_size), "--ckpt-dir", str(ckpt),
-                        "--seed", str(args.seed), "--max-minutes", str(args.max_train_minutes)])
+    training = TrainSettings(init="shipped", init_from=args.init_from, sim_ratio=0.0, steps=steps,
+                             warmup=max(1, steps // 10), lr=args.lr, batch_size=args.batch_size, ckpt_dir=ckpt,
+                             seed=args.seed, max_minutes=args.max_train_minutes)
     shipped_net = CorrectorNet(start.net_cfg)
     shipped_net.load_state_dict(start.state)
     net = CorrectorNet(start.net_cfg)
     net.load_state_dict(start.state)
     net = net.to(device)
-    done = fit(net, train_ex, targs, device) if train_ex else 0
+    done = fit(net, train_ex, training, device) if train_ex else 0
     # the network alone on dev, each at its best threshold within the precision bound: keep the better one
     tuned = pick_threshold(dev_ex, dev_probs(net, dev_ex, device), dev_truth) if dev_ex else (start.threshold, {})
     base = pick_threshold(dev_ex, dev_probs(shipped_net.to(device), dev_ex, device), dev_truth) if dev_ex else tuned
@@ -164,7 +154,7 @@ def fold_of(item_id: str, seed: int, folds: int) -> int:
     return int.from_bytes(hashlib.sha256(f"fold:{seed}:{item_id}".encode()).digest()[:8], "big") % folds
 
 
-def cross_fitted_lists(args: argparse.Namespace, train: list[Labelled], corrector: Corrector) -> list[DevList]:
+def cross_fitted_lists(args: AdaptSettings, train: list[Labelled], corrector: Corrector) -> list[DevList]:
     """Describe the train lists for fitting the stage, each fold with the domain LM and confusions learned from the
     other folds (never from itself), and with `corrector`'s network."""
     if args.folds < 2 or len(train) < args.folds:
@@ -192,44 +182,73 @@ def write_meta(out: Path, update: dict[str, Any]) -> None:
     path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="Adapt the corrector to a recogniser's labelled lists.")
+@dataclass(frozen=True)
+class AdaptSettings:
+    """Every setting of an adaptation run, typed and checked once (the command line builds one: `parse_args`)."""
+
+    data: tuple[Path, ...]
+    out: Path
+    init_from: Path = WEIGHTS_DIR
+    dev_share: float = 0.15
+    test_share: float = 0.15
+    seed: int = 7
+    folds: int = FOLDS
+    min_count: int = 2
+    epochs: float = 3.0
+    lr: float = 1e-4
+    batch_size: int = 64
+    max_train_minutes: float = 30.0
+    prior_lists: float = 50.0
+    # the precision bound, on the dev lists and the cross-fitted train lists together (thousands of lists: the share
+    # is estimated well enough to use the whole bound)
+    max_worse: float = 0.005
+    max_right_changed: float = 0.005
+    ckpt_dir: Path | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    def __post_init__(self) -> None:
+        if not (0 < self.dev_share < 1 and 0 < self.test_share < 1 and self.dev_share + self.test_share < 1):
+            raise ValueError(f"--dev-share and --test-share must each be in (0, 1) and leave a train share, got "
+                             f"{self.dev_share} and {self.test_share}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+
+
+def parse_args(argv: list[str] | None = None) -> AdaptSettings:
+    """Read the command line into settings; a flag not given keeps `AdaptSettings`' default."""
+    ap = argparse.ArgumentParser(description="Adapt the corrector to a recogniser's labelled lists.",
+                                 argument_default=argparse.SUPPRESS)
     ap.add_argument("--data", action="append", required=True,
                     help="labelled file (the competition's JSON list, or JSONL); repeatable; a value naming no file "
                          "is read as several names, split as a shell would (make adapt DATA='a.json b.json')")
     ap.add_argument("--out", type=Path, required=True,
                     help="the weights folder to write (WEIGHTS_DIR to serve it); built beside it and renamed into "
                          "place at the end; an earlier adapted folder there is replaced, anything else refused")
-    ap.add_argument("--init-from", type=Path, default=WEIGHTS_DIR, help="the shipped weights to start from")
-    ap.add_argument("--dev-share", type=float, default=0.15, help="share of the ids the stage is fitted on")
-    ap.add_argument("--test-share", type=float, default=0.15, help="share of the ids held out for the report")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--folds", type=int, default=FOLDS,
+    ap.add_argument("--init-from", type=Path, help="the shipped weights to start from")
+    ap.add_argument("--dev-share", type=float, help="share of the ids the stage is fitted on")
+    ap.add_argument("--test-share", type=float, help="share of the ids held out for the report")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--folds", type=int,
                     help="the train lists join the stage's fitting, each fold described by what the others taught "
                          "(0: the dev lists alone)")
-    ap.add_argument("--min-count", type=int, default=2, help="a confusion seen fewer times is not learned")
-    ap.add_argument("--epochs", type=float, default=3.0, help="fine-tuning epochs over the train lists (0: none)")
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--max-train-minutes", type=float, default=30.0)
-    ap.add_argument("--prior-lists", type=float, default=50.0,
+    ap.add_argument("--min-count", type=int, help="a confusion seen fewer times is not learned")
+    ap.add_argument("--epochs", type=float, help="fine-tuning epochs over the train lists (0: none)")
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--max-train-minutes", type=float)
+    ap.add_argument("--prior-lists", type=float,
                     help="how many dev lists the shipped stage's weights count for when refitting them")
-    # the precision bound, on the dev lists and the cross-fitted train lists together (thousands of lists: the share
-    # is estimated well enough to use the whole bound)
-    ap.add_argument("--max-worse", type=float, default=0.005)
-    ap.add_argument("--max-right-changed", type=float, default=0.005)
-    ap.add_argument("--ckpt-dir", type=Path, default=None,
+    ap.add_argument("--max-worse", type=float)
+    ap.add_argument("--max-right-changed", type=float)
+    ap.add_argument("--ckpt-dir", type=Path,
                     help="keep fine-tuning checkpoints here, in a folder named by the data's sha256 and the settings, "
                          "so that a run stopped midway resumes (default: inside the folder being built, gone with it)")
-    ap.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    args = ap.parse_args(argv)
-    if not (0 < args.dev_share < 1 and 0 < args.test_share < 1 and args.dev_share + args.test_share < 1):
-        ap.error(f"--dev-share and --test-share must each be in (0, 1) and leave a train share, got "
-                 f"{args.dev_share} and {args.test_share}")
-    if args.device not in ("auto", "cpu", "cuda"):
-        ap.error(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    args.data = data_paths(args.data)
-    return args
+    ap.add_argument("--device", help="auto (CUDA when present), cpu or cuda")
+    values = vars(ap.parse_args(argv))
+    try:
+        return AdaptSettings(**values | {"data": tuple(data_paths(values["data"]))})
+    except ValueError as e:
+        ap.error(str(e))
 
 
 def data_paths(values: list[str]) -> list[Path]:
@@ -262,11 +281,11 @@ def _meta(folder: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def run_key(args: argparse.Namespace, files: list[dict[str, Any]]) -> str:
+def run_key(args: AdaptSettings, files: list[dict[str, Any]]) -> str:
     """Name a fine-tuning run by what it learns from: the data's sha256, the weights it starts from, the settings."""
-    settings = {"data": [f["sha256"] for f in files], "init": sha256(args.init_from / "model.safetensors"),
-                **{k: getattr(args, k) for k in ("dev_share", "test_share", "seed", "epochs", "lr", "batch_size")}}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    named = {"data": [f["sha256"] for f in files], "init": sha256(args.init_from / "model.safetensors"),
+             **{k: getattr(args, k) for k in ("dev_share", "test_share", "seed", "epochs", "lr", "batch_size")}}
+    return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def publish(build: Path, out: Path) -> None:
@@ -299,14 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def run(args: argparse.Namespace, wall0: float, cpu0: float) -> int:
+def run(args: AdaptSettings, wall0: float, cpu0: float) -> int:
     check_destination(args.out, args.init_from)
     if not (args.init_from / "model.safetensors").is_file():
         raise AdaptationError(f"--init-from {args.init_from} holds no model.safetensors: name a weights folder")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise AdaptationError(f"--device cuda: torch {torch.__version__} sees no usable CUDA GPU (use --device cpu, "
                               f"or make install-gpu)")
-    items, files = read_files(args.data)
+    items, files = read_files(list(args.data))
     if len(items) < MIN_LISTS:
         raise AdaptationError(f"{len(items)} labelled lists read: adapt needs at least {MIN_LISTS} to learn from "
                               f"(nothing was written)")
@@ -332,7 +351,7 @@ def run(args: argparse.Namespace, wall0: float, cpu0: float) -> int:
     return 0
 
 
-def adapt_into(build: Path, args: argparse.Namespace, split: Split, items: list[Labelled],
+def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Labelled],
                files: list[dict[str, Any]], ckpt: Path, wall0: float, cpu0: float) -> dict[str, Any]:
     """Every step, written into `build`; return the provenance recorded in its config.json."""
     device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
@@ -375,7 +394,7 @@ def adapt_into(build: Path, args: argparse.Namespace, split: Split, items: list[
                      "serves them learned from every list",
         "dev_note": "rerank.*.dev are the dev lists the stage was fitted on",
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - wall0, 1),
-        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: str(v) for k, v in vars(args).items()},
+        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: str(v) for k, v in asdict(args).items()},
     }
     meta = _meta(build)
     meta["adaptation"] = {"files": Adaptation.files_record(build), "provenance": provenance}
@@ -384,7 +403,7 @@ def adapt_into(build: Path, args: argparse.Namespace, split: Split, items: list[
     return provenance
 
 
-def refit(args: argparse.Namespace, adapted: Corrector, split: Split) -> dict[str, Any]:
+def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> dict[str, Any]:
     """Fit the second stage's two variants on the dev lists and the cross-fitted train lists."""
     dev_nb, dev_truths = nbests(split.dev), [han_only(it.truth) for it in split.dev]
     lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
@@ -403,7 +422,7 @@ def refit(args: argparse.Namespace, adapted: Corrector, split: Split) -> dict[st
             "lm": {"weights": lm_only.to_dict(), "dev": lm_figures | {"note": "fitted on the dev lists"}}}
 
 
-def test_figures(args: argparse.Namespace, build: Path, test: list[Labelled]) -> dict[str, Any]:
+def test_figures(args: AdaptSettings, build: Path, test: list[Labelled]) -> dict[str, Any]:
     """Score TOP1, the shipped model and the adapted one on the held-out test split, with the candidates' ceiling;
     print the table."""
     adapted = Corrector(build, device=args.device)
@@ -433,7 +452,7 @@ def test_figures(args: argparse.Namespace, build: Path, test: list[Labelled]) ->
     return figures
 
 
-def _copy_network(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def _copy_network(args: AdaptSettings, out: Path) -> dict[str, Any]:
     """--epochs 0: the shipped network, vocabulary and config, as they are."""
     for name in ("model.safetensors", "vocab.json", "config.json"):
         shutil.copyfile(args.init_from / name, out / name)

@@ -1,4 +1,4 @@
-"""Score the corrector on labelled n-best lists: `python -m model.evaluate [--data FILE] [--url URL]`.
+"""Score the corrector on labelled n-best lists: `python -m learn.evaluate [--data FILE] [--stage all]`.
 
 Evaluation sets (3,000 lists each by default, seeded; none of them is what the second stage was fitted on):
 - `test`: the news test split (documents never trained on), our default simulated recogniser;
@@ -9,8 +9,8 @@ Evaluation sets (3,000 lists each by default, seeded; none of them is what the s
 
 Per set: TOP1 CER, answer CER, n-best oracle CER, the share of the TOP1 → oracle gap closed, sentences made
 better / worse, right TOP1s changed. Answers come from the corrector in this process (`--stage` picks the
-network alone, LM rescoring alone or both; `--stage all` prints the ablation table) or, with `--url`, from a
-running service over HTTP as the judge asks (retries, timeout, late and non-200 answers counted).
+network alone, LM rescoring alone or both; `--stage all` prints the ablation table). A running service is
+scored the same way, asked as the judge asks, by `python -m testing.judge --url URL --data FILE` (or `--sets`).
 """
 
 from __future__ import annotations
@@ -26,17 +26,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-try:
-    from rapidfuzz.distance import Levenshtein
+from rapidfuzz.distance import Levenshtein
 
-    from model.corrector import WEIGHTS_DIR, Corrector, timed
-    from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
-    from preprocess.text import NBest, han_only, strip_spaces
-except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
-    if __name__ != "__main__":
-        raise
-    sys.exit(f"model.evaluate needs {missing.name}, which this Python lacks: run .venv/bin/python -m model.evaluate "
-             f"(make install first)")
+from model.corrector import WEIGHTS_DIR, Corrector, timed
+from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
+from preprocess.text import NBest, han_only, strip_spaces
 
 STAGES = ("net", "lm", "full")
 SHOWN_MALFORMED = 20
@@ -107,7 +101,7 @@ def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
 
 def file_set(path: Path, limit: int) -> LabelledSet:
     """Read a labelled file (the competition's format) as an evaluation set; a malformed row is named on stderr and
-    skipped, as `model.adapt` does."""
+    skipped, as `learn.adapt` does."""
     from preprocess.labelled import read_labelled_lenient
 
     read = read_labelled_lenient(path)
@@ -125,20 +119,6 @@ def local_answers(corrector: Corrector, nbests: list[NBest]) -> list[str]:
     for i in range(0, len(nbests), 64):
         answers += corrector.predict_batch(nbests[i : i + 64])
     return answers
-
-
-def remote_answers(url: str, data: LabelledSet, timeout_s: float, concurrency: int) -> tuple[list[str], dict]:
-    """Ask a running service as the judge does; a question with no valid answer scores as empty."""
-    from preprocess.labelled import Labelled
-    from testing.judge import judge
-
-    items = [Labelled(f"{data.name}-{i}", t, nb) for i, (nb, t) in enumerate(zip(data.nbests, data.truths,
-                                                                                     strict=True))]
-    run = judge(url, items, timeout_s=timeout_s, concurrency=concurrency)
-    summary = run.summary()
-    latency = summary.pop("latency_s")
-    summary |= {f"{k[:-2]}_ms": 1000 * v for k, v in latency.items() if v is not None}
-    return [a.scored for a in run.answers], summary
 
 
 def timings(corrector: Corrector, nbests: list[NBest]) -> dict:
@@ -171,7 +151,7 @@ def _share(value: float | None) -> str:
 
 
 def evaluate(sets: list[LabelledSet], answer: Callable[[LabelledSet], tuple[list[str], dict]]) -> dict[str, dict]:
-    """Answer and score each set; extra figures from `answer` (timings, HTTP counts) join its column."""
+    """Answer and score each set; extra figures from `answer` (timings) join its column."""
     results = {}
     for data in sets:
         answers, extra = answer(data)
@@ -189,9 +169,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None,
                     help="lists per set (default: 3,000 per simulated set, all of a --data file)")
     ap.add_argument("--stage", choices=(*STAGES, "all"), default="full", help="all: the ablation table")
-    ap.add_argument("--url", help="score a running service over HTTP instead, e.g. http://127.0.0.1:8080")
-    ap.add_argument("--timeout-s", type=float, default=1.0, help="with --url: the judge's timeout")
-    ap.add_argument("--concurrency", type=int, default=10, help="with --url: questions outstanding")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     ap.add_argument("--write", action="store_true", help="store the figures in the weights' config.json")
@@ -208,38 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.url:
-        try:
-            import requests  # noqa: F401  # testing.judge's client; make install-dev installs it, make run does not
-        except ImportError:
-            print("error: --url needs the requests package: make install-dev (or .venv/bin/pip install requests)",
-                  file=sys.stderr)
-            return 2
-        results = {"http": evaluate(sets, lambda d: remote_answers(args.url, d, args.timeout_s, args.concurrency))}
-        failed = sum(r.get("connection_errors", 0) for r in results["http"].values())
-        asked = sum(r["sentences"] for r in results["http"].values())
-        if failed > asked / 2:
-            print(f"error: {failed} of {asked} questions could not connect to {args.url}: is the service running?",
-                  file=sys.stderr)
-            return 1
-    else:
-        from model.contract import FeatureContractError, check_weights_dir
+    from model.contract import FeatureContractError, check_weights_dir
 
-        try:
-            if not args.weights.is_dir():
-                raise FeatureContractError(f"--weights must name an existing weights folder, got {str(args.weights)!r}")
-            check_weights_dir(args.weights)
-        except FeatureContractError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        results = {}
-        for stage in STAGES if args.stage == "all" else (args.stage,):
-            corrector = Corrector(args.weights, device=args.device, stage=stage)
-            corrector.setup()
-            results[stage] = evaluate(sets, lambda d, c=corrector: (local_answers(c, d.nbests),
-                                                                    timings(c, d.nbests)))
+    try:
+        if not args.weights.is_dir():
+            raise FeatureContractError(f"--weights must name an existing weights folder, got {str(args.weights)!r}")
+        check_weights_dir(args.weights)
+    except FeatureContractError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results = {}
+    for stage in STAGES if args.stage == "all" else (args.stage,):
+        corrector = Corrector(args.weights, device=args.device, stage=stage)
+        corrector.setup()
+        results[stage] = evaluate(sets, lambda d, c=corrector: (local_answers(c, d.nbests),
+                                                                timings(c, d.nbests)))
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    if args.write and not args.url:
+    if args.write:
         cfg_path = args.weights / "config.json"
         meta = json.loads(cfg_path.read_text(encoding="utf-8"))
         meta["evaluation"] = results.get("full", next(iter(results.values()))) | {"machine": machine}
@@ -247,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results | {"machine": machine}, indent=1))
         return 0
-    extra = [("ms_per_batch_64", "{:.1f}"), ("ms_per_batch_1", "{:.1f}"), ("peak_rss_mib", "{:.0f}"),
-             ("late", "{:d}"), ("non_200", "{:d}"), ("connection_errors", "{:d}"), ("malformed", "{:d}"),
-             ("unanswered", "{:d}"), ("p50_ms", "{:.1f}"), ("p90_ms", "{:.1f}"), ("p99_ms", "{:.1f}"),
-             ("max_ms", "{:.1f}")]
+    extra = [("ms_per_batch_64", "{:.1f}"), ("ms_per_batch_1", "{:.1f}"), ("peak_rss_mib", "{:.0f}")]
     for stage, by_set in results.items():
         print(f"\n## {stage}\n\n{table(by_set, ROWS + extra)}")
     if len(results) > 1:

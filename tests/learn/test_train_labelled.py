@@ -1,4 +1,4 @@
-"""Fine-tuning the shipped corrector on labelled lists (`python -m model.train --data FILE`), on a tiny file."""
+"""Fine-tuning the shipped corrector on labelled lists (`python -m learn.train --data FILE`), on a tiny file."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from learn.train import main
 from model.corrector import WEIGHTS_DIR, Corrector
-from model.train import main
 from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
@@ -106,7 +106,7 @@ def test_train_reports_malformed_labelled_file_in_one_line(tmp_path: Path):
         f.write('{"id": "bad", "ground_truth_sentence": "我要轉帳", "sentence_list": []}\n')
     out = tmp_path / "weights"
 
-    done = subprocess.run([sys.executable, "-m", "model.train", "--data", str(data), "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "learn.train", "--data", str(data), "--out", str(out),
                            "--ckpt-dir", str(tmp_path / "ckpt")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install IRSTLM (Debian's irstlm), which `python -m model.adapt` estimates the domain language model with;
+# Install IRSTLM (Debian's irstlm), which `python -m learn.adapt` estimates the domain language model with;
 # idempotent. `make adapt` and `make test` run it. Needs root (or sudo) for apt.
 set -euo pipefail
 if [ -x /usr/lib/irstlm/bin/tlm ] || command -v tlm >/dev/null 2>&1; then

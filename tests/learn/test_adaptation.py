@@ -1,4 +1,4 @@
-"""The domain language model `model.adaptation` builds: it always loads, whatever IRSTLM writes for a small file."""
+"""The domain language model `learn.domain_lm` builds: it always loads, whatever IRSTLM writes for a small file."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from model.adaptation import DomainLM, _tlm, build_domain_lm, repair_arpa
-from tests.model.test_adapt import _rows
+from learn.domain_lm import _tlm, build_domain_lm, repair_arpa
+from model.adaptation import DomainLM
+from tests.learn.test_adapt import _rows
 
 pytestmark = pytest.mark.real_model
 

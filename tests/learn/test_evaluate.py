@@ -1,4 +1,4 @@
-"""model.evaluate: the CER figures, labelled files, and scoring a live service over HTTP as the judge does."""
+"""learn.evaluate: the CER figures and labelled files (a live service is scored by testing.judge)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model.evaluate import cer_score, main
+from learn.evaluate import cer_score, main
 from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
@@ -38,18 +38,6 @@ def test_cer_score_counts_top1_oracle_answer_and_the_gap_closed():
 def test_cer_score_counts_a_changed_right_top1_as_made_worse():
     score = cer_score([NBest(LISTS[0][1])], [LISTS[0][0]], ["我哇進去"])
     assert (score.made_worse, score.top1_right_changed, score.top1_right_changed_share) == (1, 1, 1.0)
-
-
-@pytest.mark.live
-def test_evaluate_scores_a_live_service_over_http(tmp_path, live_server, capsys):
-    code = main(["--data", str(_labelled(tmp_path / "set.jsonl")), "--url", live_server, "--json"])
-    assert code == 0
-    result = json.loads(capsys.readouterr().out)["http"]["set.jsonl"]
-    # the fake corrector answers 改 + TOP1: one more error on every list, none late or failed
-    assert result["sentences"] == 3 and result["made_worse"] == 3
-    assert result["answer_cer"] == pytest.approx((3 + 3) / 12)
-    assert (result["late"], result["non_200"], result["connection_errors"], result["unanswered"]) == (0, 0, 0, 0)
-    assert result["p50_ms"] > 0
 
 
 @pytest.mark.real_model
@@ -89,7 +77,7 @@ def test_evaluate_scores_a_labelled_file_with_each_stage(tmp_path, capsys):
 
 def test_cer_score_has_no_gap_to_close_when_the_list_holds_top1_alone():
     """Regression: a TOP1-alone file (oracle = TOP1) printed a gap closed of 4000 %."""
-    from model.evaluate import table
+    from learn.evaluate import table
 
     score = cer_score([NBest(("我 要 去",))], ["我要趣"], ["我要趣"])
     assert score.gap_closed is None

@@ -1,4 +1,4 @@
-"""Which signal tells the better sentence, per set: `python -m model.diagnose [--data FILE] [--sets ...]`.
+"""Which signal tells the better sentence, per set: `python -m learn.diagnose [--data FILE] [--sets ...]`.
 
 The second stage (`model.rerank`) can only be as good as its features. For every list of a set this builds the
 second stage's candidates and their features, then asks each feature alone two questions:
@@ -10,23 +10,24 @@ chance on a set is why the second stage cannot close that set's gap. Also printe
 the best candidate of each list (what a perfect second stage would reach).
 
 Run it on the competition's labelled file (`--data FILE`) to see which signals carry over to real lists before
-refitting the weights on it (`python -m model.tune --data FILE --write`).
+refitting the weights on it (`python -m learn.tune --data FILE --write`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from learn.evaluate import SIM_SETS, LabelledSet, file_set, simulated_set
+from learn.tune import DevList, dev_lists
 from model.corrector import WEIGHTS_DIR, Corrector
-from model.evaluate import SIM_SETS, LabelledSet, file_set, simulated_set
 from model.rerank import Features
-from model.tune import DevList, dev_lists
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: asdict(v) for k, v in results.items()}, indent=1))
     else:
         print("\n\n".join(table(k, v) for k, v in results.items()))
+        print(f"\nnext: {next_command(args.data, args.weights)}")
     return 0
+
+
+def next_command(data: list[Path], weights: Path = WEIGHTS_DIR) -> str:
+    """Name what to run once the signals are known: refit the second stage on what was diagnosed."""
+    where = "" if weights == WEIGHTS_DIR else f" --weights {shlex.quote(str(weights))}"
+    if not data:
+        return f".venv/bin/python -m learn.tune{where} --variant full --write refits the second stage's weights"
+    files = " ".join(f"--data {shlex.quote(str(p))}" for p in data)
+    names = " ".join(shlex.quote(str(p)) for p in data)
+    return (f".venv/bin/python -m learn.tune{where} {files} --write refits the second stage's weights on it, or "
+            f"make adapt DATA=\"{names}\" OUT=DIR adapts the whole model to it")
 
 
 if __name__ == "__main__":

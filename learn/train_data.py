@@ -2,7 +2,7 @@
 
 Simulated lists come from the corpus (`preprocess.corpus`) by our recogniser (`preprocess.simulate`), each with
 the default rates or rates drawn around them so the network does not learn one simulator's exact habits;
-labelled lists from the competition's files (`preprocess.labelled`). `model.train` assembles them.
+labelled lists from the competition's files (`preprocess.labelled`). `learn.train` assembles them.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from config import Config
 from model.features import Example, Featurizer
 from preprocess.labelled import Labelled, read_labelled
 from preprocess.simulate import DEFAULT, SimConfig, Simulator
 from preprocess.text import NBest, han_only
 
-MAX_HYPOTHESES = 10  # the service reads no more (config.Config.max_hypotheses)
+MAX_HYPOTHESES = Config.max_hypotheses  # the service reads no more
 
 
 def jittered(rng: random.Random) -> SimConfig:

@@ -1,0 +1,26 @@
+"""What learns and measures, never served: training the network (`train`, its data in `train_data`), fitting the
+second stage (`tune`), adapting to a team's labelled lists (`adapt`, the domain LM built by `domain_lm`), and the
+figures (`evaluate`, `diagnose`). Run from the repository root as modules, e.g. `.venv/bin/python -m learn.evaluate`.
+
+Every tool here is guarded once, here: run by a Python that lacks the project's packages (the system Python, say),
+`python -m learn.<tool>` stops in one line naming the package and the command to run instead, exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+NEEDED = ("numpy", "torch", "transformers", "safetensors", "rapidfuzz", "kenlm", "opencc", "tqdm")
+
+
+def _tool() -> str:
+    argv = getattr(sys, "orig_argv", [])
+    return argv[argv.index("-m") + 1] if "-m" in argv[:-1] else "learn"
+
+
+_missing = next((name for name in NEEDED if importlib.util.find_spec(name) is None), None)
+if _missing is not None:
+    print(f"{_tool()} needs {_missing}, which this Python ({sys.executable}) lacks: run .venv/bin/python -m "
+          f"{_tool()} (make install-dev first)", file=sys.stderr)
+    raise SystemExit(2)
