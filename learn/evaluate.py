@@ -21,14 +21,16 @@ import os
 import platform
 import random
 import resource
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
-from model.corrector import WEIGHTS_DIR, Corrector, timed
+from model.corrector import WEIGHTS_DIR, Corrector
 from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
 from preprocess.text import NBest, han_only, strip_spaces
 
@@ -220,6 +222,16 @@ def main(argv: list[str] | None = None) -> int:
                                               for r in results.values()) + " |")
     print(f"\nmachine: {machine}")
     return 0
+
+
+def timed(fn, *args, repeat: int = 5) -> float:
+    """Return the median wall time of fn(*args) in seconds."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 if __name__ == "__main__":

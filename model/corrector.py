@@ -20,7 +20,6 @@ import inspect
 import json
 import logging
 import random
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -297,13 +296,3 @@ class Corrector:
             "adapted": self.meta.get("adaptation", {}).get("provenance"),
             "evaluation": self.meta.get("evaluation"),
         }
-
-
-def timed(fn, *args, repeat: int = 5) -> float:
-    """Return the median wall time of fn(*args) in seconds."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
