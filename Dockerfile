@@ -39,6 +39,9 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY Makefile requirements.txt ./
+# WHEELS_ID names the wheel folder's contents (deploy/image.sh: a hash of its file names): the engines' layer caches
+# do not look into a bound folder, and without it a build with other wheels (or none) would reuse this layer.
+ARG WHEELS_ID=none
 RUN --mount=type=bind,from=wheels,target=/wheels PIP_FIND_LINKS=/wheels make install PYTHON=python3.11
 
 COPY . .

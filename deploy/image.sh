@@ -48,7 +48,8 @@ fi
 args=(build -t "$image" --build-arg "BASE_IMAGE=$base")
 if [[ -n $wheels ]]; then
     [[ -d $wheels ]] || { echo "image: WHEELS=$wheels is not a folder" >&2; exit 2; }
-    args+=(--build-context "wheels=$(cd "$wheels" && pwd)")
+    args+=(--build-context "wheels=$(cd "$wheels" && pwd)"
+           --build-arg "WHEELS_ID=$(find "$wheels" -maxdepth 1 -type f -printf '%f %s\n' | sort | sha256sum | cut -c1-16)")
     torch=$(grep -m1 '^torch==' requirements.txt | cut -d= -f3)
     if [[ -z ${TORCH_INDEX+set} ]] && compgen -G "$wheels/torch-${torch}[-+]*.whl" >/dev/null; then
         TORCH_INDEX=
