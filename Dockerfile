@@ -1,15 +1,23 @@
 # The inference service: gunicorn (server/gunicorn_conf.py) serving the shipped corrector on $PORT (8080).
 #
-#   CPU (default):  docker build -t esun-asr .
-#   CUDA:           docker build -t esun-asr:cuda \
-#                     --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04 \
-#                     --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
+#   CPU (default):  docker build -t esun-asr .          (or `make image`: docker or podman, README "Docker")
+#   CUDA:           docker build -t esun-asr:cuda --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
 #                   docker run --gpus all -e DEVICE=cuda -p 8080:8080 esun-asr:cuda
+#
+# The CUDA image needs no CUDA base: torch's CUDA wheels bring the CUDA runtime, cuDNN and NCCL (nvidia-* wheels);
+# the host needs only the NVIDIA driver (README, "Docker"). An Ubuntu base (nvidia/cuda:...) works too: Python 3.11
+# is then installed from its archive.
 #
 # Dependencies are installed by `make install` from requirements.txt, the same path `make run` and `make test`
 # take, before the code is copied: changing code does not reinstall them. model/weights/ must hold the trained
 # weights when the image is built (they are copied with the code).
-ARG BASE_IMAGE=python:3.11-slim
+ARG BASE_IMAGE=docker.io/library/python:3.11-slim
+
+# Wheels pip may install from while the dependencies are installed (--build-context wheels=DIR, as deploy/image.sh
+# passes the machine's wheel folder); bound for that one step only, so nothing of it stays in the image. Empty
+# unless given.
+FROM scratch AS wheels
+
 FROM ${BASE_IMAGE}
 
 # torch==2.13.0 is pinned in requirements.txt; this index adds the build for the image's hardware (+cpu, +cu128),
@@ -21,7 +29,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_EXTRA_INDEX_URL=${TORCH_INDEX}
 
-# make for `make install`; Python 3.11 where the base image lacks it (CUDA images are plain Ubuntu).
+# make for `make install`; Python 3.11 where the base image lacks it (Debian's base made by deploy/base.sh, Ubuntu).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends make \
     && if ! command -v python3.11 >/dev/null 2>&1; then \
@@ -31,7 +39,10 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY Makefile requirements.txt ./
-RUN make install PYTHON=python3.11
+# WHEELS_ID names the wheel folder's contents (deploy/image.sh: a hash of its file names): the engines' layer caches
+# do not look into a bound folder, and without it a build with other wheels (or none) would reuse this layer.
+ARG WHEELS_ID=none
+RUN --mount=type=bind,from=wheels,target=/wheels PIP_FIND_LINKS=/wheels make install PYTHON=python3.11
 
 COPY . .
 RUN useradd --system --uid 10001 --create-home --home-dir /home/app app

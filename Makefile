@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev install-gpu tools lint corpus train tune evaluate bench adapt standin
+.PHONY: run test install install-dev install-gpu tools image lint corpus train tune evaluate bench adapt standin
 
 # Python 3.11 or newer (transformers 5 and the pinned wheels need it). A .venv made by an older Python (a first try
 # with Ubuntu 22.04's 3.10, say) is rebuilt with $(PYTHON) instead of being reused broken.
@@ -62,7 +62,7 @@ run: install
 	@PORT=$(PORT) $(VENV)/bin/gunicorn -c server/gunicorn_conf.py "api:create_app()"
 
 ## System tools the tests start: JMeter and newman (client tests), chromium (docs pages), redis-server and nginx
-## (deployment test).
+## (deployment test), podman, runc and mmdebstrap (the image's test; not where a docker daemon answers).
 tools:
 	bash testing/install_tools.sh
 	bash deploy/install_tools.sh
@@ -71,7 +71,13 @@ tools:
 ## Install everything and run the whole test suite.
 test: install-dev tools
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
+
+## Build the service's image with docker or podman (README, "Docker"; podman installed from Debian where neither
+## runs): make image [IMAGE=esun-asr] [BASE_IMAGE=...] [TORCH_INDEX=...] [WHEELS=DIR]. The settings are read from the
+## command line or the environment by deploy/image.sh (install-gpu's default TORCH_INDEX, set in this file, is not).
+image:
+	bash deploy/image.sh
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

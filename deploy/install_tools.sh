@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
-# Install the system tools the deployment tests start (redis-server, nginx); skip what is already there.
-# Idempotent: a second run does nothing. Needs root (or sudo) for apt-get; `make test` runs it first.
+# Install the system tools the deployment tests start; skip what is already there. Idempotent: a second run does
+# nothing. Needs root (or sudo) for apt-get; `make test` runs it first.
+#
+#   deploy/install_tools.sh          redis-server and nginx, and the image's tools (below)
+#   deploy/install_tools.sh image    podman, runc, netavark, aardvark-dns and mmdebstrap (deploy/image.sh,
+#                                    tests/deploy/test_image.py), unless a docker daemon answers
 set -euo pipefail
 
 missing=()
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
+if [[ ${1:-} != image ]]; then
+    command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
+fi
+if ! docker info >/dev/null 2>&1; then
+    # runc: crun, podman's other runtime, refuses hosts with hybrid cgroups (deploy/podman/containers.conf);
+    # netavark and aardvark-dns: podman's bridge networks with names (compose's services find each other).
+    for tool in podman runc netavark mmdebstrap; do
+        command -v "$tool" >/dev/null 2>&1 || [[ -x /usr/lib/podman/$tool || -x /usr/sbin/$tool ]] \
+            || missing+=("$tool")
+    done
+    [[ -x /usr/lib/podman/aardvark-dns ]] || missing+=(aardvark-dns)
+fi
 if [[ ${#missing[@]} -eq 0 ]]; then
     exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install_tools: ${missing[*]} missing and no apt-get here: install them with the system's packages" >&2
+    exit 1
 fi
 
 sudo_cmd=()
@@ -22,6 +41,6 @@ export DEBIAN_FRONTEND=noninteractive
 # Debian starts installed services where it can; the tests run their own on free ports, so stop those.
 if command -v service >/dev/null 2>&1; then
     for name in "${missing[@]}"; do
-        "${sudo_cmd[@]}" service "${name}" stop >/dev/null 2>&1 || true
+        case $name in redis-server|nginx) "${sudo_cmd[@]}" service "${name}" stop >/dev/null 2>&1 || true ;; esac
     done
 fi
