@@ -27,7 +27,6 @@ from model.contract import (
     LOG_FREQ_SCALE,
     POSITION_FEATURES,
     FeatureContractError,
-    PositionFeatures,
 )
 from model.memo import Memo
 from model.unanimous import Pending, UnanimousRows
@@ -50,13 +49,18 @@ BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
 # syllable, and whose sound-alikes, are.
 MAX_MEMO_SEGMENTS = 100_000
 MAX_MEMO_CHARS = 100_000
-# The columns in the order Featurizer._candidate_rows writes them (plain tuples, for speed): the contract's.
+# The columns in the order Featurizer._candidate_rows and _featurize write them (plain tuples, for speed: a NamedTuple's
+# constructor is a Python call): the contract's.
 _CANDIDATE_ROW = ("keep", "vote_share", "best_rank_inverse", "deletion", "insertion", "same_tone", "other_tone",
                   "near_syllable", "not_offered", "log_freq", "offered_by_second", "lm_delta", "left_edge_count",
                   "right_edge_count")
+_POSITION_ROW = ("agreement", "alternatives", "hypotheses", "unknown_char", "position")
 if _CANDIDATE_ROW != CANDIDATE_FEATURES:
     raise FeatureContractError(f"model/features.py writes candidate columns {_CANDIDATE_ROW}, the contract names "
                                f"{CANDIDATE_FEATURES}: update Featurizer._candidate_rows with the contract")
+if _POSITION_ROW != POSITION_FEATURES:
+    raise FeatureContractError(f"model/features.py writes position columns {_POSITION_ROW}, the contract names "
+                               f"{POSITION_FEATURES}: update Featurizer._featurize with the contract")
 
 
 @dataclass
@@ -322,8 +326,7 @@ class Featurizer:
                 cand_ids[i, :n] = ids
                 cand_feats[i, :n] = feats
                 cand_mask[i, :n] = True
-            pos_rows.append(PositionFeatures(agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK,
-                                             i / MAX_LEN))
+            pos_rows.append((agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK, i / MAX_LEN))
         if unanimous.positions:
             pending.append(unanimous)
         example.syl[:], example.tone[:] = zip(*syllables, strict=True)

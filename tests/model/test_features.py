@@ -82,7 +82,8 @@ def test_featurize_never_offers_an_orthographic_variant_of_top1():
 
 
 def test_one_character_candidates_get_the_lm_columns_of_the_general_bigram_score_to_the_bit():
-    """Guards `_candidate_rows`' inlined neighbour terms: the columns `BigramLM.score` gives."""
+    """Guards `_candidate_rows`' neighbour terms of a whole position at once (`BigramLM.follow`, `.precede`): the
+    columns `BigramLM.score` gives each candidate alone."""
     from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE, LM_DELTA_CLIP, LM_DELTA_SCALE
     from model.features import BOS, EOS
 
