@@ -80,6 +80,7 @@ class Vocab:
         self.log_freq = {c: math.log(n / total) for c, n in self.counts.items()}
         self._total = total
         self._n_types = len(self.counts) + 2
+        self._bigram_lm: BigramLM | None = None
 
     @classmethod
     def from_counts(cls, counts: dict[str, int], bigrams: dict[str, int] | None = None,
@@ -104,8 +105,12 @@ class Vocab:
         return vocab
 
     def bigram_lm(self) -> BigramLM:
-        """The smoothed bigram model of these counts (its prior's total and number of types as at construction)."""
-        return BigramLM(self.counts, self.bigrams, self._total, self._n_types)
+        """The smoothed bigram model of these counts (its prior's total and number of types as at construction), built
+        on first use: every featurizer of this vocabulary shares its tables (`model.corrector.preload` builds them
+        before gunicorn forks its workers)."""
+        if self._bigram_lm is None:
+            self._bigram_lm = BigramLM(self.counts, self.bigrams, self._total, self._n_types)
+        return self._bigram_lm
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps({"chars": self.chars, "counts": self.counts, "syllables": self.syllables,
@@ -200,7 +205,8 @@ class Featurizer:
         left = top1[i - 1] if i > 0 else BOS
         right = top1[i + 1] if i + 1 < len(top1) else EOS
         # A one-character candidate's score is `BigramLM.score`'s two terms with the neighbours, summed alike, each
-        # neighbour's bigrams with every candidate taken at once (most candidates are one character).
+        # neighbour's bigrams with every candidate taken at once (most candidates are one character); another
+        # segment is scored whole.
         lm = self.lm
         bigrams = zip(cands, *lm.follow(left, cands), *lm.precede(cands, right), strict=True)
         segment_memo = self._segment_memo.entries

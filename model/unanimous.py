@@ -5,7 +5,7 @@ offers nothing but TOP1's character skip the general path (`Featurizer._candidat
 candidates and all its columns but the three LM ones depend on its character alone (a memoised block), and its LM
 columns on its character and each neighbour (memoised bigram terms per neighbour pair); a whole batch's rows are then
 written by a few numpy calls (`UnanimousRows.fill`). Its contract is the bit-equality test: the same arrays as the
-general path gives every position (tests/model/test_features.py), float64 until the float32 rows.
+general path gives every position (tests/model/test_unanimous.py), float64 until the float32 rows.
 """
 
 from __future__ import annotations

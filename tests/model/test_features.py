@@ -103,3 +103,8 @@ def test_one_character_candidates_get_the_lm_columns_of_the_general_bigram_score
             assert (row[left_edge], row[right_edge]) == (np.float32(edge_l / EDGE_COUNT_SCALE),
                                                          np.float32(edge_r / EDGE_COUNT_SCALE)), (i, seg)
     assert sum(len(c) for c in example.candidates) > len(example.candidates)  # alternatives were scored
+
+
+def test_featurizers_of_one_vocabulary_share_its_bigram_model():
+    vocab = Vocab.from_counts(COUNTS, {"我發": 3})
+    assert Featurizer(vocab).lm is Featurizer(vocab).lm is vocab.bigram_lm()
