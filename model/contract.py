@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 # Scales that bring each column near [-1, 1] (their units in the names of the columns they divide).
 LOG_FREQ_SCALE = 16.0  # natural log of a character's corpus frequency
-LM_DELTA_SCALE = 5.0  # natural log of the bigram LM's probability, candidate minus keep (clipped to +-3)
+LM_DELTA_SCALE = 5.0  # natural log of the bigram LM's probability, candidate minus keep (clipped, below)
+LM_DELTA_CLIP = 3.0  # lm_delta is clipped to [-LM_DELTA_CLIP, LM_DELTA_CLIP]
 EDGE_COUNT_SCALE = 8.0  # log(1 + count) of a candidate's edge bigram
 ALTERNATIVES_SCALE = 9.0  # distinct segments the other hypotheses offer at a position
 HYPOTHESES_SCALE = 10.0  # hypotheses in the list
@@ -35,7 +36,7 @@ class CandidateFeatures(NamedTuple):
     not_offered: float  # no hypothesis offers it (a sound-alike from the confusion set)
     log_freq: float  # mean log frequency of its characters / LOG_FREQ_SCALE
     offered_by_second: float  # the second hypothesis offers it
-    lm_delta: float  # bigram LM of TOP1's neighbours with it in place, minus keep's, / LM_DELTA_SCALE
+    lm_delta: float  # bigram LM of TOP1's neighbours with it in place, minus keep's, / LM_DELTA_SCALE, clipped
     left_edge_count: float  # log1p(count of the left edge bigram) / EDGE_COUNT_SCALE
     right_edge_count: float  # log1p(count of the right edge bigram) / EDGE_COUNT_SCALE
 

@@ -149,8 +149,10 @@ def _lexicon() -> TaiwanLexicon:
 
 
 def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
-    """Read the vocabulary, its confusion set and the Taiwan lexicon now, for the workers a fork will start."""
+    """Read the vocabulary, its bigram model, its confusion set and the Taiwan lexicon now, for the workers a fork will
+    start."""
     weights_dir = Path(weights_dir or WEIGHTS_DIR)
+    _vocab(weights_dir).bigram_lm()
     _confusion(weights_dir)
     if with_lm:
         _lexicon()

@@ -16,17 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
+from model.bigram import BigramLM
 from model.contract import (
     ALTERNATIVES_SCALE,
     CANDIDATE_FEATURES,
     EDGE_COUNT_SCALE,
     HYPOTHESES_SCALE,
+    LM_DELTA_CLIP,
     LM_DELTA_SCALE,
     LOG_FREQ_SCALE,
     POSITION_FEATURES,
     FeatureContractError,
-    PositionFeatures,
 )
+from model.memo import Memo
+from model.unanimous import Pending, UnanimousRows
 from preprocess.align import align_nbest, align_to
 from preprocess.confusion import NEAR, OTHER_TONE, SAME_TONE, VARIANTS, ConfusionSet
 from preprocess.phones import char_syllable
@@ -42,26 +45,28 @@ N_CAND_FEATS = len(CANDIDATE_FEATURES)
 BOS, EOS = "^", "$"
 MIN_BIGRAM_COUNT = 2
 BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
-# Segments (one or two characters, or none) whose ids and log frequency are memoised at once.
+# Segments (one or two characters, or none) whose ids and log frequency are memoised at once; characters whose
+# syllable, and whose sound-alikes, are.
 MAX_MEMO_SEGMENTS = 100_000
-# Neighbour-character pairs whose bigram terms are memoised, per side (about 30 MB each when full).
-MAX_MEMO_PAIRS = 100_000
-# The columns in the order Featurizer._candidate_rows writes them (plain tuples, for speed): the contract's.
+MAX_MEMO_CHARS = 100_000
+# The columns in the order Featurizer._candidate_rows and _featurize write them (plain tuples, for speed: a NamedTuple's
+# constructor is a Python call): the contract's.
 _CANDIDATE_ROW = ("keep", "vote_share", "best_rank_inverse", "deletion", "insertion", "same_tone", "other_tone",
                   "near_syllable", "not_offered", "log_freq", "offered_by_second", "lm_delta", "left_edge_count",
                   "right_edge_count")
-_NO_COUNTS: dict[str, int] = {}
-# The columns that depend on a position's neighbours (lm_delta and the two edge counts), in order.
-_LM_COLUMNS = slice(_CANDIDATE_ROW.index("lm_delta"), _CANDIDATE_ROW.index("right_edge_count") + 1)
+_POSITION_ROW = ("agreement", "alternatives", "hypotheses", "unknown_char", "position")
 if _CANDIDATE_ROW != CANDIDATE_FEATURES:
     raise FeatureContractError(f"model/features.py writes candidate columns {_CANDIDATE_ROW}, the contract names "
                                f"{CANDIDATE_FEATURES}: update Featurizer._candidate_rows with the contract")
+if _POSITION_ROW != POSITION_FEATURES:
+    raise FeatureContractError(f"model/features.py writes position columns {_POSITION_ROW}, the contract names "
+                               f"{POSITION_FEATURES}: update Featurizer._featurize with the contract")
 
 
 @dataclass
 class Vocab:
     """Characters and syllables known to the network, with character and character-bigram counts of the
-    training text (the bigrams give each candidate a language-model score in its TOP1 context)."""
+    training text (the bigrams give each candidate a language-model score in its TOP1 context: `bigram_lm`)."""
 
     chars: list[str]
     counts: dict[str, int]
@@ -75,6 +80,7 @@ class Vocab:
         self.log_freq = {c: math.log(n / total) for c, n in self.counts.items()}
         self._total = total
         self._n_types = len(self.counts) + 2
+        self._bigram_lm: BigramLM | None = None
 
     @classmethod
     def from_counts(cls, counts: dict[str, int], bigrams: dict[str, int] | None = None,
@@ -98,10 +104,13 @@ class Vocab:
         vocab.counts[BOS] = vocab.counts[EOS] = len(sentences)
         return vocab
 
-    def bigram_logp(self, a: str, b: str) -> float:
-        """log P(b | a), the bigram estimate smoothed towards the unigram one."""
-        p_b = (self.counts.get(b, 0) + 1) / (self._total + self._n_types)
-        return math.log((self.bigrams.get(a + b, 0) + 5.0 * p_b) / (self.counts.get(a, 0) + 5.0))
+    def bigram_lm(self) -> BigramLM:
+        """The smoothed bigram model of these counts (its prior's total and number of types as at construction), built
+        on first use: every featurizer of this vocabulary shares its tables (`model.corrector.preload` builds them
+        before gunicorn forks its workers)."""
+        if self._bigram_lm is None:
+            self._bigram_lm = BigramLM(self.counts, self.bigrams, self._total, self._n_types)
+        return self._bigram_lm
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps({"chars": self.chars, "counts": self.counts, "syllables": self.syllables,
@@ -131,61 +140,6 @@ class Example:
     rows: list[list[str]] = field(default_factory=list)  # each other hypothesis's segment per TOP1 position
 
 
-class _MemoTable:
-    """Fixed-shape numpy rows memoised by a string key, gathered for a whole batch by one fancy index (`take`): a
-    batch's ~800 unanimous positions stacked one small array at a time (np.stack) cost 4 ms of featurization's 24
-    (issue 21). Bounded like the other memos, but emptied only between batches (`bound`): the rows a batch has
-    collected stay valid until `_fill_unanimous` writes them."""
-
-    def __init__(self, *columns: tuple[tuple[int, ...], type]) -> None:
-        self.rows: dict[str, int] = {}
-        self.tables = [np.zeros((256, *shape), dtype) for shape, dtype in columns]
-
-    def add(self, key: str, *values: object) -> int:
-        """Store a key's row (one value per column) and return its index."""
-        row = len(self.rows)
-        if row == len(self.tables[0]):
-            self.tables = [np.concatenate([t, np.zeros_like(t)]) for t in self.tables]
-        for table, value in zip(self.tables, values, strict=True):
-            table[row] = value
-        self.rows[key] = row
-        return row
-
-    def take(self, rows: list[int]) -> list[np.ndarray]:
-        """Each column's rows, in order (copies)."""
-        index = np.array(rows, dtype=np.intp)
-        return [table[index] for table in self.tables]
-
-    def bound(self, limit: int) -> None:
-        """Forget every row once `limit` are held (their space is reused)."""
-        if len(self.rows) >= limit:
-            self.rows.clear()
-
-
-@dataclass(frozen=True)
-class _Block:
-    """A character's rows where every hypothesis agrees with it (`Featurizer._unanimous_block`): its candidates, and
-    its row of `Featurizer._blocks` (their ids, their feature rows with the LM columns 0, their mask)."""
-
-    cands: list[str]
-    row: int
-    priors: list[float]  # each candidate's smoothing prior, its log, and its log denominator (`Featurizer._lm`)
-    log_priors: list[float]
-    log_dens: list[float]
-
-
-@dataclass
-class _Unanimous:
-    """An Example's positions every hypothesis agrees on, with their blocks' rows and the rows of each one's bigram
-    terms with its left and right neighbour (`_left_terms`, `_right_terms`): written batch-wide (`_fill_unanimous`)."""
-
-    example: Example
-    positions: list[int] = field(default_factory=list)
-    blocks: list[int] = field(default_factory=list)
-    left: list[int] = field(default_factory=list)
-    right: list[int] = field(default_factory=list)
-
-
 def boundary_tags(top1_words: list[str]) -> list[int]:
     """Tag each Han character of TOP1 as word begin / middle / end / single."""
     tags: list[int] = []
@@ -199,37 +153,22 @@ def boundary_tags(top1_words: list[str]) -> list[int]:
 
 
 class Featurizer:
-    """Build Examples from n-best lists with a vocabulary and a confusion set."""
+    """Build Examples from n-best lists with a vocabulary and a confusion set.
 
-    def __init__(self, vocab: Vocab, confusion: ConfusionSet | None = None) -> None:
+    A position every hypothesis agrees on takes the fast path (`model.unanimous`) unless `fast` is False, which sends
+    every position through the general one (`_candidate_rows`): the reference the fast path is held to.
+    """
+
+    def __init__(self, vocab: Vocab, confusion: ConfusionSet | None = None, fast: bool = True) -> None:
         self.vocab = vocab
         self.confusion = confusion or ConfusionSet(vocab.counts)
-        # Vocab.bigram_logp(a, b) = log(count(ab) + prior[b]) - log_den[a]
-        total, n_types = vocab._total, vocab._n_types
-        self._prior = {c: 5.0 * (n + 1) / (total + n_types) for c, n in vocab.counts.items()}
-        self._prior_unk = 5.0 / (total + n_types)
-        self._log_prior = {c: math.log(p) for c, p in self._prior.items()}
-        self._log_prior_unk = math.log(self._prior_unk)
-        self._log_den = {c: math.log(n + 5.0) for c, n in vocab.counts.items()}
-        self._log_den_unk = math.log(5.0)
-        self._similar_cache: dict[str, dict[str, int]] = {}
-        self._unanimous_memo: dict[str, _Block | None] = {}
-        # the blocks' ids [MAX_CANDIDATES, MAX_SEGMENT], feature rows (LM columns 0) and mask, by character
-        self._blocks = _MemoTable(((MAX_CANDIDATES, MAX_SEGMENT), np.int64),
-                                  ((MAX_CANDIDATES, N_CAND_FEATS), np.float32), ((MAX_CANDIDATES,), bool))
-        # The bigram counts by their first character and by their second: a position's two neighbours look up
-        # every candidate's bigrams with them (`_left_terms`, `_right_terms`).
-        self._after: dict[str, dict[str, int]] = {}
-        self._before: dict[str, dict[str, int]] = {}
-        for pair, n in vocab.bigrams.items():
-            self._after.setdefault(pair[0], {})[pair[1]] = n
-            self._before.setdefault(pair[1], {})[pair[0]] = n
-        self._segment_memo: dict[str, tuple[tuple[int, ...], float]] = {}
-        # a neighbour and a character -> its block's bigram terms on that side (`_left_terms`, `_right_terms`)
-        self._left_memo = _MemoTable(((2, MAX_CANDIDATES), np.float64))
-        self._right_memo = _MemoTable(((2, MAX_CANDIDATES), np.float64))
-        # a TOP1 character -> its syllable id and tone
-        self._syllable_memo: dict[str, tuple[int, int]] = {}
+        self.lm = vocab.bigram_lm()
+        self.fast = fast
+        self.unanimous = UnanimousRows(self.lm, lambda char: self._candidate_rows(0, char, {char: [0]}, 1),
+                                       MAX_CANDIDATES, MAX_SEGMENT)
+        self._segment_memo: Memo[str, tuple[tuple[int, ...], float]] = Memo(MAX_MEMO_SEGMENTS)
+        self._syllable_memo: Memo[str, tuple[int, int]] = Memo(MAX_MEMO_CHARS)  # a TOP1 character's id and tone
+        self._similar_memo: Memo[str, dict[str, int]] = Memo(MAX_MEMO_CHARS)
 
     def _char_ids(self, seg: str) -> tuple[int, ...]:
         """A segment's character ids, padded to MAX_SEGMENT: a tuple, which the cyclic GC stops tracking once memoised
@@ -244,36 +183,12 @@ class Featurizer:
             return 0.0
         return sum(self.vocab.log_freq.get(c, -LOG_FREQ_SCALE) for c in seg) / len(seg) / LOG_FREQ_SCALE
 
-    def _lm(self, left: str, seg: str, right: str) -> tuple[float, float, float]:
-        """Score a segment between its TOP1 neighbours: log P(left seg right), and its two edge bigrams.
-
-        Vocab.bigram_logp, summed left to right: log(count(ab) + prior(b)) - log_den(a) per bigram, with the log
-        of the prior taken once per character for the unseen bigrams (most of them): this runs for every candidate
-        of every position of every request.
-        """
-        text = left + seg + right
-        bigrams, log_prior, log_den = self.vocab.bigrams, self._log_prior, self._log_den
-        score = first = last = 0.0
-        for k in range(len(text) - 1):
-            a, b = text[k], text[k + 1]
-            n = bigrams.get(text[k : k + 2], 0)
-            if n:
-                term = math.log(n + self._prior.get(b, self._prior_unk)) - log_den.get(a, self._log_den_unk)
-                last = math.log1p(n)
-            else:
-                term = log_prior.get(b, self._log_prior_unk) - log_den.get(a, self._log_den_unk)
-                last = 0.0
-            if k == 0:
-                first = last
-            score += term
-        return score, first, last
-
     def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
             list[str], list[tuple[int, ...]], list[tuple[float, ...]]]:
         """Return one position's candidates, their character ids and their feature rows (`CandidateFeatures`'
         columns, in order, as plain tuples).
 
-        This runs for every candidate of every position of every request, under the GIL beside the request
+        This runs for every candidate of every position the hypotheses disagree on, under the GIL beside the request
         threads: the per-segment constants (ids, log frequency) are memoised, keep's LM score is the first
         candidate's, and the rows are built as tuples rather than through the NamedTuple's keywords.
         """
@@ -289,30 +204,19 @@ class Featurizer:
                 cands.append(c)
         left = top1[i - 1] if i > 0 else BOS
         right = top1[i + 1] if i + 1 < len(top1) else EOS
-        # A one-character candidate's score is `_lm`'s two terms with the neighbours, summed alike; what depends on a
-        # neighbour alone is looked up once per position (most candidates are one character).
-        after_left, before_right = self._after.get(left, _NO_COUNTS), self._before.get(right, _NO_COUNTS)
-        den_left = self._log_den.get(left, self._log_den_unk)
-        prior_right = self._prior.get(right, self._prior_unk)
-        log_prior_right = self._log_prior.get(right, self._log_prior_unk)
-        prior, log_prior, log_den = self._prior, self._log_prior, self._log_den
-        prior_unk, log_prior_unk, log_den_unk = self._prior_unk, self._log_prior_unk, self._log_den_unk
-        lm = self._lm
-        segment_memo = self._segment_memo
+        # A one-character candidate's score is `BigramLM.score`'s two terms with the neighbours, summed alike, each
+        # neighbour's bigrams with every candidate taken at once (most candidates are one character); another
+        # segment is scored whole.
+        lm = self.lm
+        bigrams = zip(cands, *lm.follow(left, cands), *lm.precede(cands, right), strict=True)
+        segment_memo = self._segment_memo.entries
         keep_lm = 0.0
         ids, feats = [], []
-        for k, seg in enumerate(cands):
+        for k, (seg, term_l, edge_l, term_r, edge_r) in enumerate(bigrams):
             if len(seg) == 1:
-                n_left, n_right = after_left.get(seg, 0), before_right.get(seg, 0)
-                term_left = (math.log(n_left + prior.get(seg, prior_unk)) if n_left
-                             else log_prior.get(seg, log_prior_unk)) - den_left
-                den_seg = log_den.get(seg, log_den_unk)
-                term_right = (math.log(n_right + prior_right) if n_right else log_prior_right) - den_seg
-                score = term_left + term_right
-                edge_l = math.log1p(n_left) if n_left else 0.0
-                edge_r = math.log1p(n_right) if n_right else 0.0
+                score = term_l + term_r
             else:
-                score, edge_l, edge_r = lm(left, seg, right)
+                score, edge_l, edge_r = lm.score(left + seg + right)
             if k == 0:
                 keep_lm = score
             ranks = votes.get(seg)
@@ -332,113 +236,31 @@ class Featurizer:
                 ranks is None,  # not_offered
                 log_freq,  # log_freq
                 ranks is not None and ranks[0] == 1,  # offered_by_second
-                3.0 if delta > 3.0 else -3.0 if delta < -3.0 else delta,  # lm_delta, clipped
+                # lm_delta, clipped (by comparisons: np.clip's result, cheaper on one float)
+                LM_DELTA_CLIP if delta > LM_DELTA_CLIP else -LM_DELTA_CLIP if delta < -LM_DELTA_CLIP else delta,
                 edge_l / EDGE_COUNT_SCALE,  # left_edge_count
                 edge_r / EDGE_COUNT_SCALE,  # right_edge_count
             ))
         return cands, ids, feats
 
-    def _unanimous_block(self, char: str) -> _Block | None:
-        """A character's candidates where no hypothesis offers another segment, with their ids, mask and the feature
-        columns that do not depend on the neighbours (the LM ones left 0), padded to MAX_CANDIDATES rows, and each
-        candidate's prior terms; memoised and bounded like the segments. None when a candidate is not a single
-        character (the general path then)."""
-        if char in self._unanimous_memo:
-            return self._unanimous_memo[char]
-        cands, ids, rows = self._candidate_rows(0, char, {char: [0]}, 1)
-        value = None
-        if all(len(seg) == 1 for seg in cands):
-            n = len(cands)
-            block_ids = np.zeros((MAX_CANDIDATES, MAX_SEGMENT), dtype=np.int64)
-            block_ids[:n] = ids
-            feats = np.zeros((MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
-            feats[:n] = rows
-            feats[:, _LM_COLUMNS] = 0.0
-            value = _Block(cands, self._blocks.add(char, block_ids, feats, np.arange(MAX_CANDIDATES) < n),
-                           [self._prior.get(c, self._prior_unk) for c in cands],
-                           [self._log_prior.get(c, self._log_prior_unk) for c in cands],
-                           [self._log_den.get(c, self._log_den_unk) for c in cands])
-        self._unanimous_memo[char] = value
-        return value
-
-    def _left_terms(self, left: str, char: str, block: _Block) -> int:
-        """The row of `_left_memo` [2, MAX_CANDIDATES] of each candidate's bigram term after `left` (as `_lm` computes
-        it) and its left edge count column; memoised by the pair (the pairs of real text repeat), bounded."""
-        key = left + char
-        row = self._left_memo.rows.get(key)
-        if row is None:
-            after_left = self._after.get(left, _NO_COUNTS)
-            den_left = self._log_den.get(left, self._log_den_unk)
-            terms, edges = [0.0] * MAX_CANDIDATES, [0.0] * MAX_CANDIDATES  # a row's two lines, written at once
-            for k, seg in enumerate(block.cands):
-                n = after_left.get(seg, 0)
-                terms[k] = (math.log(n + block.priors[k]) if n else block.log_priors[k]) - den_left
-                edges[k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
-            row = self._left_memo.add(key, (terms, edges))
-        return row
-
-    def _right_terms(self, char: str, right: str, block: _Block) -> int:
-        """The row of `_right_memo` of each candidate's bigram term before `right` and its right edge count column."""
-        key = char + right
-        row = self._right_memo.rows.get(key)
-        if row is None:
-            before_right = self._before.get(right, _NO_COUNTS)
-            prior_right = self._prior.get(right, self._prior_unk)
-            log_prior_right = self._log_prior.get(right, self._log_prior_unk)
-            terms, edges = [0.0] * MAX_CANDIDATES, [0.0] * MAX_CANDIDATES
-            for k, seg in enumerate(block.cands):
-                n = before_right.get(seg, 0)
-                terms[k] = (math.log(n + prior_right) if n else log_prior_right) - block.log_dens[k]
-                edges[k] = (math.log1p(n) if n else 0.0) / EDGE_COUNT_SCALE
-            row = self._right_memo.add(key, (terms, edges))
-        return row
-
-    def _fill_unanimous(self, pending: list[_Unanimous]) -> None:
-        """Write the rows of the positions every hypothesis agrees on (about 70 % of them), for a whole batch of lists
-        at once: each character's memoised block, with the LM columns (lm_delta and the two edge counts) of its
-        neighbours, the pair terms added, differenced against keep, scaled and clipped as `_candidate_rows` does,
-        zero past the candidates; float64 until the float32 rows, so the same values to the bit
-        (tests/model/test_features.py). A few numpy calls per batch rather than per position (issue 21)."""
-        blocks = [b for p in pending for b in p.blocks]
-        if not blocks:
-            return
-        (left,) = self._left_memo.take([t for p in pending for t in p.left])  # [N, 2, MAX_CANDIDATES]
-        (right,) = self._right_memo.take([t for p in pending for t in p.right])
-        score = left[:, 0] + right[:, 0]
-        delta = np.clip((score - score[:, :1]) / LM_DELTA_SCALE, -3.0, 3.0)
-        ids, feats, mask = self._blocks.take(blocks)
-        feats[:, :, _LM_COLUMNS] = np.where(mask[:, :, None], np.stack((delta, left[:, 1], right[:, 1]), axis=-1), 0.0)
-        start = 0
-        for p in pending:
-            end = start + len(p.positions)
-            p.example.cand_ids[p.positions] = ids[start:end]
-            p.example.cand_feats[p.positions] = feats[start:end]
-            p.example.cand_mask[p.positions] = mask[start:end]
-            start = end
-
     def _segment(self, seg: str) -> tuple[tuple[int, ...], float]:
         """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
-        alone; the memo is emptied when it reaches MAX_MEMO_SEGMENTS, so it stays bounded whatever comes in)."""
-        value = self._segment_memo.get(seg)
-        if value is None:
-            if len(self._segment_memo) >= MAX_MEMO_SEGMENTS:
-                self._segment_memo.clear()
-            value = self._segment_memo[seg] = (self._char_ids(seg), self._log_freq(seg))
+        alone)."""
+        value = self._segment_memo.entries[seg] = (self._char_ids(seg), self._log_freq(seg))
         return value
 
     def _syllable(self, char: str) -> tuple[int, int]:
-        """A character's syllable id and tone (0, 0 where it has no reading), memoised and bounded."""
+        """A character's syllable id and tone (0, 0 where it has no reading), memoised."""
         s = char_syllable(char)
-        value = (self.vocab.syl_id.get(s.toneless, UNK), s.tone) if s is not None else (0, 0)
-        if len(self._syllable_memo) >= MAX_MEMO_SEGMENTS:
-            self._syllable_memo.clear()
-        self._syllable_memo[char] = value
+        value = (0, 0) if s is None else (self.vocab.syl_id.get(s.toneless, UNK), s.tone)
+        self._syllable_memo.entries[char] = value
         return value
 
     def _similar(self, char: str) -> dict[str, int]:
-        value = self._similar_cache.get(char)
+        """A character's sound-alikes by relation, memoised."""
+        value = self._similar_memo.entries.get(char)
         if value is None:
-            value = self._similar_cache[char] = dict(self.confusion.similar(char, MAX_CANDIDATES))
+            value = self._similar_memo.entries[char] = dict(self.confusion.similar(char, MAX_CANDIDATES))
         return value
 
     def featurize(self, nbest: NBest, truth: str | None = None) -> Example | None:
@@ -447,20 +269,17 @@ class Featurizer:
 
     def featurize_batch(self, nbests: list[NBest], truths: list[str | None] | None = None) -> list[Example | None]:
         """Return the Example of each n-best list (None where TOP1 has no Han character): one list at a time, then
-        the rows every hypothesis agrees on for all of them at once (`_fill_unanimous`)."""
-        self._left_memo.bound(MAX_MEMO_PAIRS)  # between batches: a batch's rows stay valid until written
-        self._right_memo.bound(MAX_MEMO_PAIRS)
-        if len(self._unanimous_memo) >= MAX_MEMO_SEGMENTS:
-            self._unanimous_memo.clear()
-            self._blocks.rows.clear()
-        pending: list[_Unanimous] = []
+        the rows every hypothesis agrees on for all of them at once (`UnanimousRows.fill`)."""
+        for memo in (self._segment_memo, self._syllable_memo, self._similar_memo, self.unanimous):
+            memo.bound()  # between batches: a batch's rows stay valid until written
+        pending: list[Pending] = []
         examples = [self._featurize(nbest, truth, pending)
                     for nbest, truth in zip(nbests, truths or [None] * len(nbests), strict=True)]
-        self._fill_unanimous(pending)
+        self.unanimous.fill(pending)
         return examples
 
-    def _featurize(self, nbest: NBest, truth: str | None, pending: list[_Unanimous]) -> Example | None:
-        """One list's Example, its unanimous positions' rows left to `_fill_unanimous` (appended to `pending`)."""
+    def _featurize(self, nbest: NBest, truth: str | None, pending: list[Pending]) -> Example | None:
+        """One list's Example, its unanimous positions' rows left to `UnanimousRows.fill` (appended to `pending`)."""
         top1 = han_only(nbest.sentences[0])[:MAX_LEN]
         if not top1:
             return None
@@ -478,28 +297,29 @@ class Featurizer:
                           np.zeros(L, dtype=np.int64), np.array(tags, dtype=np.int64), np.zeros((L, N_POS_FEATS),
                           dtype=np.float32), cand_ids, cand_feats, cand_mask, [], None, rows)
         candidates = example.candidates
-        unanimous = _Unanimous(example)
+        unanimous = Pending(cand_ids, cand_feats, cand_mask)
         syllables: list[tuple[int, int]] = []
         pos_rows = []
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
-        syllable_memo, blocks_memo = self._syllable_memo, self._unanimous_memo
-        left_memo, right_memo = self._left_memo.rows, self._right_memo.rows
+        syllable_memo, fast = self._syllable_memo.entries, self.fast
+        blocks_memo, left_memo = self.unanimous.blocks.entries, self.unanimous.left.entries
+        right_memo = self.unanimous.right.entries
         padded = BOS + top1 + EOS
         for i, char in enumerate(top1):
             syllables.append(syllable_memo.get(char) or self._syllable(char))
             column = columns[i]
             block = None
-            if column.count(char) == len(column):
-                block = blocks_memo[char] if char in blocks_memo else self._unanimous_block(char)
-            if block is not None:  # every hypothesis agrees: its rows are written batch-wide (`_fill_unanimous`)
+            if fast and column.count(char) == len(column):
+                block = blocks_memo[char] if char in blocks_memo else self.unanimous.block(char)
+            if block is not None:  # every hypothesis agrees: its rows are written batch-wide (`UnanimousRows.fill`)
                 agreement, alternatives = 1.0, 0.0
                 unanimous.positions.append(i)
                 unanimous.blocks.append(block.row)
                 left, right = padded[i], padded[i + 2]
                 terms = left_memo.get(left + char)
-                unanimous.left.append(terms if terms is not None else self._left_terms(left, char, block))
+                unanimous.left.append(terms if terms is not None else self.unanimous.left_terms(left, char, block))
                 terms = right_memo.get(char + right)
-                unanimous.right.append(terms if terms is not None else self._right_terms(char, right, block))
+                unanimous.right.append(terms if terms is not None else self.unanimous.right_terms(char, right, block))
                 candidates.append(block.cands)
             else:
                 votes: dict[str, list[int]] = {char: [0]}
@@ -512,8 +332,7 @@ class Featurizer:
                 cand_ids[i, :n] = ids
                 cand_feats[i, :n] = feats
                 cand_mask[i, :n] = True
-            pos_rows.append(PositionFeatures(agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK,
-                                             i / MAX_LEN))
+            pos_rows.append((agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK, i / MAX_LEN))
         if unanimous.positions:
             pending.append(unanimous)
         example.syl[:], example.tone[:] = zip(*syllables, strict=True)

@@ -81,75 +81,30 @@ def test_featurize_never_offers_an_orthographic_variant_of_top1():
     assert "抬" in ex.candidates[0]
 
 
-def test_featurize_writes_the_positions_every_hypothesis_agrees_on_as_the_general_path_does_to_the_bit():
-    """Guards the batched rows of unanimous positions (`_fill_unanimous`): the same arrays as `_candidate_rows`."""
-    sentences = ["我發現新元", "投資機構不同的地方", "央行進場買回調", "你好密碼要進去"]
-    bigrams = {s[i:i + 2]: 3 for s in sentences for i in range(len(s) - 1)}
-    fast = Featurizer(Vocab.from_counts(COUNTS, bigrams))
-    general = Featurizer(Vocab.from_counts(COUNTS, bigrams))
-    general._unanimous_block = lambda char: None  # every position through _candidate_rows
-    for top1 in sentences:
-        nbest = NBest((top1, top1, top1[:2] + "噢" + top1[3:]))  # unanimous positions beside one that is not
-        a, b = fast.featurize(nbest), general.featurize(nbest)
-        assert a.candidates == b.candidates
-        for key in ("pos_feats", "cand_ids", "cand_feats", "cand_mask"):
-            assert np.array_equal(getattr(a, key), getattr(b, key)), key  # float32, as the network sees them
-            assert getattr(a, key).dtype == getattr(b, key).dtype
-
-
-def test_featurize_batch_gives_each_list_the_arrays_it_gets_alone():
-    """Guards the batch-wide fill of unanimous rows (`_fill_unanimous`): no list's rows land in another's."""
-    sentences = ["我發現新元", "投資機構不同的地方", "央行進場買回調", "你好密碼要進去"]
-    bigrams = {s[i:i + 2]: 3 for s in sentences for i in range(len(s) - 1)}
-    feat = Featurizer(Vocab.from_counts(COUNTS, bigrams))
-    nbests = [NBest((s, s, s[:2] + "噢" + s[3:])) for s in sentences] + [NBest(("abc", "abd"))]
-    batch = feat.featurize_batch(nbests)
-    assert batch[-1] is None
-    for nbest, together in zip(nbests[:-1], batch, strict=False):
-        alone = feat.featurize(nbest)
-        assert together.candidates == alone.candidates
-        for key in ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask"):
-            assert np.array_equal(getattr(together, key), getattr(alone, key)), key
-
-
-def test_featurize_batch_keeps_its_rows_when_it_fills_the_bounded_memos(monkeypatch):
-    """Guards the memo tables (`_MemoTable`): a batch that brings more new pairs than the bound is written from the rows
-    it collected, and the memos are emptied before the next batch, not in the middle of one."""
-    sentences = ["我發現新元", "投資機構不同的地方", "央行進場買回調", "你好密碼要進去"]
-    bigrams = {s[i:i + 2]: 3 for s in sentences for i in range(len(s) - 1)}
-    unbounded = Featurizer(Vocab.from_counts(COUNTS, bigrams))
-    nbests = [NBest((s, s, s)) for s in sentences]
-    expected = [unbounded.featurize(nbest) for nbest in nbests]
-    monkeypatch.setattr("model.features.MAX_MEMO_PAIRS", 3)
-    monkeypatch.setattr("model.features.MAX_MEMO_SEGMENTS", 3)
-    bounded = Featurizer(Vocab.from_counts(COUNTS, bigrams))
-    for _ in range(2):  # the second batch finds every memo over its bound
-        for want, got in zip(expected, bounded.featurize_batch(nbests), strict=True):
-            for key in ("cand_ids", "cand_feats", "cand_mask"):
-                assert np.array_equal(getattr(want, key), getattr(got, key)), key
-        assert len(bounded._left_memo.rows) > 3  # filled past the bound within the batch
-    bounded.featurize_batch(nbests[:1])
-    assert len(bounded._left_memo.rows) <= len(sentences[0]) + 1  # emptied before this batch, then refilled
-
-
 def test_one_character_candidates_get_the_lm_columns_of_the_general_bigram_score_to_the_bit():
-    """Guards `_candidate_rows`' inlined neighbour terms: the columns `_lm` (Vocab.bigram_logp summed) gives."""
-    from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE, LM_DELTA_SCALE
+    """Guards `_candidate_rows`' neighbour terms of a whole position at once (`BigramLM.follow`, `.precede`): the
+    columns `BigramLM.score` gives each candidate alone."""
+    from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE, LM_DELTA_CLIP, LM_DELTA_SCALE
     from model.features import BOS, EOS
 
     bigrams = {s[i:i + 2]: 3 for s in ("我發現新元", "發線", "^我", "元$", "法現") for i in range(len(s) - 1)}
-    featurizer = Featurizer(Vocab.from_counts(COUNTS, bigrams))
-    featurizer._unanimous_block = lambda char: None  # every position through _candidate_rows
+    featurizer = Featurizer(Vocab.from_counts(COUNTS, bigrams), fast=False)  # every position through _candidate_rows
     example = featurizer.featurize(NBest(("我發現新元", "我發線新元", "我法現新元", "我發現新原")))
     lm_delta, left_edge, right_edge = (CANDIDATE_FEATURES.index(c) for c in
                                        ("lm_delta", "left_edge_count", "right_edge_count"))
     padded = BOS + example.top1 + EOS
     for i, cands in enumerate(example.candidates):
-        keep = featurizer._lm(padded[i], cands[0], padded[i + 2])[0]
+        keep = featurizer.lm.score(padded[i] + cands[0] + padded[i + 2])[0]
         for k, seg in enumerate(cands):
-            score, edge_l, edge_r = featurizer._lm(padded[i], seg, padded[i + 2])
+            score, edge_l, edge_r = featurizer.lm.score(padded[i] + seg + padded[i + 2])
             row = example.cand_feats[i, k]
-            assert row[lm_delta] == np.float32(max(-3.0, min(3.0, (score - keep) / LM_DELTA_SCALE))), (i, seg)
+            delta = max(-LM_DELTA_CLIP, min(LM_DELTA_CLIP, (score - keep) / LM_DELTA_SCALE))
+            assert row[lm_delta] == np.float32(delta), (i, seg)
             assert (row[left_edge], row[right_edge]) == (np.float32(edge_l / EDGE_COUNT_SCALE),
                                                          np.float32(edge_r / EDGE_COUNT_SCALE)), (i, seg)
     assert sum(len(c) for c in example.candidates) > len(example.candidates)  # alternatives were scored
+
+
+def test_featurizers_of_one_vocabulary_share_its_bigram_model():
+    vocab = Vocab.from_counts(COUNTS, {"我發": 3})
+    assert Featurizer(vocab).lm is Featurizer(vocab).lm is vocab.bigram_lm()

@@ -1,0 +1,135 @@
+"""The featurizer's fast path (issue 21): the rows of the positions every hypothesis agrees on, about 70 % of them.
+
+Featurization runs for every request, under the GIL beside the request threads, so the positions where the n-best
+offers nothing but TOP1's character skip the general path (`Featurizer._candidate_rows`): such a position's
+candidates and all its columns but the three LM ones depend on its character alone (a memoised block), and its LM
+columns on its character and each neighbour (memoised bigram terms per neighbour pair); a whole batch's rows are then
+written by a few numpy calls (`UnanimousRows.fill`). Its contract is the bit-equality test: the same arrays as the
+general path gives every position (tests/model/test_unanimous.py), float64 until the float32 rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.bigram import BigramLM
+from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE, LM_DELTA_CLIP, LM_DELTA_SCALE
+from model.memo import MemoTable
+
+# Characters whose blocks are memoised at once, and neighbour-character pairs whose bigram terms are, per side
+# (about 30 MB each when full).
+MAX_MEMO_BLOCKS = 100_000
+MAX_MEMO_PAIRS = 100_000
+# The columns that depend on a position's neighbours, side by side in this order (model.features checks the
+# contract's order at import): lm_delta and the two edge counts.
+LM_COLUMNS = slice(CANDIDATE_FEATURES.index("lm_delta"), CANDIDATE_FEATURES.index("right_edge_count") + 1)
+
+# A lone character's candidates, their character ids and their feature rows, by the general path.
+RowsOf = Callable[[str], tuple[list[str], list[tuple[int, ...]], list[tuple[float, ...]]]]
+
+
+@dataclass(frozen=True)
+class Block:
+    """A character's candidates where every hypothesis agrees with it, and its row of `UnanimousRows.blocks` (their
+    ids, their feature rows with the LM columns 0, their mask)."""
+
+    cands: list[str]
+    row: int
+
+
+@dataclass
+class Pending:
+    """One example's unanimous positions, with their blocks' rows and the rows of each one's bigram terms with its
+    left and right neighbour, to be written into its arrays by `UnanimousRows.fill`."""
+
+    cand_ids: np.ndarray
+    cand_feats: np.ndarray
+    cand_mask: np.ndarray
+    positions: list[int] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    left: list[int] = field(default_factory=list)
+    right: list[int] = field(default_factory=list)
+
+
+class UnanimousRows:
+    """The memoised blocks and neighbour terms, read inline by `Featurizer._featurize` (the `entries` of `blocks`,
+    `left` and `right`: a key present is a hit) and filled on a miss (`block`, `left_terms`, `right_terms`)."""
+
+    def __init__(self, lm: BigramLM, rows_of: RowsOf, max_candidates: int, max_segment: int) -> None:
+        self.lm = lm
+        self.rows_of = rows_of
+        self.max_candidates = max_candidates
+        n_feats = len(CANDIDATE_FEATURES)
+        # a character -> its Block (None where a candidate is not one character): ids, feature rows, mask
+        self.blocks: MemoTable[Block | None] = MemoTable(
+            MAX_MEMO_BLOCKS, ((max_candidates, max_segment), np.int64), ((max_candidates, n_feats), np.float32),
+            ((max_candidates,), bool))
+        # a neighbour and a character -> the row [2, max_candidates] of its block's bigram terms on that side and their
+        # edge counts, unscaled (`left_terms`, `right_terms`)
+        self.left: MemoTable[int] = MemoTable(MAX_MEMO_PAIRS, ((2, max_candidates), np.float64))
+        self.right: MemoTable[int] = MemoTable(MAX_MEMO_PAIRS, ((2, max_candidates), np.float64))
+
+    def bound(self) -> None:
+        """Bound the memos: between batches only, so a batch's rows stay valid until `fill` writes them."""
+        for memo in (self.blocks, self.left, self.right):
+            memo.bound()
+
+    def block(self, char: str) -> Block | None:
+        """A character's candidates where no hypothesis offers another segment, with their ids, mask and the feature
+        columns that do not depend on the neighbours (the LM ones left 0), padded to max_candidates rows; memoised.
+        None when a candidate is not a single character (the general path then)."""
+        if char in self.blocks.entries:
+            return self.blocks.entries[char]
+        cands, ids, rows = self.rows_of(char)
+        value = None
+        if all(len(seg) == 1 for seg in cands):
+            n = len(cands)
+            ids_table, feats_table, _ = self.blocks.tables
+            block_ids = np.zeros(ids_table.shape[1:], dtype=ids_table.dtype)
+            block_ids[:n] = ids
+            feats = np.zeros(feats_table.shape[1:], dtype=feats_table.dtype)
+            feats[:n] = rows
+            feats[:, LM_COLUMNS] = 0.0
+            value = Block(cands, self.blocks.append(block_ids, feats, np.arange(self.max_candidates) < n))
+        self.blocks.entries[char] = value
+        return value
+
+    def left_terms(self, left: str, char: str, block: Block) -> int:
+        """On a miss of `left`: the row of each candidate's bigram term after `left` and its left edge count."""
+        return self._add(self.left, left + char, self.lm.follow(left, block.cands))
+
+    def right_terms(self, char: str, right: str, block: Block) -> int:
+        """On a miss of `right`: the row of each candidate's bigram term before `right` and its right edge count."""
+        return self._add(self.right, char + right, self.lm.precede(block.cands, right))
+
+    def _add(self, memo: MemoTable[int], key: str, bigrams: tuple[list[float], list[float]]) -> int:
+        """Write a memo row's two lines at once: the terms and the edge counts, zero past the candidates."""
+        terms, edges = bigrams
+        pad = [0.0] * (self.max_candidates - len(terms))
+        row = memo.entries[key] = memo.append((terms + pad, edges + pad))
+        return row
+
+    def fill(self, pending: list[Pending]) -> None:
+        """Write the rows of a batch's unanimous positions at once: each one's block, with the LM columns of its
+        neighbours, the pair terms added, differenced against keep, scaled and clipped as the general path does,
+        zero past the candidates. A few numpy calls per batch rather than per position (issue 21)."""
+        blocks = [b for p in pending for b in p.blocks]
+        if not blocks:
+            return
+        (left,) = self.left.take([t for p in pending for t in p.left])  # [N, 2, max_candidates]
+        (right,) = self.right.take([t for p in pending for t in p.right])
+        score = left[:, 0] + right[:, 0]
+        delta = np.clip((score - score[:, :1]) / LM_DELTA_SCALE, -LM_DELTA_CLIP, LM_DELTA_CLIP)
+        ids, feats, mask = self.blocks.take(blocks)
+        edges = (left[:, 1] / EDGE_COUNT_SCALE, right[:, 1] / EDGE_COUNT_SCALE)
+        feats[:, :, LM_COLUMNS] = np.where(mask[:, :, None], np.stack((delta, *edges), axis=-1), 0.0)
+        start = 0
+        for p in pending:
+            end = start + len(p.positions)
+            p.cand_ids[p.positions] = ids[start:end]
+            p.cand_feats[p.positions] = feats[start:end]
+            p.cand_mask[p.positions] = mask[start:end]
+            start = end

@@ -1,0 +1,53 @@
+import math
+
+import pytest
+
+from model.bigram import PRIOR_WEIGHT, BigramLM
+
+COUNTS = {"我": 6, "們": 3, "你": 1}
+BIGRAMS = {"我們": 3, "^我": 2}
+TOTAL = sum(COUNTS.values())
+N_TYPES = len(COUNTS) + 2
+
+
+@pytest.fixture(scope="module")
+def lm() -> BigramLM:
+    return BigramLM(COUNTS, BIGRAMS, TOTAL, N_TYPES)
+
+
+def smoothed(a: str, b: str) -> float:
+    """log P(b | a) written out: the bigram's count plus the unigram prior, over a's count plus the prior's weight."""
+    prior = PRIOR_WEIGHT * (COUNTS.get(b, 0) + 1) / (TOTAL + N_TYPES)
+    return math.log((BIGRAMS.get(a + b, 0) + prior) / (COUNTS.get(a, 0) + PRIOR_WEIGHT))
+
+
+PAIRS = [("我", "們"), ("^", "我"), ("我", "你"), ("們", "我"), ("你", "甲"), ("甲", "我")]
+
+
+@pytest.mark.parametrize("a, b", PAIRS)
+def test_follow_gives_the_bigram_estimate_smoothed_towards_the_unigram_one(lm, a, b):
+    (term,), (edge,) = lm.follow(a, [b])
+    assert term == pytest.approx(smoothed(a, b), rel=1e-12)
+    assert edge == math.log1p(BIGRAMS.get(a + b, 0))
+
+
+def test_precede_gives_each_bigram_what_follow_gives_it_to_the_bit(lm):
+    for b in ("們", "我", "甲"):
+        terms, edges = lm.precede(list("^我們你甲"), b)
+        for k, a in enumerate("^我們你甲"):
+            assert lm.follow(a, [b]) == ([terms[k]], [edges[k]]), (a, b)
+
+
+def test_a_seen_bigram_is_likelier_than_an_unseen_one_after_the_same_character(lm):
+    terms, _ = lm.follow("我", ["們", "你"])
+    assert terms[0] > terms[1]
+
+
+def test_score_sums_the_bigrams_left_to_right_and_keeps_the_edge_counts(lm):
+    score, first, last = lm.score("^我們你")
+    (t1,), (e1,) = lm.follow("^", ["我"])
+    (t2,), _ = lm.follow("我", ["們"])
+    (t3,), (e3,) = lm.follow("們", ["你"])
+    assert score == t1 + t2 + t3
+    assert (first, last) == (e1, e3)
+    assert lm.score("我") == (0.0, 0.0, 0.0)
