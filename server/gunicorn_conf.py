@@ -13,6 +13,7 @@ import math
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,10 @@ try:
     _config = Config.from_env()
 except ConfigError as exc:
     # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
-    # SystemExit through: one line naming the setting, as `python -m api` prints, and a non-zero status.
-    print(f"config error: {exc}", file=sys.stderr)
+    # SystemExit through: one line naming the setting, JSON as every line of the server's, and a non-zero status.
+    from api.logs import json_line
+
+    print(json_line(time.time(), "ERROR", "config", f"config error: {exc}", {}), file=sys.stderr)
     sys.exit(2)
 
 bind = f"{_config.host}:{_config.port}"

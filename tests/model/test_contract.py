@@ -79,4 +79,5 @@ def test_server_start_stops_in_one_line_on_weights_of_other_features(tmp_path, c
     run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(weights)},
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
-    assert run.stderr.count("\n") == 1 and run.stderr.startswith("config error: weights_dir: ")
+    message = run.stderr if command[0] == sys.executable else json.loads(run.stderr)["msg"]  # make run: JSON
+    assert run.stderr.count("\n") == 1 and message.startswith("config error: weights_dir: ")
