@@ -32,13 +32,14 @@ the judge's retry gets it.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+import orjson
 
 from api.admission import Admission
 from api.interfaces import Corrector, Engine, Prediction
@@ -57,8 +58,6 @@ logger = logging.getLogger("api")
 # Far above any real sentence (the model sees TOP1s of at most max_top1_chars) and far under the judge's
 # 10,240-character response limit.
 MAX_ANSWER_CHARS = 1000
-# A door answer's body, as Flask's JSON provider writes the view's (json.dumps would build an encoder each time).
-_ANSWER_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ class AnswerPolicy:
         if outcome is _LEAVE:
             return None
         response = self.respond(req, outcome or top1(req, refusal), accepted_at)
-        return _ANSWER_JSON.encode(response).encode()
+        return orjson.dumps(response)
 
     def in_view(self, req: Question, accepted_at: float, view_start: float) -> Outcome:
         """The view's question: answer without the model, or ask the model within the request's budget."""

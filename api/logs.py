@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Any
 
+import orjson
+
 from api.paths import AnswerPath
 
 REQUEST_LOG = logging.getLogger("api.requests")
@@ -38,10 +40,11 @@ class JsonFormatter(logging.Formatter):
 
 def json_line(created: float, level: str, logger: str, msg: str, fields: dict[str, Any]) -> str:
     """One log line: the record's time, level, logger and message, then its fields."""
-    return _LINE_JSON.encode({"ts": round(created, 3), "level": level, "logger": logger, "msg": msg, **fields})
-
-
-_LINE_JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # json.dumps would build one for each line
+    line = {"ts": round(created, 3), "level": level, "logger": logger, "msg": msg, **fields}
+    try:
+        return orjson.dumps(line, default=str).decode()
+    except orjson.JSONEncodeError:  # what orjson cannot write (an integer past 64 bits, a key not a string)
+        return json.dumps(line, ensure_ascii=False, default=str)
 
 
 class _StderrHandler(logging.Handler):
