@@ -108,4 +108,5 @@ def test_with_a_model_process_killed_under_load_every_line_is_json_and_no_questi
     after_kill = [paths[uuid] for t, _, uuid in sent if t > 0]
     assert "model_loading" in after_kill and after_kill[-1] == "model", after_kill
     assert "deadline" not in paths.values(), sorted(set(paths.values()))
+    assert not [line for line in lines if line["logger"] == "api.admission"]  # the overload control never flapped
     assert any("exited with code -9" in line["msg"] for line in lines if line["logger"].startswith("batching."))
