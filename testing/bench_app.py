@@ -30,9 +30,8 @@ def create_bench_app(fake: bool = False) -> Flask:
 
         app = create_app()
 
-    def batcher_stats() -> tuple[dict[str, Any], int]:
-        stats = app.extensions[EXTENSION_KEY].batcher.stats()  # every engine keeps stats (api.interfaces.Engine)
-        return (dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else dict(vars(stats))), 200
+    def batcher_stats() -> dict[str, Any]:
+        return dataclasses.asdict(app.extensions[EXTENSION_KEY].batcher.stats())  # every engine's BatcherStats
 
     app.add_url_rule(STATS_ROUTE, "bench_batcher_stats", batcher_stats)
     return app

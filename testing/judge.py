@@ -5,8 +5,8 @@ What the judge does (docs/contract.md, "Deadline and retries"), and so what this
 `URL/inference` with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out (`timeout_s`, for the
 connection and each wait on the socket), cannot connect or gets a non-200 is re-sent at once with `retry` 1, then
 0, and the earliest valid 200 counts. A 200 that fails `testing.samples.check_answer` or is longer than the
-sender's 10,240 characters is malformed: a failure, not re-sent (docs/contract.md, "The answer") unless
-`retry_malformed`. `concurrency` threads, each with its own `requests.Session`, keep that many questions out.
+sender's 10,240 characters is malformed: a failure, not re-sent (docs/contract.md, "The answer").
+`concurrency` threads, each with its own `requests.Session`, keep that many questions out.
 
 A question with no valid answer has `answer` None, scored as empty (`JudgedAnswer.scored`). `esun_uuid` is
 sha256 of a salt and the id: the same on every attempt, new on every run (the service keeps answers by
@@ -129,8 +129,7 @@ def _attempt(session: requests.Session, url: str, item: Labelled, esun_uuid: str
     return ("answered" if answer is not None else "malformed"), answer, elapsed
 
 
-def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, timeout_s: float,
-        retry_malformed: bool = False) -> JudgedAnswer:
+def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, timeout_s: float) -> JudgedAnswer:
     """Put one question with the judge's retries; return the earliest valid answer."""
     outcomes: list[Outcome] = []
     for retry in RETRIES:
@@ -138,22 +137,15 @@ def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, tim
         outcomes.append(outcome)
         if outcome == "answered":
             return JudgedAnswer(item.id, esun_uuid, answer, tuple(outcomes), elapsed)
-        if outcome == "malformed" and not retry_malformed:
+        if outcome == "malformed":
             break
     return JudgedAnswer(item.id, esun_uuid, None, tuple(outcomes), None)
 
 
-def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: int = 10,
-          uuid_salt: str | None = None, retry_malformed: bool = False) -> JudgeRun:
+def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: int = 10) -> JudgeRun:
     """Put every item to the service at `url` as the judge does; return the answers in input order."""
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"url must start with http:// or https://, got {url!r}")
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     endpoint = url.rstrip("/") + "/inference"
-    salt = uuid_salt if uuid_salt is not None else secrets.token_hex(8)
+    salt = secrets.token_hex(8)
     local, sessions = threading.local(), []
 
     def session() -> requests.Session:  # one per thread, all closed at the end
@@ -167,7 +159,7 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge") as pool:
             answers = list(pool.map(lambda item: ask(session(), endpoint, item, esun_uuid_of(item.id, salt),
-                                                     timeout_s, retry_malformed), items))
+                                                     timeout_s), items))
     finally:
         for each in sessions:
             each.close()
@@ -208,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.sets.split(",") if n]
     if not args.data and not names:
         ap.error("give --data FILE or --sets NAMES")
+    if not args.url.startswith(("http://", "https://")) or args.timeout <= 0 or args.concurrency < 1:
+        ap.error("--url must start with http:// or https://, --timeout be > 0 and --concurrency >= 1")
     try:
         sets = {path.name: read_labelled(path)[: args.limit or None] for path in args.data}
         for name in names:

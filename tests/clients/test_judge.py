@@ -124,13 +124,11 @@ def test_judge_counts_malformed_answer_as_failure_without_resending(make_live_se
     url = make_live_server(app)
 
     run = judge(url, items, timeout_s=1.0)
-    resent = judge(url, items[:1], timeout_s=1.0, retry_malformed=True)
 
     assert all(a.outcomes == ("malformed",) and a.answer is None and a.scored == "" for a in run.answers)
     assert (run.malformed, run.unanswered) == (len(items), len(items))
     assert run.latency.max_s is None
-    assert resent.answers[0].outcomes == ("malformed",) * 3
-    assert len(seen) == len(items) + 3
+    assert len(seen) == len(items)
 
 
 def test_judge_counts_connection_errors_when_service_is_unreachable(items: list[Labelled]):
