@@ -156,9 +156,6 @@ class Connection(asyncio.Protocol):
                 self.close()
             self.generator.answered(self, request, answer)
 
-    def eof_received(self) -> bool:
-        return False  # close the transport; connection_lost says what that did to a request in flight
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.request is not None:
@@ -215,20 +212,16 @@ class Generator:
         esun_uuid, payload = fresh_payload(self.templates[index % len(self.templates)])
         now = self.loop.time()
         request = Request(self.t0_wall + (due - self.t0), due, now, esun_uuid, due + self.timeout_s)
-        conn = None
         while self.idle:
-            candidate = self.idle.pop()  # the most recently used: the least likely to be closing
-            if candidate.usable(now):
-                conn = candidate
+            conn = self.idle.pop()  # the most recently used: the least likely to be closing
+            if conn.usable(now):
                 self.reused += 1
-                break
-            candidate.close()
-        if conn is None:
-            self.opening += 1
-            self.loop.create_task(self._open_and_send(request, self.target.request(payload)))
-            return
-        self.busy.add(conn)
-        conn.send(request, self.target.request(payload))
+                self.busy.add(conn)
+                conn.send(request, self.target.request(payload))
+                return
+            conn.close()
+        self.opening += 1
+        self.loop.create_task(self._open_and_send(request, self.target.request(payload)))
 
     async def _open_and_send(self, request: Request, data: bytes) -> None:
         # The request's timeout covers opening its connection: a server whose listen queue is full leaves a

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import platform
 import shlex
@@ -67,9 +66,9 @@ SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 # Inputs
 
 
-def request_pool(n: int, seed: int = 0) -> list[dict[str, Any]]:
+def request_pool(n: int) -> list[dict[str, Any]]:
     """Return n request bodies the model takes: the real samples, then simulated lists of test sentences."""
-    return simulated_bodies(n, ("test",), seed, start=real_bodies())
+    return simulated_bodies(n, ("test",), start=real_bodies())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -96,14 +95,12 @@ class Servers:
         return self.running[name]
 
     def release(self, name: str) -> None:
-        """Stop the server of this name, if it runs."""
-        server = self.running.pop(name, None)
-        if server is not None:
-            server.stop()
+        """Stop the server of this name."""
+        self.running.pop(name).stop()
 
     def close(self) -> None:
-        for name in list(self.running):
-            self.release(name)
+        for server in self.running.values():
+            server.stop()
 
 
 def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
@@ -117,9 +114,7 @@ _COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "p
 
 def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, int] | None:
     """Return how much each batcher counter grew between two snapshots."""
-    if before is None or after is None:
-        return None
-    return {k: int(after[k]) - int(before[k]) for k in _COUNTERS if k in after and k in before}
+    return None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
 
 
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
@@ -178,7 +173,6 @@ class Plan:
     capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
     f_slow: int = 1000  # slow connections held open (testing/slow_clients.py)
     fake: bool = False
-    profile: bool = False
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -231,17 +225,14 @@ def _padded_waste(batch: list[NBest]) -> int:
     return max(sizes) * len(sizes) - sum(sizes)
 
 
-def section_b(plan: Plan, servers: Servers, templates: list[str], out: Path) -> dict[str, Any]:
+def section_b(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, Any]:
     """Closed loop at 1, 10, 64 clients, batching on (the defaults) and off (MAX_BATCH_SIZE=1)."""
     result: dict[str, Any] = {}
     for mode, settings in (("on", SETTINGS_ON), ("off", SETTINGS_OFF)):
         server = servers.get(f"batching-{mode}", settings)
         points = []
         for clients in B_CLIENTS:
-            profiling = _start_profile(server, out, f"b-{mode}-{clients}", plan.durations["b"]) \
-                if plan.profile and mode == "on" and clients == max(B_CLIENTS) else None
             point = measure_closed(server, clients, plan.durations["b"], templates)
-            _finish_profile(profiling)
             points.append(point)
             print_point(f"b batching {mode}", f"{clients} clients", point)
         result[mode] = points
@@ -281,31 +272,6 @@ def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
           f"{q['sent']} questions answered validly within 1 s, p50 {q['p50_ms']} p99 {q['p99_ms']} ms, tool "
           f"{result['tool_cpu_share'] * 100:.1f} % of a core", flush=True)
     return result
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Profiling (optional)
-
-
-def _start_profile(server: ServerProcess, out: Path, label: str, duration_s: float) -> subprocess.Popen | None:
-    """Sample the server with py-spy during one point, if py-spy is installed; write a flame graph SVG."""
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(py_spy).exists():
-        print("bench: --profile needs py-spy (make install-dev installs it); not profiling", flush=True)
-        return None
-    target = out / f"profile-{label}.svg"
-    print(f"bench: profiling the server with py-spy into {target}", flush=True)
-    # --nonblocking and no --idle: pausing 130 threads 100 times a second collapsed the server being measured,
-    # and idle frames (threads waiting on the batcher) hid where the CPU goes.
-    return subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--subprocesses", "--nonblocking",
-                             "--duration", str(math.ceil(duration_s + 1)), "--rate", "50", "-o", str(target)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _finish_profile(process: subprocess.Popen | None) -> None:
-    if process is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(30)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -360,8 +326,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run of the whole benchmark")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
-    parser.add_argument("--profile", action="store_true",
-                        help="sample the server with py-spy at the most clients of b (batching on), if installed")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs in OUT/logs")
     parser.add_argument("--fake", action="store_true",
                         help="serve tests/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
@@ -382,8 +346,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
         return Plan(sections, durations, batch_sizes=(1, 8, 64), c_factors=(2.0,), f_slow=200,
-                    fake=args.fake, profile=args.profile, capacity_rps=args.capacity)
-    return Plan(sections, durations, fake=args.fake, profile=args.profile, capacity_rps=args.capacity)
+                    fake=args.fake, capacity_rps=args.capacity)
+    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         if "a" in plan.sections:
             results["a"] = section_a(plan, pool)
         if "b" in plan.sections:
-            results["b"] = section_b(plan, servers, templates, out)
+            results["b"] = section_b(plan, servers, templates)
             for mode in ("on", "off"):
                 for p in results["b"][mode]:
                     raw[f"b/batching {mode}/{p['clients']} clients"] = _raw_series(p)
