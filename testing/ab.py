@@ -1,20 +1,12 @@
 """A/B the corrector against other commits: offline (answers diffed, batches timed in turn) or served (answers/s
-and CPU per answer, or the worker's memory over new lists).
+and CPU per answer, or the worker's memory over new lists); the modes: testing/README.md.
 
 `python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
-temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads), builds
-the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set), and runs this file as a child
-process in each tree (`PYTHONPATH` naming the tree, so the child imports that commit's code):
-
-- `answers`: every list answered in batches of 64; the answers diffed against this tree's, each side's CER;
-- `time`: `--rounds` rounds, each side once per round in turn (rotated per round), each a fresh process: set-up,
-  WARM_LISTS answered untimed, then BATCHES batches of 64 distinct lists and SINGLES of 1, each timed alone; the
-  median over rounds of each round's median;
-- `served`: each side in turn served as `make run` serves it there, warmed with 3 s of load, then `--clients`
-  closed-loop clients (wrk) for `--served-s` seconds: answers/s, p99, the answers by path, the server's CPU per
-  answer; the bodies cycle through `--pool` lists, or with `--fresh` lists new to the server, as the judge's are;
-- `memory`: each side served in turn and sent new, distinct lists, one `--chunk` after another, until its model
-  has answered `--lists`; after set-up and each chunk the worker's VmRSS and its full GC collections (`/metrics`).
+temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads). Offline,
+it builds the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set) and runs this file as
+a child process in each tree, `PYTHONPATH` naming the tree, so the child imports that commit's code; served, it
+serves each tree as `make run` serves it there. Sides are measured in turn, the order rotated each round, and
+each figure is the median over `--rounds` rounds.
 
 Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
 """
@@ -141,18 +133,16 @@ def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dic
 
 def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Namespace) -> dict:
     """Time every side once per round, in turn (the order rotated each round); print the medians."""
-    names = list(sides)
-    rounds = alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
-                       lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms")
-    summary = {n: {k: statistics.median(rd[n][f"median_{k}"] for rd in rounds) for k in ("ms_64", "ms_1")}
-               for n in names}
-    print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |")
-    print("|---|---:|---:|---:|---:|")
-    for n in names:
-        s = summary[n]
-        print(f"| {n} | {s['ms_64']:.1f} | {s['ms_64'] / 64:.2f} | {s['ms_1']:.2f} | "
-              f"{s['ms_64'] / summary['here']['ms_64']:.2f}x |")
-    return {"rounds": rounds, "medians": summary}
+    result = alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
+                       lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms",
+                       {"ms_64": "median_ms_64", "ms_1": "median_ms_1"})
+    medians = result["medians"]
+    print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |\n"
+          "|---|---:|---:|---:|---:|")
+    for n, m in medians.items():
+        print(f"| {n} | {m['ms_64']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
+              f"{m['ms_64'] / medians['here']['ms_64']:.2f}x |")
+    return result
 
 
 def serve(tree: Path, app: str | None) -> ServerProcess:
@@ -167,16 +157,18 @@ def serve(tree: Path, app: str | None) -> ServerProcess:
     return start_server({"PYTHONPATH": str(tree)}, tree=tree, command=json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str]
-              ) -> list[dict[str, dict]]:
-    """Measure every side once per round, in turn (the order rotated each round); print each round."""
+def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str],
+              keys: dict[str, str]) -> dict:
+    """Measure every side once per round, in turn (the order rotated each round); print each round. Return the
+    rounds and, per side, the median over the rounds of each of `keys` (name in the medians: key in a round)."""
     names = list(sides)
     done: list[dict[str, dict]] = []
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         done.append({name: measure(sides[name]) for name in order})
         print(f"round {r + 1}: " + ", ".join(f"{n} {show(done[-1][n])}" for n in names), flush=True)
-    return done
+    return {"rounds": done, "medians": {n: {k: statistics.median(rd[n][key] for rd in done) for k, key in keys.items()}
+                                        for n in names}}
 
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
@@ -220,19 +212,17 @@ def served_bodies(pool: int, fresh: bool) -> tuple[list[str], list[str]]:
 def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve every side once per round, in turn (the order rotated each round); print the medians."""
     warm, templates = served_bodies(args.pool, args.fresh)
-    names = list(sides)
-    rounds = alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
-        f"{p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per answer "
-        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"))
     keys = ("answers_per_s", "p99_ms", "server_cpu_ms_per_answer", "server_cpu_pct")
-    summary = {n: {k: statistics.median(rd[n][k] for rd in rounds) for k in keys} for n in names}
+    result = alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
+        f"{p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per answer "
+        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"), {k: k for k in keys})
+    medians = result["medians"]
     print(f"\n| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
           "answers/s vs here |\n|---|---:|---:|---:|---:|---:|")
-    for n in names:
-        s = summary[n]
-        print(f"| {n} | {s['answers_per_s']} | {s['p99_ms']} | {s['server_cpu_ms_per_answer']} | "
-              f"{s['server_cpu_pct']} | {s['answers_per_s'] / summary['here']['answers_per_s']:.2f}x |")
-    return {"rounds": rounds, "medians": summary}
+    for n, m in medians.items():
+        vs_here = m["answers_per_s"] / medians["here"]["answers_per_s"]
+        print(f"| {n} | {' | '.join(str(m[k]) for k in keys)} | {vs_here:.2f}x |")
+    return result
 
 
 def full_collections(url: str) -> dict[str, float]:

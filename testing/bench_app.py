@@ -1,10 +1,6 @@
-"""The app the benchmark serves: the service's own app plus one read-only route with the batcher's counters.
-
-`gunicorn -c server/gunicorn_conf.py "testing.bench_app:create_bench_app()"` serves exactly what `make run` serves
-(`api:create_app()`: the shipped corrector, batcher and settings from the environment) and adds
-`GET /_bench/batcher`, the batcher's `stats()` (batches, items, padded waste, expired, overloaded), which no
-route of the service exposes. `create_bench_app(fake=True)` serves tests/fakes.py's FakeCorrector,
-to smoke-test the benchmark on a checkout without weights (`python -m testing.bench --fake`).
+"""The app the benchmark serves: `api:create_app()`, exactly what `make run` serves (or, `fake=True`, tests/fakes.py's
+FakeCorrector, for `python -m testing.bench --fake`), plus `GET /_bench/batcher`: the batcher's `stats()`, which no
+route of the service exposes.
 """
 
 from __future__ import annotations

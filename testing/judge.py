@@ -1,17 +1,11 @@
-"""Put labelled questions to a running service as the judge does, and score its answers:
-`python -m testing.judge --data FILE --url URL` (or `--sets test,reviews,decoded`, `learn.evaluate`'s simulated sets).
+"""Put labelled questions to a running service as the judge does (docs/contract.md, "Deadline and retries"), and
+score its answers; usage and output: testing/README.md.
 
-What the judge does (docs/contract.md, "Deadline and retries"), and so what this does: each question is POSTed to
-`URL/inference` with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out (`timeout_s`, for the
-connection and each wait on the socket), cannot connect or gets a non-200 is re-sent at once with `retry` 1, then
-0, and the earliest valid 200 counts. A 200 that fails `testing.samples.check_answer` or is longer than the
-sender's 10,240 characters is malformed: a failure, not re-sent (docs/contract.md, "The answer").
-`concurrency` threads, each with its own `requests.Session`, keep that many questions out.
-
-A question with no valid answer has `answer` None, scored as empty (`JudgedAnswer.scored`). `esun_uuid` is
-sha256 of a salt and the id: the same on every attempt, new on every run (the service keeps answers by
-`esun_uuid` for an hour). Each set's answers are scored as `learn.evaluate` scores the corrector in process (CER
-against TOP1 and the n-best oracle, `learn.evaluate.cer_score`).
+Each question goes out with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out, cannot connect or
+gets a non-200 is re-sent at once with `retry` 1, then 0, and the earliest valid 200 counts. A 200 that fails
+`testing.samples.check_answer` or is longer than the sender's 10,240 characters is malformed: a failure, not
+re-sent. A question's `esun_uuid` is sha256 of a salt and its id: the same on every attempt, new on every run
+(the service keeps answers by `esun_uuid` for an hour). Answers are scored by `learn.evaluate.cer_score`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The benchmark's pictures (matplotlib, imported only when drawing).
-
-Wherever latencies are drawn, the model's answers and the TOP1 fallbacks (`testing.report.FALLBACK_PATHS`: answers
-made at once, without the model) are told apart: per request in their own colours and markers, per point as
-separate model-only percentiles and a ring with the fallbacks' share. Every quantity axis starts at 0 (batch sizes
-and client counts stay on a log scale), and no title names a server's address or port.
+"""The benchmark's pictures (matplotlib, imported only when drawing): model answers and TOP1 fallbacks told apart,
+every quantity axis from 0, no server address in a title (testing/README.md).
 
     .venv/bin/python -m testing.plots docs/bench docs/bench/overload    # redraw from bench.json (+ bench_raw.json)
 """

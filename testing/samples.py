@@ -1,10 +1,7 @@
-"""Request bodies like the judge's: the real samples first, then variations of them.
+"""Request bodies like the judge's: the real samples first, then variations of them (another TOP1, fewer words,
+another order of hypotheses), each under its own `esun_uuid`, so that no two share an answer in the service's cache.
 
-A variation changes what the model sees (another TOP1, fewer words, another order of hypotheses) and gets
-its own `esun_uuid`, so that no two bodies share an answer in the service's cache.
-
-`python -m testing.samples --csv testing/jmeter/requests.csv` writes JMeter's request file (one JSON body
-per line; JSON never holds a raw tab, so a tab-delimited CSV reads each line whole).
+`python -m testing.samples --csv testing/jmeter/requests.csv` writes JMeter's request file, one JSON body a line.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from testing import cli
 with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
-    from testing.aioload import Target, parse_answer
+    from testing.aioload import Answer, Target, parse_answer
     from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, TIMEOUT_PROBLEM, Shot, percentile
     from testing.report import latency_stats
     from testing.samples import check_answer, request_bodies, with_fresh_uuid
@@ -82,56 +82,41 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
             writer.close()
 
 
-class Client:
-    """One closed-loop client on a kept-alive connection; each question is a `Shot` (status 0: no answer)."""
+async def closed_loop(target: Target, bodies: Iterator[dict[str, Any]], end: float, timeout_s: float,
+                      shots: list[Shot]) -> None:
+    """One client until `end`: a question at a time on a kept-alive connection, its answer read with the tools' one
+    parser (`testing.aioload.parse_answer`); each a `Shot` (status 0: no answer), timed from before the connect."""
+    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
-    def __init__(self, target: Target, timeout_s: float) -> None:
-        self.target, self.timeout_s = target, timeout_s
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def ask(self, body: dict[str, Any]) -> Shot:
-        request = self.target.request(json.dumps(body, ensure_ascii=False).encode())
-        started, sent_at = time.monotonic(), time.time()
-        try:
-            answer = await asyncio.wait_for(self._exchange(request), timeout=self.timeout_s)
-        except TimeoutError:
-            self.close()
-            return Shot(sent_at, time.monotonic() - started, 0, f"{TIMEOUT_PROBLEM}no answer within "
-                                                              f"{self.timeout_s:g} s")
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            self.close()
-            return Shot(sent_at, time.monotonic() - started, 0, f"{CONNECTION_PROBLEM}{type(exc).__name__}")
-        if not answer.keep_alive:
-            self.close()
-        return Shot(sent_at, time.monotonic() - started, answer.status,
-                    check_answer(answer.status, answer.body, body["esun_uuid"]))
-
-    async def _exchange(self, request: bytes) -> Any:
-        """Send the request and read its answer with the tools' one parser (`testing.aioload.parse_answer`)."""
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.target.host, self.target.port)
-        assert self.reader is not None
-        self.writer.write(request)
+    async def exchange(request: bytes) -> Answer:
+        nonlocal streams
+        if streams is None:
+            streams = await asyncio.open_connection(target.host, target.port)
+        streams[1].write(request)
         buffer = bytearray()
         while (parsed := parse_answer(buffer)) is None:
-            data = await self.reader.read(65536)
-            if not data:
+            if not (data := await streams[0].read(65536)):
                 raise asyncio.IncompleteReadError(bytes(buffer), None)
             buffer += data
         return parsed[0]
 
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-async def closed_loop(client: Client, bodies: itertools.cycle[dict[str, Any]], end: float,
-                      shots: list[Shot]) -> None:
     while time.monotonic() < end:
-        shots.append(await client.ask(with_fresh_uuid(next(bodies))))
-    client.close()
+        body = with_fresh_uuid(next(bodies))
+        started, sent_at = time.monotonic(), time.time()
+        status, keep_alive = 0, False
+        try:
+            answer = await asyncio.wait_for(exchange(target.request(json.dumps(body, ensure_ascii=False).encode())),
+                                            timeout=timeout_s)
+            status, keep_alive = answer.status, answer.keep_alive
+            problem = check_answer(answer.status, answer.body, body["esun_uuid"])
+        except TimeoutError:
+            problem = f"{TIMEOUT_PROBLEM}no answer within {timeout_s:g} s"
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            problem = f"{CONNECTION_PROBLEM}{type(exc).__name__}"
+        shots.append(Shot(sent_at, time.monotonic() - started, status, problem))
+        if streams is not None and (not keep_alive or time.monotonic() >= end):
+            streams[1].close()
+            streams = None
 
 
 async def sample_open(stats: SlowStats, end: float) -> None:
@@ -157,7 +142,7 @@ async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s
     cpu_start, wall_start, clients_start = time.process_time(), time.monotonic(), time.time()
     end = wall_start + seconds
     sampler = asyncio.create_task(sample_open(stats, end))
-    await asyncio.gather(*(closed_loop(Client(target, timeout_s), bodies, end, shots) for _ in range(clients)))
+    await asyncio.gather(*(closed_loop(target, bodies, end, timeout_s, shots) for _ in range(clients)))
     cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     machine_s = _machine_busy_s() - machine_start

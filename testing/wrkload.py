@@ -1,15 +1,9 @@
-"""The benchmark's closed loop through Debian's `wrk` (C, epoll, one thread) and testing/wrk.lua.
+"""The benchmark's closed loop through Debian's `wrk` (C, one thread: the least CPU per request of the generators
+measured here, docs/bench/loadgen_cost.md) and testing/wrk.lua.
 
-Why wrk: on this 2-core machine the load generator takes CPU from the server it measures; wrk sends and reads on
-one event-loop thread in C, and its Lua script (LuaJIT) only builds each body and notes each answer. Of the
-generators measured against the same server (docs/bench/loadgen_cost.md), it cost the least CPU per request.
-wrk has no open loop (that is testing/aioload.py's).
-
-What the script records per request (esun_uuid, sent, answered, status, a 200's body) becomes the same `Shot`s
-testing/aioload.py makes, each answer checked by `testing.samples.check_answer`, so the summaries, the paths from
-the server's log and the plots are the same. wrk's own
-connection errors (connect, read, write) and the requests it never got an answer to are reported beside them.
-wrk's CPU time is its own (os.wait4's resource usage of the child), reported as a share of one core.
+What the script records per request (esun_uuid, sent, answered, status, a 200's body) becomes the same `Shot`s as
+testing/aioload.py makes, each answer checked by `testing.samples.check_answer`. wrk's own connection errors and
+the requests it never got an answer to are reported beside them, and its CPU time (os.wait4's resource usage).
 """
 
 from __future__ import annotations
