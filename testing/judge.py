@@ -54,39 +54,37 @@ class JudgedAnswer:
 
 
 @dataclass(frozen=True)
-class Latency:
-    """Nearest-rank percentiles of the counted attempts' latencies, in seconds (None: no answer at all)."""
-
-    p50_s: float | None
-    p90_s: float | None
-    p99_s: float | None
-    max_s: float | None
-
-
-@dataclass(frozen=True)
 class JudgeRun:
-    """A whole run: answers in input order, failed attempts by kind, and the latency of the counted answers."""
+    """A whole run: the answers in input order; the failed attempts by kind and the counted answers' latency."""
 
     answers: list[JudgedAnswer]
-    late: int
-    non_200: int
-    connection_errors: int
-    malformed: int
-    unanswered: int
-    latency: Latency
     wall_s: float
 
-    def summary(self) -> dict[str, Any]:
-        """Return the counts and latencies (not the answers) as a JSON-ready dict."""
-        return {"questions": len(self.answers), "unanswered": self.unanswered, "late": self.late,
-                "non_200": self.non_200, "connection_errors": self.connection_errors, "malformed": self.malformed,
-                "attempts": sum(a.attempts for a in self.answers), "latency_s": vars(self.latency),
-                "wall_s": round(self.wall_s, 3)}
+    def failed(self, outcome: Outcome) -> int:
+        """Count the attempts that ended so (late, non_200, connection_error, malformed)."""
+        return sum(a.outcomes.count(outcome) for a in self.answers)
+
+    @property
+    def unanswered(self) -> int:
+        return sum(a.answer is None for a in self.answers)
 
     @property
     def never_connected(self) -> int:
         """Count the questions none of whose attempts could connect (a question, not its retries)."""
         return sum(all(o == "connection_error" for o in a.outcomes) for a in self.answers)
+
+    def latency_s(self) -> dict[str, float | None]:
+        """Nearest-rank p50/p90/p99/max of the counted answers' latencies, in seconds (None: no answer at all)."""
+        latencies = [a.latency_s for a in self.answers if a.latency_s is not None]
+        return {name: percentile(latencies, q) for name, q in (("p50_s", 50), ("p90_s", 90), ("p99_s", 99),
+                                                                ("max_s", 100))}
+
+    def summary(self) -> dict[str, Any]:
+        """Return the counts and latencies (not the answers) as a JSON-ready dict."""
+        return {"questions": len(self.answers), "unanswered": self.unanswered, "late": self.failed("late"),
+                "non_200": self.failed("non_200"), "connection_errors": self.failed("connection_error"),
+                "malformed": self.failed("malformed"), "attempts": sum(a.attempts for a in self.answers),
+                "latency_s": self.latency_s(), "wall_s": round(self.wall_s, 3)}
 
 
 def esun_uuid_of(item_id: str, salt: str) -> str:
@@ -157,23 +155,7 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
     finally:
         for each in sessions:
             each.close()
-    return summarise(answers, time.perf_counter() - started)
-
-
-def summarise(answers: list[JudgedAnswer], wall_s: float) -> JudgeRun:
-    """Count failed attempts by kind and take the latency percentiles of the counted answers."""
-    outcomes = [o for a in answers for o in a.outcomes]
-    latencies = [a.latency_s for a in answers if a.latency_s is not None]
-    return JudgeRun(
-        answers=answers,
-        late=outcomes.count("late"),
-        non_200=outcomes.count("non_200"),
-        connection_errors=outcomes.count("connection_error"),
-        malformed=outcomes.count("malformed"),
-        unanswered=sum(a.answer is None for a in answers),
-        latency=Latency(*(percentile(latencies, q) for q in (50, 90, 99, 100))),
-        wall_s=wall_s,
-    )
+    return JudgeRun(answers, time.perf_counter() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
