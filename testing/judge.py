@@ -166,7 +166,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, action="append", default=[],
                     help="labelled file: the official JSON list, or JSONL (repeatable)")
     ap.add_argument("--sets", default="", help=f"learn.evaluate's simulated sets ({','.join(SIM_SETS)})")
-    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"), help="with --sets: the corpus they come from")
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--timeout", type=float, default=1.0, help="the judge's HTTP timeout in seconds")
     ap.add_argument("--concurrency", type=int, default=10, help="questions outstanding at once")
@@ -181,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sets = {path.name: read_labelled(path)[: args.limit or None] for path in args.data}
         for name in names:
-            data = simulated_set(args.corpus, name, args.limit or 3000)
+            data = simulated_set(Path("data/corpus"), name, args.limit or 3000)
             sets[name] = [Labelled(f"{name}-{k}", t, nb) for k, (nb, t) in enumerate(zip(data.nbests, data.truths,
                                                                                          strict=True))]
     except (LabelledFormatError, OSError, ValueError) as e:

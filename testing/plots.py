@@ -133,9 +133,8 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
             xs = [p["clients"] for p in points]
             left.plot(xs, [p["throughput_rps"] for p in points], marker="o", color=color,
                       label=f"batching {mode}: all answers/s")
-            if any("model_rps" in p for p in points):
-                left.plot(xs, [p.get("model_rps", math.nan) for p in points], ":", marker=".", color=color,
-                          label=f"batching {mode}: model answers/s")
+            left.plot(xs, [p["model_rps"] for p in points], ":", marker=".", color=color,
+                      label=f"batching {mode}: model answers/s")
             ringed = _latency_lines(right, points, f"batching {mode}", color) or ringed
         _fallback_legend_entry(right, ringed)
         if "a" in results:
