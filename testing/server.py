@@ -7,7 +7,6 @@ inference request) to `log`.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
 import os
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import requests
 
@@ -56,15 +56,10 @@ class CpuClock:
         self.times.append(at)
         self.cpu.append(cpu_s)
 
-    def at(self, moment: float) -> float:
-        """The CPU seconds at `moment`, linear between the samples around it."""
-        k = min(max(bisect.bisect_left(self.times, moment), 1), len(self.times) - 1)
-        t0, t1 = self.times[k - 1], self.times[k]
-        share = 0.0 if t1 == t0 else min(max((moment - t0) / (t1 - t0), 0.0), 1.0)
-        return self.cpu[k - 1] + share * (self.cpu[k] - self.cpu[k - 1])
-
     def between(self, start: float, end: float) -> float:
-        return self.at(end) - self.at(start)
+        """The CPU seconds used from `start` to `end`, each read linearly between the samples around it (clamped to
+        the first and last)."""
+        return float(np.interp(end, self.times, self.cpu) - np.interp(start, self.times, self.cpu))
 
     def figures(self, start: float, end: float, answers: int) -> dict[str, float | None]:
         """What the window cost the server: its share of one core, and its CPU milliseconds per answer."""
