@@ -345,9 +345,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     durations = {s: duration if duration is not None else DEFAULT_DURATION_S[s] for s in SECTIONS}
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
-        return Plan(sections, durations, batch_sizes=(1, 8, 64), c_factors=(2.0,), f_slow=200,
-                    fake=args.fake, capacity_rps=args.capacity)
-    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity)
+    quick = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
+    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, **quick)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,7 +84,8 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, temp
 
 
 def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tuple[str, float]], dict[str, int]]:
-    """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts."""
+    """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts (the last two written by
+    its done(), which runs whenever wrk exits 0)."""
     answers = []
     for path in sorted(out.parent.glob(out.name + "-*.tsv")):
         if path.name.endswith(("-left.tsv", "-errors.tsv")):
@@ -92,10 +93,6 @@ def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tup
         for line in filter(None, path.read_text(encoding="utf-8", errors="replace").split("\n")):
             esun_uuid, sent, done, status, body = line.split("\t", 4)
             answers.append((esun_uuid, float(sent), float(done), int(status), body))
-    left_path = out.parent / f"{out.name}-left.tsv"
-    left = [(u, float(t)) for u, t in (line.split("\t") for line in left_path.read_text().splitlines())] \
-        if left_path.exists() else []
-    errors_path = out.parent / f"{out.name}-errors.tsv"
-    errors = {k: int(v) for k, v in (line.split("\t") for line in errors_path.read_text().splitlines())} \
-        if errors_path.exists() else {}
-    return answers, left, errors
+    left = [line.split("\t") for line in Path(f"{out}-left.tsv").read_text().splitlines()]
+    errors = [line.split("\t") for line in Path(f"{out}-errors.tsv").read_text().splitlines()]
+    return answers, [(u, float(t)) for u, t in left], {k: int(v) for k, v in errors}
