@@ -267,10 +267,7 @@ def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     server = servers.get("batching-on", SETTINGS_ON)
     result = slow_clients.measure(aioload.Target.from_url(server.url), plan.f_slow, F_CLIENTS,
                                   plan.durations["f"], timeout_s=5.0, server=server)
-    q = result["questions"]
-    print(f"bench f slow clients: {result['slow']['held_min']} of {plan.f_slow} held, {q['within_1s']} of "
-          f"{q['sent']} questions answered validly within 1 s, p50 {q['p50_ms']} p99 {q['p99_ms']} ms, tool "
-          f"{result['tool_cpu_share'] * 100:.1f} % of a core", flush=True)
+    slow_clients.print_report(result)
     return result
 
 
