@@ -1,31 +1,12 @@
 """A/B the corrector against other commits: offline (answers diffed, batches timed in turn) or served (answers/s
-and CPU per answer, or the worker's memory over new lists).
+and CPU per answer, or the worker's memory over new lists); the modes: testing/README.md.
 
 `python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
-temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads), builds
-the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set), and runs this file as a child
-process in each tree (`PYTHONPATH` naming the tree, so the child imports that commit's code):
-
-- `answers`: every list answered in batches of 64, in the same order; the answers are diffed against this tree's
-  and each side's answer CER printed (the same answers give the same figures);
-- `time`: `--rounds` rounds, each side once per round in turn (this tree, then each commit, rotated per round),
-  each a fresh process: set-up, `--warm` lists answered untimed, then `--batches` batches of 64 distinct lists and
-  `--singles` batches of 1, each timed alone. The table shows per side the median over rounds of each round's
-  median; `--json` keeps every time.
-
-- `served` (`--mode served`): `--rounds` rounds, each side once per round in turn: its tree served as `make run`
-  serves it (its own gunicorn command, its code on `PYTHONPATH`), warmed with 3 s of load, then `--clients`
-  closed-loop clients (wrk, this tree's bench bodies) for `--served-s` seconds: answers/s, p99, non-200, the answers
-  by path, and what one answer costs the served process's CPU (`ServerProcess.cpu_clock`). The bodies cycle through
-  `--pool` lists (400: the bench's pool, whose sentences the model's caches soon hold); with `--fresh`, the warm-up
-  reads lists of its own and the window `--pool` others, each new to the server until the window outlasts them, as
-  the judge's lists are (each utterance once; its retries never reach the model).
-- `memory` (`--mode memory`): each side served in turn (`--app`: another WSGI app, gunicorn's form) and sent
-  distinct lists (simulated from the corpus's train and review sentences, seeded, each under a fresh esun_uuid)
-  through wrk's closed loop, one `--chunk` of new lists after another, until its model has answered `--lists`.
-  After the set-up and after each chunk: the worker's resident set (VmRSS), the lists the model answered so far
-  (from the request log), and from `/metrics` the full collections of Python's cyclic GC so far, their time and
-  the longest (each one stops every request of the process). Do the bounded caches stay bounded?
+temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads). Offline,
+it builds the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set) and runs this file as
+a child process in each tree, `PYTHONPATH` naming the tree, so the child imports that commit's code; served, it
+serves each tree as `make run` serves it there. Sides are measured in turn, the order rotated each round, and
+each figure is the median over `--rounds` rounds.
 
 Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
 """
@@ -52,11 +33,12 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
 FRESH_WARM_LISTS = 2_500  # --fresh: the warm-up's own lists (3 s at 64 clients is under 2,000 answers here)
+WARM_LISTS, BATCHES, SINGLES = 640, 20, 200  # --mode time, per child: lists answered untimed, batches of 64 and of 1
 # --mode memory: lists built per list to be answered (a wrk run stops short of its chunk's end, see --rate-guess)
 POOL_SHARE = 1.5
 
 
-def child(mode: str, lists_path: Path, batches: int, singles: int, warm: int) -> dict:
+def child(mode: str, lists_path: Path) -> dict:
     """Run in a tree: answer every list (`answers`) or time batches of 64 and of 1 (`time`)."""
     import numpy as np
     import torch
@@ -76,13 +58,13 @@ def child(mode: str, lists_path: Path, batches: int, singles: int, warm: int) ->
             answers += corrector.predict_batch(lists[start : start + 64])
         return {"answers": answers}
     out: dict = {"setup_s": setup_s, "threads": torch.get_num_threads(), "ms_64": [], "ms_1": []}
-    for start in range(0, warm, 64):  # untimed: the caches as a served process has them after a while
+    for start in range(0, WARM_LISTS, 64):  # untimed: the caches as a served process has them after a while
         corrector.predict_batch(lists[start : start + 64])
-    for start in range(warm, min(len(lists), warm + 64 * batches), 64):
+    for start in range(WARM_LISTS, min(len(lists), WARM_LISTS + 64 * BATCHES), 64):
         t = time.perf_counter()
         corrector.predict_batch(lists[start : start + 64])
         out["ms_64"].append(1000 * (time.perf_counter() - t))
-    for item in lists[-singles:]:  # lists the batches above did not hold
+    for item in lists[-SINGLES:]:  # lists the batches above did not hold
         t = time.perf_counter()
         corrector.predict_batch([item])
         out["ms_1"].append(1000 * (time.perf_counter() - t))
@@ -113,11 +95,10 @@ def make_tree(commit: str, parent: Path) -> Path:
     return tree
 
 
-def run_child(tree: Path, mode: str, lists_path: Path, args: argparse.Namespace) -> dict:
+def run_child(tree: Path, mode: str, lists_path: Path) -> dict:
     """Run this file's `child` in `tree`'s code; its JSON comes back on stdout's last line."""
     env = os.environ | {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--lists-file", str(lists_path),
-           "--batches", str(args.batches), "--singles", str(args.singles), "--warm", str(args.warm)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--lists-file", str(lists_path)]
     done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"child in {tree} failed: {done.stderr.strip()[-2000:]}")
@@ -131,9 +112,9 @@ def cer(answers: list[str], truths: list[str]) -> float:
     return sum(Levenshtein.distance(a, t) for a, t in zip(answers, truths, strict=True)) / max(1, sum(map(len, truths)))
 
 
-def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict, args: argparse.Namespace) -> dict:
+def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dict:
     """Answer the lists on every side; print per set each side's CER and how many answers differ from this tree's."""
-    answers = {name: run_child(tree, "answers", lists_path, args)["answers"] for name, tree in sides.items()}
+    answers = {name: run_child(tree, "answers", lists_path)["answers"] for name, tree in sides.items()}
     here = answers["here"]
     report: dict = {"sets": {}, "differences": []}
     print("| set | side | lists | answer CER | answers unlike this tree's |\n|---|---|---:|---:|---:|")
@@ -152,18 +133,16 @@ def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict, args: 
 
 def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Namespace) -> dict:
     """Time every side once per round, in turn (the order rotated each round); print the medians."""
-    names = list(sides)
-    rounds = alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path, args),
-                       lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms")
-    summary = {n: {k: statistics.median(rd[n][f"median_{k}"] for rd in rounds) for k in ("ms_64", "ms_1")}
-               for n in names}
-    print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |")
-    print("|---|---:|---:|---:|---:|")
-    for n in names:
-        s = summary[n]
-        print(f"| {n} | {s['ms_64']:.1f} | {s['ms_64'] / 64:.2f} | {s['ms_1']:.2f} | "
-              f"{s['ms_64'] / summary['here']['ms_64']:.2f}x |")
-    return {"rounds": rounds, "medians": summary}
+    result = alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
+                       lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms",
+                       {"ms_64": "median_ms_64", "ms_1": "median_ms_1"})
+    medians = result["medians"]
+    print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |\n"
+          "|---|---:|---:|---:|---:|")
+    for n, m in medians.items():
+        print(f"| {n} | {m['ms_64']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
+              f"{m['ms_64'] / medians['here']['ms_64']:.2f}x |")
+    return result
 
 
 def serve(tree: Path, app: str | None) -> ServerProcess:
@@ -178,16 +157,18 @@ def serve(tree: Path, app: str | None) -> ServerProcess:
     return start_server({"PYTHONPATH": str(tree)}, tree=tree, command=json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str]
-              ) -> list[dict[str, dict]]:
-    """Measure every side once per round, in turn (the order rotated each round); print each round."""
+def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str],
+              keys: dict[str, str]) -> dict:
+    """Measure every side once per round, in turn (the order rotated each round); print each round. Return the
+    rounds and, per side, the median over the rounds of each of `keys` (name in the medians: key in a round)."""
     names = list(sides)
     done: list[dict[str, dict]] = []
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         done.append({name: measure(sides[name]) for name in order})
         print(f"round {r + 1}: " + ", ".join(f"{n} {show(done[-1][n])}" for n in names), flush=True)
-    return done
+    return {"rounds": done, "medians": {n: {k: statistics.median(rd[n][key] for rd in done) for k, key in keys.items()}
+                                        for n in names}}
 
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
@@ -231,27 +212,17 @@ def served_bodies(pool: int, fresh: bool) -> tuple[list[str], list[str]]:
 def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve every side once per round, in turn (the order rotated each round); print the medians."""
     warm, templates = served_bodies(args.pool, args.fresh)
-    names = list(sides)
-    rounds = alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
-        f"{p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per answer "
-        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"))
     keys = ("answers_per_s", "p99_ms", "server_cpu_ms_per_answer", "server_cpu_pct")
-    summary = {n: {k: statistics.median(rd[n][k] for rd in rounds) for k in keys} for n in names}
+    result = alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
+        f"{p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per answer "
+        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"), {k: k for k in keys})
+    medians = result["medians"]
     print(f"\n| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
           "answers/s vs here |\n|---|---:|---:|---:|---:|---:|")
-    for n in names:
-        s = summary[n]
-        print(f"| {n} | {s['answers_per_s']} | {s['p99_ms']} | {s['server_cpu_ms_per_answer']} | "
-              f"{s['server_cpu_pct']} | {s['answers_per_s'] / summary['here']['answers_per_s']:.2f}x |")
-    return {"rounds": rounds, "medians": summary}
-
-
-def rss_mib(pid: int) -> float:
-    """The resident set of a process, MiB (VmRSS)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    for n, m in medians.items():
+        vs_here = m["answers_per_s"] / medians["here"]["answers_per_s"]
+        print(f"| {n} | {' | '.join(str(m[k]) for k in keys)} | {vs_here:.2f}x |")
+    return result
 
 
 def full_collections(url: str) -> dict[str, float]:
@@ -277,10 +248,14 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
 
     server = serve(tree, args.app)
     try:
-        worker = psutil.Process(server.process.pid).children()[0].pid
-        points = [{"lists_sent": 0, "answered_by_model": 0, "rss_mib": rss_mib(worker), "when": "after set-up",
+        worker = psutil.Process(server.process.pid).children()[0]
+
+        def rss_mib() -> float:  # the worker's resident set (VmRSS)
+            return round(worker.memory_info().rss / 2**20, 1)
+
+        points = [{"lists_sent": 0, "answered_by_model": 0, "rss_mib": rss_mib(), "when": "after set-up",
                    "full_gc": full_collections(server.url)}]
-        print(f"worker {worker}: {points[0]['rss_mib']} MiB after set-up", flush=True)
+        print(f"worker {worker.pid}: {points[0]['rss_mib']} MiB after set-up", flush=True)
         sent = answered = 0
         started = time.monotonic()
         while answered < args.lists and sent < len(templates):
@@ -292,7 +267,7 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
             sent += len(chunk)
             paths = server.paths()
             answered = paths.get("model", 0)
-            points.append({"lists_sent": sent, "answered_by_model": answered, "rss_mib": rss_mib(worker),
+            points.append({"lists_sent": sent, "answered_by_model": answered, "rss_mib": rss_mib(),
                            "requests_logged": sum(paths.values()), "full_gc": full_collections(server.url)})
             print(f"{sent:>7} lists offered, {answered:>7} answered by the model: {points[-1]['rss_mib']} MiB",
                   flush=True)
@@ -308,7 +283,7 @@ def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
 
     pool = int(args.lists * POOL_SHARE)
     print(f"building {pool} distinct lists ...", flush=True)
-    templates = payload_templates(simulated_bodies(pool, ("train", "reviews"), args.seed, distinct=True))
+    templates = payload_templates(simulated_bodies(pool, ("train", "reviews"), distinct=True))
     result = {}
     for name, tree in sides.items():
         result[name] = memory_run(tree, templates, args)
@@ -333,9 +308,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mode", choices=("answers", "time", "both", "served", "memory"), default="both")
     ap.add_argument("--limit", type=int, default=1000, help="lists per evaluation set")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=20, help="batches of 64 timed per child")
-    ap.add_argument("--singles", type=int, default=200, help="batches of 1 timed per child")
-    ap.add_argument("--warm", type=int, default=640, help="lists answered untimed first, in batches of 64")
     ap.add_argument("--clients", type=int, default=64, help="closed-loop clients of --mode served")
     ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
     ap.add_argument("--pool", type=int, default=400, help="distinct lists the window of --mode served cycles through")
@@ -345,7 +317,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per wrk run, between readings")
     ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most: sizes each "
                     "wrk run so that it does not wrap round its chunk")
-    ap.add_argument("--seed", type=int, default=0, help="--mode memory: the lists' seed")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)
@@ -355,7 +326,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.lists_file, args.batches, args.singles, args.warm)))
+        print(json.dumps(child(args.child, args.lists_file)))
         return 0
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp:
         parent = Path(tmp)
@@ -369,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "lists": len(meta["set"])}
         try:
             if args.mode in ("answers", "both"):
-                result["answers"] = compare_answers(sides, lists_path, meta, args)
+                result["answers"] = compare_answers(sides, lists_path, meta)
             if args.mode in ("time", "both"):
                 result["time"] = compare_times(sides, lists_path, args)
             if args.mode == "served":

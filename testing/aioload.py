@@ -1,21 +1,15 @@
-"""The benchmark's open-loop generator, on one asyncio event loop, keep-alive HTTP/1.1 (closed loops are wrk's).
+"""The benchmark's open-loop generator, on one asyncio event loop (uvloop when installed), keep-alive HTTP/1.1.
 
-The load generator shares the 2-core machine with the server it measures: a thread and a `requests.Session` per
-in-flight request took 68-93 % of one core in the overload points (docs/benchmarks.md). Here there is no thread,
-task or stream per request: the schedule calls `send`, which writes a pre-serialised body on an idle connection's
-transport; the connection's protocol parses the answer as its bytes arrive and records it. Only opening a
-connection is a coroutine; one watchdog, not a timer per request, ends the requests past their timeout. On uvloop
-when installed. The answers are parsed by hand (`parse_answer`, also the slow clients' parser), not by h11: h11's
-state machine took 51 us per request sent and answered, this 3.6 us (measured here), which at the overload's
-rates is several per cent of a core taken from the server.
+The generator shares the 2-core machine with the server it measures, so there is no thread, task or stream per
+request: the schedule calls `send`, which writes a pre-serialised body on an idle connection's transport; the
+connection's protocol parses the answer as its bytes arrive. Only opening a connection is a coroutine; one
+watchdog, not a timer per request, ends the requests past their timeout. Answers are parsed by hand
+(`parse_answer`, also the slow clients' parser): h11 took 51 us per request, this 3.6 us (measured here).
 
-`open_loop`: Poisson arrivals whatever the answers do. Latency counts from when each request was *due*, so a
-server that makes a queue, or a generator that falls behind, shows as latency; how late the generator sent each
-request is kept apart as its lag. A request takes an idle keep-alive connection or opens a new one (no cap: an
-open loop never waits for a connection) and gives it back once its answer is read whole, unless the server said
-`Connection: close`; a connection idle longer than `IDLE_CLOSE_S` is closed rather than reused. Every request is
-one `testing.loadgen.Shot`: status 0 when no answer came, its problem `connection: ...` (refused, reset, cut
-mid-answer, closed before answering) or `timeout: ...`.
+`open_loop`: Poisson arrivals whatever the answers do, latency counted from when each request was *due* (how late
+the generator sent it is kept apart as its lag). A request takes an idle keep-alive connection or opens a new one
+(an open loop never waits for one). Each request is one `testing.loadgen.Shot`: status 0 when no answer came, its
+problem `connection: ...` (refused, reset, cut mid-answer, closed before answering) or `timeout: ...`.
 """
 
 from __future__ import annotations
@@ -94,7 +88,8 @@ class Answer:
 def parse_answer(buffer: bytearray, closed: bool = False) -> tuple[Answer, int] | None:
     """Parse one HTTP/1.1 answer at the start of buffer; return it and its length in bytes, None while incomplete.
 
-    `closed`: the connection has ended, so a body without a length ends here. ValueError if it is not HTTP.
+    `closed`: the connection has ended, so a body without a length ends here. ValueError if it is not HTTP, or is
+    chunked (the service always sends a Content-Length).
     """
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
@@ -117,29 +112,11 @@ def parse_answer(buffer: bytearray, closed: bool = False) -> tuple[Answer, int] 
         if len(buffer) < start + length:
             return None
         return Answer(int(parts[1]), bytes(buffer[start:start + length]), keep_alive), start + length
-    if headers.get("transfer-encoding") == "chunked":
-        body, used = _chunked(buffer, start)
-        return None if body is None else (Answer(int(parts[1]), body, keep_alive), used)
+    if "transfer-encoding" in headers:
+        raise ValueError("a chunked answer: the service sends a Content-Length")
     if not closed:
         return None
     return Answer(int(parts[1]), bytes(buffer[start:]), False), len(buffer)
-
-
-def _chunked(buffer: bytearray, at: int) -> tuple[bytes | None, int]:
-    chunks = []
-    while True:
-        eol = buffer.find(b"\r\n", at)
-        if eol < 0:
-            return None, 0
-        size = int(bytes(buffer[at:eol]).split(b";")[0], 16)
-        if size == 0:
-            if buffer.find(b"\r\n", eol + 2) < 0:
-                return None, 0
-            return b"".join(chunks), buffer.find(b"\r\n", eol + 2) + 2
-        if len(buffer) < eol + 2 + size + 2:
-            return None, 0
-        chunks.append(bytes(buffer[eol + 2:eol + 2 + size]))
-        at = eol + 2 + size + 2
 
 
 class Connection(asyncio.Protocol):
@@ -178,9 +155,6 @@ class Connection(asyncio.Protocol):
             if not answer.keep_alive:
                 self.close()
             self.generator.answered(self, request, answer)
-
-    def eof_received(self) -> bool:
-        return False  # close the transport; connection_lost says what that did to a request in flight
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -238,20 +212,16 @@ class Generator:
         esun_uuid, payload = fresh_payload(self.templates[index % len(self.templates)])
         now = self.loop.time()
         request = Request(self.t0_wall + (due - self.t0), due, now, esun_uuid, due + self.timeout_s)
-        conn = None
         while self.idle:
-            candidate = self.idle.pop()  # the most recently used: the least likely to be closing
-            if candidate.usable(now):
-                conn = candidate
+            conn = self.idle.pop()  # the most recently used: the least likely to be closing
+            if conn.usable(now):
                 self.reused += 1
-                break
-            candidate.close()
-        if conn is None:
-            self.opening += 1
-            self.loop.create_task(self._open_and_send(request, self.target.request(payload)))
-            return
-        self.busy.add(conn)
-        conn.send(request, self.target.request(payload))
+                self.busy.add(conn)
+                conn.send(request, self.target.request(payload))
+                return
+            conn.close()
+        self.opening += 1
+        self.loop.create_task(self._open_and_send(request, self.target.request(payload)))
 
     async def _open_and_send(self, request: Request, data: bytes) -> None:
         # The request's timeout covers opening its connection: a server whose listen queue is full leaves a
@@ -285,8 +255,7 @@ class Generator:
     def _record(self, request: Request, status: int, problem: str | None) -> None:
         now = self.loop.time()
         self.shots.append(Shot(request.due_wall, now - request.due, status, problem,
-                               lag_s=max(0.0, request.sent - request.due), esun_uuid=request.esun_uuid,
-                               from_due=True))
+                               lag_s=max(0.0, request.sent - request.due), esun_uuid=request.esun_uuid))
 
     async def watchdog(self) -> None:
         """End the requests past their timeout, every WATCHDOG_S."""

@@ -1,19 +1,9 @@
-"""The benchmark: the corrector's offline ceiling, then the served service under closed- and open-loop load.
+"""The benchmark: the corrector's offline ceiling (a), then the served service under closed-loop load (b, wrk via
+testing/wrkload.py), open-loop overload (c, testing/aioload.py) and slow clients (f, testing/slow_clients.py).
 
-    .venv/bin/python -m testing.bench [--sections a,b,c,f] [--duration S] [--quick] [--out docs/bench] [--profile]
-                                      [--keep-logs] [--fake] [--pool N] [--capacity RPS]
-
-a. offline: the corrector alone, items/s by batch size 1..64 on the same inputs: the ceiling;
-b. closed loop (wrk, testing/wrkload.py): 1, 10 and 64 clients, batching on (the defaults) and off
-   (MAX_BATCH_SIZE=1: one corrector call per request);
-c. open-loop overload (testing/aioload.py): Poisson arrivals at 2x, 3x and 5x b's capacity, batching on, latency
-   from each request's due time, a request unanswered 10 s after it was due counted as no answer;
-f. slow clients (testing/slow_clients.py): 1,000 connections stalled mid-head beside 10 closed-loop clients.
-
-Each server is gunicorn as `make run` starts it (testing/server.py), serving testing/bench_app.py (the app plus
-the batcher's counters); answers are counted by path from its request log. The generator's own CPU share of one
-core is reported beside every point. Writes bench.json, bench_raw.json (every request), bench.md and the plots
-(testing/plots.py) into --out; the summaries and tables are testing/report.py's. testing/README.md says more.
+Each server is gunicorn as `make run` starts it (testing/server.py), serving testing/bench_app.py; answers are
+counted by path from its request log. testing/README.md says what each section measures, its flags, and what it
+writes to --out (summaries and tables: testing/report.py; plots: testing/plots.py).
 """
 
 from __future__ import annotations
@@ -21,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import platform
 import shlex
@@ -60,10 +49,11 @@ with cli.dev_requirements("testing.bench"):
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "f")
-DEFAULT_SECTIONS = "a,b,c,f"
-# The load generators: wrk and testing/wrk.lua for closed loops, testing/aioload.py for open loops (the least CPU
-# per request measured here, docs/bench/loadgen_cost.md). Open loop: a request unanswered this long after it was
-# due counts as no answer (at 5x the question is whether every request is answered within 10 s).
+B_CLIENTS = (1, 10, 64)
+F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
+POOL = 400  # different request bodies
+# Open loop: a request unanswered this long after it was due counts as no answer (at 5x the question is whether
+# every request is answered within 10 s).
 OPEN_LOOP_ANSWER_S = 10.0
 # Per-point durations (s) of a default run; --duration replaces them all.
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0}
@@ -76,9 +66,9 @@ SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 # Inputs
 
 
-def request_pool(n: int, seed: int = 0) -> list[dict[str, Any]]:
+def request_pool(n: int) -> list[dict[str, Any]]:
     """Return n request bodies the model takes: the real samples, then simulated lists of test sentences."""
-    return simulated_bodies(n, ("test",), seed, start=real_bodies())
+    return simulated_bodies(n, ("test",), start=real_bodies())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -105,14 +95,12 @@ class Servers:
         return self.running[name]
 
     def release(self, name: str) -> None:
-        """Stop the server of this name, if it runs."""
-        server = self.running.pop(name, None)
-        if server is not None:
-            server.stop()
+        """Stop the server of this name."""
+        self.running.pop(name).stop()
 
     def close(self) -> None:
-        for name in list(self.running):
-            self.release(name)
+        for server in self.running.values():
+            server.stop()
 
 
 def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
@@ -126,9 +114,7 @@ _COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "p
 
 def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, int] | None:
     """Return how much each batcher counter grew between two snapshots."""
-    if before is None or after is None:
-        return None
-    return {k: int(after[k]) - int(before[k]) for k in _COUNTERS if k in after and k in before}
+    return None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
 
 
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
@@ -183,13 +169,10 @@ class Plan:
     sections: tuple[str, ...]
     durations: dict[str, float]
     batch_sizes: tuple[int, ...] = BATCH_SIZES
-    b_clients: tuple[int, ...] = (1, 10, 64)
     c_factors: tuple[float, ...] = (2.0, 3.0, 5.0)
     capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
-    f_slow: int = 1000  # slow connections held open (testing/slow_clients.py) ...
-    f_clients: int = 10  # ... while this many closed-loop clients ask
+    f_slow: int = 1000  # slow connections held open (testing/slow_clients.py)
     fake: bool = False
-    profile: bool = False
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -242,17 +225,14 @@ def _padded_waste(batch: list[NBest]) -> int:
     return max(sizes) * len(sizes) - sum(sizes)
 
 
-def section_b(plan: Plan, servers: Servers, templates: list[str], out: Path) -> dict[str, Any]:
+def section_b(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, Any]:
     """Closed loop at 1, 10, 64 clients, batching on (the defaults) and off (MAX_BATCH_SIZE=1)."""
     result: dict[str, Any] = {}
     for mode, settings in (("on", SETTINGS_ON), ("off", SETTINGS_OFF)):
         server = servers.get(f"batching-{mode}", settings)
         points = []
-        for clients in plan.b_clients:
-            profiling = _start_profile(server, out, f"b-{mode}-{clients}", plan.durations["b"]) \
-                if plan.profile and mode == "on" and clients == max(plan.b_clients) else None
+        for clients in B_CLIENTS:
             point = measure_closed(server, clients, plan.durations["b"], templates)
-            _finish_profile(profiling)
             points.append(point)
             print_point(f"b batching {mode}", f"{clients} clients", point)
         result[mode] = points
@@ -283,40 +263,12 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
 
 def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     """Slow clients (testing/slow_clients.py): f_slow connections stalled mid-head, held open (reopened when the
-    server closes them), while f_clients closed-loop clients ask the batching-on server."""
+    server closes them), while F_CLIENTS closed-loop clients ask the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
-    result = slow_clients.measure(aioload.Target.from_url(server.url), plan.f_slow, plan.f_clients,
-                                  plan.durations["f"], ramp_s=10.0, timeout_s=5.0, server=server)
-    q = result["questions"]
-    print(f"bench f slow clients: {result['slow']['held_min']} of {plan.f_slow} held, {q['within_1s']} of "
-          f"{q['sent']} questions answered validly within 1 s, p50 {q['p50_ms']} p99 {q['p99_ms']} ms, tool "
-          f"{result['tool_cpu_share'] * 100:.1f} % of a core", flush=True)
+    result = slow_clients.measure(aioload.Target.from_url(server.url), plan.f_slow, F_CLIENTS,
+                                  plan.durations["f"], timeout_s=5.0, server=server)
+    slow_clients.print_report(result)
     return result
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Profiling (optional)
-
-
-def _start_profile(server: ServerProcess, out: Path, label: str, duration_s: float) -> subprocess.Popen | None:
-    """Sample the server with py-spy during one point, if py-spy is installed; write a flame graph SVG."""
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(py_spy).exists():
-        print("bench: --profile needs py-spy (make install-dev installs it); not profiling", flush=True)
-        return None
-    target = out / f"profile-{label}.svg"
-    print(f"bench: profiling the server with py-spy into {target}", flush=True)
-    # --nonblocking and no --idle: pausing 130 threads 100 times a second collapsed the server being measured,
-    # and idle frames (threads waiting on the batcher) hid where the CPU goes.
-    return subprocess.Popen([py_spy, "record", "--pid", str(server.process.pid), "--subprocesses", "--nonblocking",
-                             "--duration", str(math.ceil(duration_s + 1)), "--rate", "50", "-o", str(target)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _finish_profile(process: subprocess.Popen | None) -> None:
-    if process is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(30)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -364,20 +316,17 @@ def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testing.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default=DEFAULT_SECTIONS,
-                        help=f"which sections to run, e.g. b,c (default {DEFAULT_SECTIONS})")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="which sections to run, e.g. b,c (default "
+                        "a,b,c,f)")
     parser.add_argument("--duration", type=float, default=None,
                         help="seconds measured per point, for every section (default a 2, b 10, c 10, f 20)")
     parser.add_argument("--quick", action="store_true",
                         help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run of the whole benchmark")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
-    parser.add_argument("--profile", action="store_true",
-                        help="sample the server with py-spy at the most clients of b (batching on), if installed")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs in OUT/logs")
     parser.add_argument("--fake", action="store_true",
                         help="serve tests/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
                              "its figures mean nothing)")
-    parser.add_argument("--pool", type=int, default=400, help="how many different request bodies (default 400)")
     parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
                         help="the closed-loop capacity that section c's factors multiply when b does not run, e.g. "
                              "b's figure of an earlier run (default: a probe at 64 clients)")
@@ -393,9 +342,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     durations = {s: duration if duration is not None else DEFAULT_DURATION_S[s] for s in SECTIONS}
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
-        return Plan(sections, durations, batch_sizes=(1, 8, 64), b_clients=(1, 10, 64), c_factors=(2.0,), f_slow=200,
-                    fake=args.fake, profile=args.profile, capacity_rps=args.capacity)
-    return Plan(sections, durations, fake=args.fake, profile=args.profile, capacity_rps=args.capacity)
+    quick = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
+    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, **quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         # times over, and the figures with it.
         print(f"bench: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy, the figures "
               f"will be low; run the benchmark on an idle machine", file=sys.stderr, flush=True)
-    pool = request_pool(args.pool)
+    pool = request_pool(POOL)
     templates = payload_templates(pool)
     results["request_pool"] = {"bodies": len(pool), "real": len(real_bodies()),
                                "mean_top1_chars": round(statistics.fmean(
@@ -444,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         if "a" in plan.sections:
             results["a"] = section_a(plan, pool)
         if "b" in plan.sections:
-            results["b"] = section_b(plan, servers, templates, out)
+            results["b"] = section_b(plan, servers, templates)
             for mode in ("on", "off"):
                 for p in results["b"][mode]:
                     raw[f"b/batching {mode}/{p['clients']} clients"] = _raw_series(p)

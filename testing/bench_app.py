@@ -1,10 +1,6 @@
-"""The app the benchmark serves: the service's own app plus one read-only route with the batcher's counters.
-
-`gunicorn -c server/gunicorn_conf.py "testing.bench_app:create_bench_app()"` serves exactly what `make run` serves
-(`api:create_app()`: the shipped corrector, batcher and settings from the environment) and adds
-`GET /_bench/batcher`, the batcher's `stats()` (batches, items, padded waste, expired, overloaded), which no
-route of the service exposes. `create_bench_app(fake=True)` serves tests/fakes.py's FakeCorrector,
-to smoke-test the benchmark on a checkout without weights (`python -m testing.bench --fake`).
+"""The app the benchmark serves: `api:create_app()`, exactly what `make run` serves (or, `fake=True`, tests/fakes.py's
+FakeCorrector, for `python -m testing.bench --fake`), plus `GET /_bench/batcher`: the batcher's `stats()`, which no
+route of the service exposes.
 """
 
 from __future__ import annotations
@@ -30,9 +26,8 @@ def create_bench_app(fake: bool = False) -> Flask:
 
         app = create_app()
 
-    def batcher_stats() -> tuple[dict[str, Any], int]:
-        stats = app.extensions[EXTENSION_KEY].batcher.stats()  # every engine keeps stats (api.interfaces.Engine)
-        return (dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else dict(vars(stats))), 200
+    def batcher_stats() -> dict[str, Any]:
+        return dataclasses.asdict(app.extensions[EXTENSION_KEY].batcher.stats())  # every engine's BatcherStats
 
     app.add_url_rule(STATS_ROUTE, "bench_batcher_stats", batcher_stats)
     return app

@@ -1,9 +1,5 @@
 """Send N different requests to /inference at once and check every answer as the judge would.
 
-    .venv/bin/python -m testing.concurrent_requests [--url http://127.0.0.1:8080] [-n 10] [--size N]
-
-Needs the tools' packages (grequests: `make install-dev`); without them it says so in one line.
-
 The bodies are the real samples first, then variations of them (testing/samples.py), each under a fresh
 esun_uuid so none is answered from the cache. Prints each answer's status, latency and answer, then the total
 time; exits 1 if any answer is not a 200 with exactly the four keys (or came later than --timeout).
@@ -48,16 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="grequests pool size: at most this many in flight (default: all N)")
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request counts as failed "
                         "(default 1.0, the judge's timeout)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic variations")
     parser.add_argument("--samples", type=Path, default=REAL_REQUESTS,
                         help="the bodies to start from, one JSON object per line (default: the real samples)")
     return parser
 
 
-def send_all(url: str, n: int, size: int | None, timeout_s: float, seed: int = 0,
-             samples: Path = REAL_REQUESTS) -> tuple[list[Result], float]:
+def send_all(url: str, n: int, size: int | None, timeout_s: float, samples: Path) -> tuple[list[Result], float]:
     """Send n different bodies concurrently; return each result, in order, and the total wall time."""
-    bodies = [with_fresh_uuid(body) for body in request_bodies(n, seed, samples)]
+    bodies = [with_fresh_uuid(body) for body in request_bodies(n, path=samples)]
     session = requests.Session()
     session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=max(n, 1)))
     session.trust_env = urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1")
@@ -104,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.n < 1:
         print("-n must be >= 1", file=sys.stderr)
         return 2
-    results, total_s = send_all(args.url, args.n, args.size, args.timeout, args.seed, args.samples)
+    results, total_s = send_all(args.url, args.n, args.size, args.timeout, args.samples)
     print(report(results, total_s))
     return 1 if any(r.problem for r in results) else 0
 

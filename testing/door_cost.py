@@ -16,18 +16,16 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from api.state import EXTENSION_KEY
 from server.framing import RequestReader
+from testing.samples import real_bodies
 from tests.fakes import create_fake_app
-
-REQUESTS = Path(__file__).resolve().parent / "data" / "real_requests.jsonl"
 
 
 def raw_requests(n: int) -> list[bytes]:
     """n HTTP/1.1 requests of the real bodies, each with its own esun_uuid."""
-    bodies = [json.loads(line) for line in REQUESTS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    bodies = real_bodies()
     out = []
     for i in range(n):
         body = json.dumps(bodies[i % len(bodies)] | {"esun_uuid": f"door-{i}"}, ensure_ascii=False).encode()

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testing.aioload import open_loop
-from testing.loadgen import fresh_payload, payload_templates
+from testing.aioload import Target, open_loop
+from testing.loadgen import JUDGE_TIMEOUT_S, fresh_payload, payload_templates
 from testing.report import count_paths
 from testing.samples import request_bodies
 from testing.server import start_server
@@ -42,11 +42,11 @@ SENDER_DELAY_S = 0.7
 
 async def slow_send(url: str, template: str) -> int:
     """Send one request's head and the first byte of its body, the rest SENDER_DELAY_S later; return the status."""
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    _, body = fresh_payload(template)
-    writer.write(b"POST /inference HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d"
-                 b"\r\nConnection: close\r\n\r\n%s" % (host.encode(), len(body), body[:1]))
+    target = Target.from_url(url)
+    reader, writer = await asyncio.open_connection(target.host, target.port)
+    body = fresh_payload(template)[1]
+    request = target.request(body)
+    writer.write(request[:len(request) - len(body) + 1])
     await writer.drain()
     await asyncio.sleep(SENDER_DELAY_S)
     writer.write(body[1:])
@@ -70,7 +70,7 @@ def run(name: str, settings: dict[str, str], load: float, seconds: float, templa
             offered = load * 8 / float(settings["FAKE_DELAY_S"])
             shots, start, end, _ = open_loop(server.url, offered, seconds, 2.0, templates)
             statuses = [shot.status for shot in shots]
-            late = sum(shot.latency_s > float(settings.get("JUDGE_TIMEOUT_S", "1")) for shot in shots)
+            late = sum(shot.latency_s > JUDGE_TIMEOUT_S for shot in shots)
         paths = count_paths(server.request_log(), start, end)
     finally:
         server.stop()

@@ -33,22 +33,18 @@ class Sample:
 
 
 def read_jtl(path: Path) -> list[Sample]:
-    """Read every sample of a .jtl file; raise ValueError when the file cannot be read as one."""
+    """Read every sample of a .jtl file; a ToolError when the file cannot be read as one."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if text.lstrip().startswith("<"):
-        raise ValueError("an XML .jtl: run JMeter through testing/jmeter/run.sh, which writes CSV")
+        raise cli.ToolError("an XML .jtl: run JMeter through testing/jmeter/run.sh, which writes CSV")
     # A failure message may span lines inside its quotes: let the csv module see the newlines.
-    rows = list(csv.reader(io.StringIO(text, newline="")))
-    if not rows:
-        return []
-    header = rows[0] if "success" in rows[0] else list(_DEFAULT_CSV_COLUMNS)
-    body = rows[1:] if header is rows[0] else rows
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
+    has_header = bool(rows) and "success" in rows[0]
+    header = rows[0] if has_header else list(_DEFAULT_CSV_COLUMNS)
     samples = []
-    for row in body:
-        if not row:
-            continue
+    for row in rows[1:] if has_header else rows:
         if len(row) < len(header):
-            raise ValueError(f"a .jtl row has {len(row)} columns, the header {len(header)}: {row}")
+            raise cli.ToolError(f"a .jtl row has {len(row)} columns, the header {len(header)}: {row}")
         fields = dict(zip(header, row, strict=False))
         samples.append(Sample(int(fields["timeStamp"]), int(fields["elapsed"]), fields["label"],
                               fields["responseCode"], fields["success"] == "true",

@@ -1,17 +1,11 @@
-"""Put labelled questions to a running service as the judge does, and score its answers:
-`python -m testing.judge --data FILE --url URL` (or `--sets test,reviews,decoded`, `learn.evaluate`'s simulated sets).
+"""Put labelled questions to a running service as the judge does (docs/contract.md, "Deadline and retries"), and
+score its answers; usage and output: testing/README.md.
 
-What the judge does (docs/contract.md, "Deadline and retries"), and so what this does: each question is POSTed to
-`URL/inference` with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out (`timeout_s`, for the
-connection and each wait on the socket), cannot connect or gets a non-200 is re-sent at once with `retry` 1, then
-0, and the earliest valid 200 counts. A 200 that fails `testing.samples.check_answer` or is longer than the
-sender's 10,240 characters is malformed: a failure, not re-sent (docs/contract.md, "The answer") unless
-`retry_malformed`. `concurrency` threads, each with its own `requests.Session`, keep that many questions out.
-
-A question with no valid answer has `answer` None, scored as empty (`JudgedAnswer.scored`). `esun_uuid` is
-sha256 of a salt and the id: the same on every attempt, new on every run (the service keeps answers by
-`esun_uuid` for an hour). Each set's answers are scored as `learn.evaluate` scores the corrector in process (CER
-against TOP1 and the n-best oracle, `learn.evaluate.cer_score`).
+Each question goes out with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out, cannot connect or
+gets a non-200 is re-sent at once with `retry` 1, then 0, and the earliest valid 200 counts. A 200 that fails
+`testing.samples.check_answer` or is longer than the sender's 10,240 characters is malformed: a failure, not
+re-sent. A question's `esun_uuid` is sha256 of a salt and its id: the same on every attempt, new on every run
+(the service keeps answers by `esun_uuid` for an hour). Answers are scored by `learn.evaluate.cer_score`.
 """
 
 from __future__ import annotations
@@ -60,39 +54,37 @@ class JudgedAnswer:
 
 
 @dataclass(frozen=True)
-class Latency:
-    """Nearest-rank percentiles of the counted attempts' latencies, in seconds (None: no answer at all)."""
-
-    p50_s: float | None
-    p90_s: float | None
-    p99_s: float | None
-    max_s: float | None
-
-
-@dataclass(frozen=True)
 class JudgeRun:
-    """A whole run: answers in input order, failed attempts by kind, and the latency of the counted answers."""
+    """A whole run: the answers in input order; the failed attempts by kind and the counted answers' latency."""
 
     answers: list[JudgedAnswer]
-    late: int
-    non_200: int
-    connection_errors: int
-    malformed: int
-    unanswered: int
-    latency: Latency
     wall_s: float
 
-    def summary(self) -> dict[str, Any]:
-        """Return the counts and latencies (not the answers) as a JSON-ready dict."""
-        return {"questions": len(self.answers), "unanswered": self.unanswered, "late": self.late,
-                "non_200": self.non_200, "connection_errors": self.connection_errors, "malformed": self.malformed,
-                "attempts": sum(a.attempts for a in self.answers), "latency_s": vars(self.latency),
-                "wall_s": round(self.wall_s, 3)}
+    def failed(self, outcome: Outcome) -> int:
+        """Count the attempts that ended so (late, non_200, connection_error, malformed)."""
+        return sum(a.outcomes.count(outcome) for a in self.answers)
+
+    @property
+    def unanswered(self) -> int:
+        return sum(a.answer is None for a in self.answers)
 
     @property
     def never_connected(self) -> int:
         """Count the questions none of whose attempts could connect (a question, not its retries)."""
         return sum(all(o == "connection_error" for o in a.outcomes) for a in self.answers)
+
+    def latency_s(self) -> dict[str, float | None]:
+        """Nearest-rank p50/p90/p99/max of the counted answers' latencies, in seconds (None: no answer at all)."""
+        latencies = [a.latency_s for a in self.answers if a.latency_s is not None]
+        return {name: percentile(latencies, q) for name, q in (("p50_s", 50), ("p90_s", 90), ("p99_s", 99),
+                                                                ("max_s", 100))}
+
+    def summary(self) -> dict[str, Any]:
+        """Return the counts and latencies (not the answers) as a JSON-ready dict."""
+        return {"questions": len(self.answers), "unanswered": self.unanswered, "late": self.failed("late"),
+                "non_200": self.failed("non_200"), "connection_errors": self.failed("connection_error"),
+                "malformed": self.failed("malformed"), "attempts": sum(a.attempts for a in self.answers),
+                "latency_s": self.latency_s(), "wall_s": round(self.wall_s, 3)}
 
 
 def esun_uuid_of(item_id: str, salt: str) -> str:
@@ -129,8 +121,7 @@ def _attempt(session: requests.Session, url: str, item: Labelled, esun_uuid: str
     return ("answered" if answer is not None else "malformed"), answer, elapsed
 
 
-def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, timeout_s: float,
-        retry_malformed: bool = False) -> JudgedAnswer:
+def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, timeout_s: float) -> JudgedAnswer:
     """Put one question with the judge's retries; return the earliest valid answer."""
     outcomes: list[Outcome] = []
     for retry in RETRIES:
@@ -138,22 +129,15 @@ def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, tim
         outcomes.append(outcome)
         if outcome == "answered":
             return JudgedAnswer(item.id, esun_uuid, answer, tuple(outcomes), elapsed)
-        if outcome == "malformed" and not retry_malformed:
+        if outcome == "malformed":
             break
     return JudgedAnswer(item.id, esun_uuid, None, tuple(outcomes), None)
 
 
-def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: int = 10,
-          uuid_salt: str | None = None, retry_malformed: bool = False) -> JudgeRun:
+def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: int = 10) -> JudgeRun:
     """Put every item to the service at `url` as the judge does; return the answers in input order."""
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"url must start with http:// or https://, got {url!r}")
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     endpoint = url.rstrip("/") + "/inference"
-    salt = uuid_salt if uuid_salt is not None else secrets.token_hex(8)
+    salt = secrets.token_hex(8)
     local, sessions = threading.local(), []
 
     def session() -> requests.Session:  # one per thread, all closed at the end
@@ -167,27 +151,11 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge") as pool:
             answers = list(pool.map(lambda item: ask(session(), endpoint, item, esun_uuid_of(item.id, salt),
-                                                     timeout_s, retry_malformed), items))
+                                                     timeout_s), items))
     finally:
         for each in sessions:
             each.close()
-    return summarise(answers, time.perf_counter() - started)
-
-
-def summarise(answers: list[JudgedAnswer], wall_s: float) -> JudgeRun:
-    """Count failed attempts by kind and take the latency percentiles of the counted answers."""
-    outcomes = [o for a in answers for o in a.outcomes]
-    latencies = [a.latency_s for a in answers if a.latency_s is not None]
-    return JudgeRun(
-        answers=answers,
-        late=outcomes.count("late"),
-        non_200=outcomes.count("non_200"),
-        connection_errors=outcomes.count("connection_error"),
-        malformed=outcomes.count("malformed"),
-        unanswered=sum(a.answer is None for a in answers),
-        latency=Latency(*(percentile(latencies, q) for q in (50, 90, 99, 100))),
-        wall_s=wall_s,
-    )
+    return JudgeRun(answers, time.perf_counter() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +166,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, action="append", default=[],
                     help="labelled file: the official JSON list, or JSONL (repeatable)")
     ap.add_argument("--sets", default="", help=f"learn.evaluate's simulated sets ({','.join(SIM_SETS)})")
-    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"), help="with --sets: the corpus they come from")
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--timeout", type=float, default=1.0, help="the judge's HTTP timeout in seconds")
     ap.add_argument("--concurrency", type=int, default=10, help="questions outstanding at once")
@@ -208,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.sets.split(",") if n]
     if not args.data and not names:
         ap.error("give --data FILE or --sets NAMES")
+    if not args.url.startswith(("http://", "https://")) or args.timeout <= 0 or args.concurrency < 1:
+        ap.error("--url must start with http:// or https://, --timeout be > 0 and --concurrency >= 1")
     try:
         sets = {path.name: read_labelled(path)[: args.limit or None] for path in args.data}
         for name in names:
-            data = simulated_set(args.corpus, name, args.limit or 3000)
+            data = simulated_set(Path("data/corpus"), name, args.limit or 3000)
             sets[name] = [Labelled(f"{name}-{k}", t, nb) for k, (nb, t) in enumerate(zip(data.nbests, data.truths,
                                                                                          strict=True))]
     except (LabelledFormatError, OSError, ValueError) as e:

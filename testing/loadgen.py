@@ -1,7 +1,5 @@
-"""What the load tools share (testing/wrkload.py: wrk, closed loops; testing/aioload.py: open loops; the slow
-clients, the judge, the JMeter results): one `Shot` per request, the payload templates every request is made from,
-the timeouts, and the one percentile. What the shots add up to is testing/report.py's; the pictures are
-testing/plots.py's; whether an answer is valid is `testing.samples.check_answer`'s, the one check every client uses.
+"""What the load tools share: one `Shot` per request, the payload templates every request is made from, the
+timeouts, and the one percentile (testing/README.md).
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ class Shot:
     `esun_uuid` it went out under and, once read from the server's request log (`testing.report.tag_paths`), the
     `path` the server answered it by (`model`, `deadline`, `overload`, ...; None while unknown).
 
-    The benchmark stamps `due` with the wall clock; wrk times from sending, testing/aioload.py's open loop times
-    from `due` (`from_due`, the lag included), so that a queue, or a generator falling behind, shows as latency.
+    `due` is wall-clock time. wrk sends when due (no lag); testing/aioload.py's open loop times from `due`, the lag
+    included, so that a queue, or a generator falling behind, shows as latency.
     """
 
     due: float
@@ -41,7 +39,6 @@ class Shot:
     lag_s: float = 0.0
     esun_uuid: str = ""
     path: str | None = None
-    from_due: bool = False
 
     @property
     def valid(self) -> bool:
@@ -49,7 +46,7 @@ class Shot:
 
     @property
     def done(self) -> float:
-        return self.due + self.latency_s if self.from_due else self.due + self.lag_s + self.latency_s
+        return self.due + self.latency_s
 
 
 def payload_templates(bodies: list[dict[str, Any]]) -> list[str]:

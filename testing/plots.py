@@ -1,9 +1,5 @@
-"""The benchmark's pictures (matplotlib, imported only when drawing).
-
-Wherever latencies are drawn, the model's answers and the TOP1 fallbacks (`testing.report.FALLBACK_PATHS`: answers
-made at once, without the model) are told apart: per request in their own colours and markers, per point as
-separate model-only percentiles and a ring with the fallbacks' share. Every quantity axis starts at 0 (batch sizes
-and client counts stay on a log scale), and no title names a server's address or port.
+"""The benchmark's pictures (matplotlib, imported only when drawing): model answers and TOP1 fallbacks told apart,
+every quantity axis from 0, no server address in a title (testing/README.md).
 
     .venv/bin/python -m testing.plots docs/bench docs/bench/overload    # redraw from bench.json (+ bench_raw.json)
 """
@@ -137,9 +133,8 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
             xs = [p["clients"] for p in points]
             left.plot(xs, [p["throughput_rps"] for p in points], marker="o", color=color,
                       label=f"batching {mode}: all answers/s")
-            if any("model_rps" in p for p in points):
-                left.plot(xs, [p.get("model_rps", math.nan) for p in points], ":", marker=".", color=color,
-                          label=f"batching {mode}: model answers/s")
+            left.plot(xs, [p["model_rps"] for p in points], ":", marker=".", color=color,
+                      label=f"batching {mode}: model answers/s")
             ringed = _latency_lines(right, points, f"batching {mode}", color) or ringed
         _fallback_legend_entry(right, ringed)
         if "a" in results:

@@ -77,9 +77,8 @@ def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str
               stats_delta: dict[str, int] | None) -> dict[str, Any]:
     """Summarise one point: throughput, latency percentiles, failures, lateness, paths and batching.
 
-    Latencies are of the requests due within the window, from sending to answer (closed loop) or from when each
-    was due (testing/aioload.py's open loop, `Shot.from_due`); throughput counts the 200 answers that arrived
-    within the window; the model's share is of the answers the server logged, by path.
+    Latencies are of the requests due within the window, from when each was due (`Shot`); throughput counts the
+    200 answers that arrived within the window; the model's share is of the answers the server logged, by path.
     """
     start, end = window
     duration_s = end - start
@@ -185,9 +184,7 @@ def markdown(results: dict[str, Any]) -> str:
                   "req/s.", ""]
     if "c" in results:
         c = results["c"]
-        points = c["points"]
-        answer_s = points[0].get("no_answer_after_s", 2.0) if points else 2.0
-        origin = "due" if points and points[0].get("latency_from") == "due" else "sent"
+        points, answer_s = c["points"], results["open_loop_timeout_s"]
         lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
                   _generator_line(points), "",
                   *_table("load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 "
@@ -197,7 +194,7 @@ def markdown(results: dict[str, Any]) -> str:
                             p["p99_ms"], p["max_ms"], p["server_p99_ms"], p["non_200"], p.get("connection_errors"),
                             p["no_answer"], f"{p['late_over_1s']} of {p['requests']}", _share(p.get("model_share")),
                             p["client_lag_p99_ms"], p.get("generator_cpu_pct"), p["paths"]] for p in points]),
-                  "", f"Latency is from when each request was {origin} to its answer, as the client saw it; server "
+                  "", "Latency is from when each request was due to its answer, as the client saw it; server "
                   "p99 is what the server logged (from gunicorn's accept to the answer); non-200 counts every "
                   f"request without a 200, the connection errors (refused, reset, cut mid-answer) and those with no "
                   f"answer within {answer_s:g} s among them; model share: answers the model made, of those the "

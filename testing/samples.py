@@ -1,10 +1,7 @@
-"""Request bodies like the judge's: the real samples first, then variations of them.
+"""Request bodies like the judge's: the real samples first, then variations of them (another TOP1, fewer words,
+another order of hypotheses), each under its own `esun_uuid`, so that no two share an answer in the service's cache.
 
-A variation changes what the model sees (another TOP1, fewer words, another order of hypotheses) and gets
-its own `esun_uuid`, so that no two bodies share an answer in the service's cache.
-
-`python -m testing.samples --csv testing/jmeter/requests.csv` writes JMeter's request file (one JSON body
-per line; JSON never holds a raw tab, so a tab-delimited CSV reads each line whole).
+`python -m testing.samples --csv testing/jmeter/requests.csv` writes JMeter's request file, one JSON body a line.
 """
 
 from __future__ import annotations
@@ -190,28 +187,26 @@ _VARIATIONS: list[Callable[[Body, random.Random], Body]] = [
 ]
 
 
-def write_csv(path: Path, n: int = 10, seed: int = 0, samples: Path = REAL_REQUESTS) -> None:
-    """Write n bodies, one compact JSON object per line, for JMeter's CSV Data Set (tab-delimited, unquoted)."""
-    bodies = request_bodies(n, seed, samples)
-    lines = [json.dumps(body, ensure_ascii=False, separators=(",", ":")) for body in bodies]
-    if any("\t" in line or "\n" in line for line in lines):
-        raise ValueError("a body holds a tab or a newline: it would split in JMeter's CSV reader")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+def write_csv(path: Path, n: int, samples: Path) -> None:
+    """Write n bodies, one compact JSON object per line (JSON escapes tabs and newlines in strings), for JMeter's
+    CSV Data Set (tab-delimited, unquoted)."""
+    bodies = request_bodies(n, path=samples)
+    path.write_text("".join(json.dumps(b, ensure_ascii=False, separators=(",", ":")) + "\n" for b in bodies),
+                    encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testing.samples", description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, help="write JMeter's request file here")
     parser.add_argument("-n", type=int, default=10, help="how many bodies (default 10)")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=Path, default=REAL_REQUESTS,
                         help="the bodies to start from, one JSON object per line (default: the real samples)")
     args = parser.parse_args(argv)
     if args.csv:
-        write_csv(args.csv, args.n, args.seed, args.samples)
+        write_csv(args.csv, args.n, args.samples)
         print(f"wrote {args.n} bodies to {args.csv}")
     else:
-        for body in request_bodies(args.n, args.seed, args.samples):
+        for body in request_bodies(args.n, path=args.samples):
             print(json.dumps(body, ensure_ascii=False))
     return 0
 

@@ -1,13 +1,12 @@
 """Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs.
 
-`ServerProcess` is what the benchmark and the client tests use: `start_server({"MAX_BATCH_SIZE": "1"}, log)`
-runs `gunicorn -c server/gunicorn_conf.py "api:create_app()"` with those settings in its environment, waits for
-`/readyz`, and writes the server's stderr (one JSON line per inference request) to `log`.
+`start_server({"MAX_BATCH_SIZE": "1"}, log)` runs `gunicorn -c server/gunicorn_conf.py "api:create_app()"` with
+those settings in its environment, waits for `/readyz`, and writes the server's output (one JSON line per
+inference request) to `log`.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
 import os
@@ -23,19 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS_FILES = ("model.safetensors", "config.json", "vocab.json")
 APP = "api:create_app()"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that is free on host right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+LOOPBACK = "127.0.0.1"
+READY_TIMEOUT_S = 180.0
 
 
 def missing_weights(weights_dir: Path = REPO_ROOT / "model" / "weights") -> list[str]:
@@ -61,15 +56,10 @@ class CpuClock:
         self.times.append(at)
         self.cpu.append(cpu_s)
 
-    def at(self, moment: float) -> float:
-        """The CPU seconds at `moment`, linear between the samples around it."""
-        k = min(max(bisect.bisect_left(self.times, moment), 1), len(self.times) - 1)
-        t0, t1 = self.times[k - 1], self.times[k]
-        share = 0.0 if t1 == t0 else min(max((moment - t0) / (t1 - t0), 0.0), 1.0)
-        return self.cpu[k - 1] + share * (self.cpu[k] - self.cpu[k - 1])
-
     def between(self, start: float, end: float) -> float:
-        return self.at(end) - self.at(start)
+        """The CPU seconds used from `start` to `end`, each read linearly between the samples around it (clamped to
+        the first and last)."""
+        return float(np.interp(end, self.times, self.cpu) - np.interp(start, self.times, self.cpu))
 
     def figures(self, start: float, end: float, answers: int) -> dict[str, float | None]:
         """What the window cost the server: its share of one core, and its CPU milliseconds per answer."""
@@ -85,7 +75,6 @@ class ServerProcess:
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
-    settings: dict[str, str]
 
     def cpu_s(self) -> float:
         """The CPU seconds (user + system) the master and every process under it have used so far."""
@@ -119,18 +108,15 @@ class ServerProcess:
             done.set()
             sampler.join()
 
-    def log_lines(self) -> list[dict]:
-        """Read the JSON lines the server has logged so far (other lines, e.g. gunicorn's, are skipped)."""
+    def request_log(self) -> list[dict]:
+        """Return the server's one-line-per-inference-request records (`path`, `latency_ms`, `batch_size`), the
+        JSON lines of logger api.requests (other lines, e.g. gunicorn's, are skipped)."""
         out = []
         for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("{"):
                 with contextlib.suppress(json.JSONDecodeError):
                     out.append(json.loads(line))
-        return out
-
-    def request_log(self) -> list[dict]:
-        """Return the server's one-line-per-inference-request records (`path`, `latency_ms`, `batch_size`)."""
-        return [line for line in self.log_lines() if line.get("logger") == "api.requests"]
+        return [line for line in out if line.get("logger") == "api.requests"]
 
     def paths(self, since: int = 0) -> Counter[str]:
         """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
@@ -140,9 +126,6 @@ class ServerProcess:
         """Return the end of the server's log, for error messages."""
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """Stop gunicorn gracefully (SIGTERM to its master), killing it and its worker if it lingers."""
@@ -156,28 +139,23 @@ class ServerProcess:
         return self.process.returncode
 
 
-def start_server(
-    settings: Mapping[str, str] | None = None,
-    log_path: Path | None = None,
-    app: str = APP,
-    ready_timeout_s: float = 180.0,
-    host: str = "127.0.0.1",
-    tree: Path = REPO_ROOT,
-    command: list[str] | None = None,
-) -> ServerProcess:
-    """Start gunicorn with these settings (Config's environment variables) and wait until /readyz says ready; from
-    another checkout `tree` with its own `command` (testing/ab.py serves other commits so)."""
-    port = free_port(host)
-    env = {**os.environ, "HOST": host, "PORT": str(port), "PYTHONUNBUFFERED": "1", **(settings or {})}
+def start_server(settings: Mapping[str, str] | None = None, log_path: Path | None = None, app: str = APP,
+                 tree: Path = REPO_ROOT, command: list[str] | None = None) -> ServerProcess:
+    """Start gunicorn on a free loopback port with these settings (Config's environment variables) and wait until
+    /readyz says ready; from another checkout `tree` with its own `command` (testing/ab.py serves other commits so)."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "HOST": LOOPBACK, "PORT": str(port), "PYTHONUNBUFFERED": "1", **(settings or {})}
     if log_path is None:
         log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"esun-server-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command or gunicorn_command(app), cwd=tree, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = ServerProcess(f"http://{host}:{port}", process, log_path, dict(settings or {}))
+    server = ServerProcess(f"http://{LOOPBACK}:{port}", process, log_path)
     try:
-        _wait_ready(server, ready_timeout_s)
+        _wait_ready(server, READY_TIMEOUT_S)
     except BaseException:
         server.stop(timeout_s=5)
         raise
@@ -198,7 +176,7 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
 def _wait_ready(server: ServerProcess, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not server.alive():
+        if server.process.poll() is not None:
             raise RuntimeError(f"server exited with {server.process.returncode} before it was ready; "
                                f"log {server.log_path}:\n{server.log_tail()}")
         if get_json(f"{server.url}/readyz", timeout_s=2) is not None:

@@ -1,16 +1,12 @@
 """Slow clients beside the judge: many connections that stall mid-head, and a few clients posting real questions.
 
-    .venv/bin/python -m testing.slow_clients --slow 1000 --clients 10 --seconds 20      # starts `make run`'s server
-    .venv/bin/python -m testing.slow_clients --url http://127.0.0.1:8080 --slow 1000 --clients 10 --seconds 20
-
 Issue 14: a connection that sends a few bytes of its head, then nothing, used to hold one of gunicorn's threads,
-and 140 of them stopped the service. --slow connections each send `SLOW_HEAD` and then nothing; one the server
-closes (its read timeout) is opened again at once, as an attacker would. Once they are open, --clients
-closed-loop clients (kept-alive connections) post testing.samples' bodies under fresh esun_uuids for --seconds,
-each answer checked as the judge would (`testing.samples.check_answer`), its latency counted from before the
-connect when one was needed. Without --url it starts gunicorn as `make run` does (testing/server.py) and also
-reports the server's CPU and answers by path. One asyncio loop in one thread does all of it; its CPU share is
-printed beside the figures. Exits 1 when a question was not answered validly within 1 s, 2 on a setup problem.
+and 140 of them stopped the service. Each slow connection sends `SLOW_HEAD` and then nothing; one the server
+closes is opened again at once, as an attacker would. Once they are open, closed-loop clients (kept-alive
+connections) post testing.samples' bodies under fresh esun_uuids, each answer checked as the judge would, its
+latency counted from before the connect when one was needed. One asyncio loop in one thread does all of it.
+Usage and output: testing/README.md. Exits 1 when a question was not answered validly within 1 s, 2 on a setup
+problem.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import resource
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +29,7 @@ from testing import cli
 with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
-    from testing.aioload import Target, parse_answer
+    from testing.aioload import Answer, Target, parse_answer
     from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, TIMEOUT_PROBLEM, Shot, percentile
     from testing.report import latency_stats
     from testing.samples import check_answer, request_bodies, with_fresh_uuid
@@ -42,6 +38,7 @@ with cli.dev_requirements("testing.slow_clients"):
 # The start of a POST's head; the server waits for the rest, which never comes.
 SLOW_HEAD = b"POST /inference HTTP/1.1\r\nHost: slow\r\nContent-"
 SAMPLE_EVERY_S = 0.25
+RAMP_S = 10.0  # the longest wait for the slow connections to open before the clients start
 
 
 @dataclass
@@ -85,56 +82,41 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
             writer.close()
 
 
-class Client:
-    """One closed-loop client on a kept-alive connection; each question is a `Shot` (status 0: no answer)."""
+async def closed_loop(target: Target, bodies: Iterator[dict[str, Any]], end: float, timeout_s: float,
+                      shots: list[Shot]) -> None:
+    """One client until `end`: a question at a time on a kept-alive connection, its answer read with the tools' one
+    parser (`testing.aioload.parse_answer`); each a `Shot` (status 0: no answer), timed from before the connect."""
+    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
-    def __init__(self, target: Target, timeout_s: float) -> None:
-        self.target, self.timeout_s = target, timeout_s
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def ask(self, body: dict[str, Any]) -> Shot:
-        request = self.target.request(json.dumps(body, ensure_ascii=False).encode())
-        started, sent_at = time.monotonic(), time.time()
-        try:
-            answer = await asyncio.wait_for(self._exchange(request), timeout=self.timeout_s)
-        except TimeoutError:
-            self.close()
-            return Shot(sent_at, time.monotonic() - started, 0, f"{TIMEOUT_PROBLEM}no answer within "
-                                                              f"{self.timeout_s:g} s")
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            self.close()
-            return Shot(sent_at, time.monotonic() - started, 0, f"{CONNECTION_PROBLEM}{type(exc).__name__}")
-        if not answer.keep_alive:
-            self.close()
-        return Shot(sent_at, time.monotonic() - started, answer.status,
-                    check_answer(answer.status, answer.body, body["esun_uuid"]))
-
-    async def _exchange(self, request: bytes) -> Any:
-        """Send the request and read its answer with the tools' one parser (`testing.aioload.parse_answer`)."""
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.target.host, self.target.port)
-        assert self.reader is not None
-        self.writer.write(request)
+    async def exchange(request: bytes) -> Answer:
+        nonlocal streams
+        if streams is None:
+            streams = await asyncio.open_connection(target.host, target.port)
+        streams[1].write(request)
         buffer = bytearray()
         while (parsed := parse_answer(buffer)) is None:
-            data = await self.reader.read(65536)
-            if not data:
+            if not (data := await streams[0].read(65536)):
                 raise asyncio.IncompleteReadError(bytes(buffer), None)
             buffer += data
         return parsed[0]
 
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-async def closed_loop(client: Client, bodies: itertools.cycle[dict[str, Any]], end: float,
-                      shots: list[Shot]) -> None:
     while time.monotonic() < end:
-        shots.append(await client.ask(with_fresh_uuid(next(bodies))))
-    client.close()
+        body = with_fresh_uuid(next(bodies))
+        started, sent_at = time.monotonic(), time.time()
+        status, keep_alive = 0, False
+        try:
+            answer = await asyncio.wait_for(exchange(target.request(json.dumps(body, ensure_ascii=False).encode())),
+                                            timeout=timeout_s)
+            status, keep_alive = answer.status, answer.keep_alive
+            problem = check_answer(answer.status, answer.body, body["esun_uuid"])
+        except TimeoutError:
+            problem = f"{TIMEOUT_PROBLEM}no answer within {timeout_s:g} s"
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            problem = f"{CONNECTION_PROBLEM}{type(exc).__name__}"
+        shots.append(Shot(sent_at, time.monotonic() - started, status, problem))
+        if streams is not None and (not keep_alive or time.monotonic() >= end):
+            streams[1].close()
+            streams = None
 
 
 async def sample_open(stats: SlowStats, end: float) -> None:
@@ -143,11 +125,11 @@ async def sample_open(stats: SlowStats, end: float) -> None:
         await asyncio.sleep(SAMPLE_EVERY_S)
 
 
-async def run(target: Target, slow: int, clients: int, seconds: float, ramp_s: float,
-              timeout_s: float, server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
+async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
+              server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """Hold the slow connections, then run the clients for `seconds`; CPU times are taken over those seconds."""
     stats = SlowStats()
-    ramp_end = time.monotonic() + ramp_s
+    ramp_end = time.monotonic() + RAMP_S
     slow_end = ramp_end + seconds + timeout_s + 1.0  # held until the last question is answered
     holders = [asyncio.create_task(hold_slow(target, slow_end, stats)) for _ in range(slow)]
     while stats.open_now < slow and time.monotonic() < ramp_end:
@@ -160,7 +142,7 @@ async def run(target: Target, slow: int, clients: int, seconds: float, ramp_s: f
     cpu_start, wall_start, clients_start = time.process_time(), time.monotonic(), time.time()
     end = wall_start + seconds
     sampler = asyncio.create_task(sample_open(stats, end))
-    await asyncio.gather(*(closed_loop(Client(target, timeout_s), bodies, end, shots) for _ in range(clients)))
+    await asyncio.gather(*(closed_loop(target, bodies, end, timeout_s, shots) for _ in range(clients)))
     cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     machine_s = _machine_busy_s() - machine_start
@@ -208,14 +190,14 @@ def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
             "late_sent_at_s": [round(s.due - start, 2) for s in shots if not s.valid or s.latency_s > JUDGE_TIMEOUT_S]}
 
 
-def measure(target: Target, slow: int, clients: int, seconds: float, ramp_s: float, timeout_s: float,
+def measure(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
             server: ServerProcess | None = None) -> dict[str, Any]:
     """Run the slow connections and the clients against target; with the server serving it (started here), also
     its CPU and its answers by path."""
     raise_open_file_limit(slow + clients + 64)
     log_start = len(server.request_log()) if server else 0
     probe = server.cpu_s if server else None
-    result = asyncio.run(run(target, slow, clients, seconds, ramp_s, timeout_s, probe))
+    result = asyncio.run(run(target, slow, clients, seconds, timeout_s, probe))
     if server is not None:
         result["server_paths"] = dict(server.paths(since=log_start))
     return result
@@ -252,21 +234,13 @@ def print_report(result: dict[str, Any]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m testing.slow_clients", description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="a running server; default: start gunicorn as `make run` does")
-    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting of the server started here (repeatable)")
     parser.add_argument("--slow", type=int, default=1000, help="slow connections to hold open (default 1000)")
     parser.add_argument("--clients", type=int, default=10, help="closed-loop clients (default 10)")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the clients ask (default 20)")
-    parser.add_argument("--ramp-s", type=float, default=10.0,
-                        help="longest wait for the slow connections to open before the clients start (default 10)")
     parser.add_argument("--timeout-s", type=float, default=5.0,
                         help="a client's timeout; answers later than 1 s count as late anyway (default 5)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
-    if any("=" not in s for s in args.server_setting):
-        parser.error("--server-setting takes NAME=VALUE")
-    if args.url and args.server_setting:
-        parser.error("--server-setting applies to a server started here, not to --url")
     if args.slow < 0 or args.clients < 1 or args.seconds <= 0 or args.timeout_s <= 0:
         parser.error("--slow must be >= 0, --clients >= 1, --seconds and --timeout-s > 0")
     return args
@@ -276,9 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     server = None
     if args.url is None:
-        settings = dict(s.split("=", 1) for s in args.server_setting)
         try:
-            server = start_server(settings)
+            server = start_server()
         except (RuntimeError, TimeoutError) as exc:
             raise cli.ToolError(str(exc).splitlines()[0]) from None
         url = server.url
@@ -289,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
     try:
-        result = measure(target, args.slow, args.clients, args.seconds, args.ramp_s, args.timeout_s, server)
+        result = measure(target, args.slow, args.clients, args.seconds, args.timeout_s, server)
     finally:
         if server is not None:
             server.stop()

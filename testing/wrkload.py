@@ -1,15 +1,9 @@
-"""The benchmark's closed loop through Debian's `wrk` (C, epoll, one thread) and testing/wrk.lua.
+"""The benchmark's closed loop through Debian's `wrk` (C, one thread: the least CPU per request of the generators
+measured here, docs/bench/loadgen_cost.md) and testing/wrk.lua.
 
-Why wrk: on this 2-core machine the load generator takes CPU from the server it measures; wrk sends and reads on
-one event-loop thread in C, and its Lua script (LuaJIT) only builds each body and notes each answer. Of the
-generators measured against the same server (docs/bench/loadgen_cost.md), it cost the least CPU per request.
-wrk has no open loop (that is testing/aioload.py's).
-
-What the script records per request (esun_uuid, sent, answered, status, a 200's body) becomes the same `Shot`s
-testing/aioload.py makes, each answer checked by `testing.samples.check_answer`, so the summaries, the paths from
-the server's log and the plots are the same. wrk's own
-connection errors (connect, read, write) and the requests it never got an answer to are reported beside them.
-wrk's CPU time is its own (os.wait4's resource usage of the child), reported as a share of one core.
+What the script records per request (esun_uuid, sent, answered, status, a 200's body) becomes the same `Shot`s as
+testing/aioload.py makes, each answer checked by `testing.samples.check_answer`. wrk's own connection errors and
+the requests it never got an answer to are reported beside them, and its CPU time (os.wait4's resource usage).
 """
 
 from __future__ import annotations
@@ -90,7 +84,8 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, temp
 
 
 def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tuple[str, float]], dict[str, int]]:
-    """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts."""
+    """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts (the last two written by
+    its done(), which runs whenever wrk exits 0)."""
     answers = []
     for path in sorted(out.parent.glob(out.name + "-*.tsv")):
         if path.name.endswith(("-left.tsv", "-errors.tsv")):
@@ -98,10 +93,6 @@ def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tup
         for line in filter(None, path.read_text(encoding="utf-8", errors="replace").split("\n")):
             esun_uuid, sent, done, status, body = line.split("\t", 4)
             answers.append((esun_uuid, float(sent), float(done), int(status), body))
-    left_path = out.parent / f"{out.name}-left.tsv"
-    left = [(u, float(t)) for u, t in (line.split("\t") for line in left_path.read_text().splitlines())] \
-        if left_path.exists() else []
-    errors_path = out.parent / f"{out.name}-errors.tsv"
-    errors = {k: int(v) for k, v in (line.split("\t") for line in errors_path.read_text().splitlines())} \
-        if errors_path.exists() else {}
-    return answers, left, errors
+    left = [line.split("\t") for line in Path(f"{out}-left.tsv").read_text().splitlines()]
+    errors = [line.split("\t") for line in Path(f"{out}-errors.tsv").read_text().splitlines()]
+    return answers, [(u, float(t)) for u, t in left], {k: int(v) for k, v in errors}
