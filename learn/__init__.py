@@ -1,5 +1,6 @@
-"""What learns and measures, never served: training the network (`train`, its data in `train_data`), fitting the
-second stage (`tune`), adapting to a team's labelled lists (`adapt`, the domain LM built by `domain_lm`), and the
+"""What learns and measures, never served: training the network (`train`, its settings in `train_settings`, its data
+in `train_data`, its loop in `fit`), fitting the second stage (`tune`), adapting to a team's labelled lists (`adapt`,
+its settings in `adapt_settings`, its output folder in `adapt_folder`, the domain LM built by `domain_lm`), and the
 figures (`evaluate`, `diagnose`). Run from the repository root as modules, e.g. `.venv/bin/python -m learn.evaluate`.
 
 Every tool here is guarded once, here: run by a Python that lacks the project's packages (the system Python, say),

@@ -24,38 +24,40 @@ beside `--out`:
 
 A run that stops for any reason leaves no folder behind (only `--ckpt-dir`'s checkpoints, to resume); an `--out`
 that is the weights it starts from, or a folder that is not an earlier adapted one, is refused before anything is
-read.
+read (the folder and its checkpoints: `learn.adapt_folder`). The settings and their command line:
+`learn.adapt_settings`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import resource
-import shlex
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
+from learn.adapt_folder import building, check_destination, read_meta, run_key, write_meta
+from learn.adapt_settings import AdaptSettings, parse_args
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
-from learn.train import TrainSettings, dev_probs, fit, pick_threshold, save, shipped_start
+from learn.fit import dev_probs, fit
+from learn.train import pick_threshold, save, shipped_start
 from learn.train_data import MAX_HYPOTHESES, labelled_examples
+from learn.train_settings import TrainSettings
 from learn.tune import DevList, described_lists, dev_lists, fit_lists
 from learn.tune import fit as fit_stage
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
 from model.contract import sha256
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import Corrector
 from model.features import Featurizer
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
@@ -66,10 +68,6 @@ from preprocess.text import NBest, han_only
 SHOWN_MALFORMED = 20
 # Fewer lists leave the split's parts a handful each, and too little text for the domain LM's estimate.
 MIN_LISTS = 50
-# The train lists' folds, each described by rules learned from the others: 5 folds learn each from 80 % of the train
-# lists, close to the rules the folder serves (learned from every list), so the stage is fitted on evidence as strong
-# as it will see; 2 folds (half the lists) made the rules' feature look weaker than it is.
-FOLDS = 5
 TEST_ROWS = [*ROWS[:4], ("candidates_cer", "{:.2%}"), ("candidates_gap_closed", "{:.1%}"), *ROWS[4:]]
 
 
@@ -175,134 +173,6 @@ def cross_fitted_lists(args: AdaptSettings, train: list[Labelled], corrector: Co
     return out
 
 
-def write_meta(out: Path, update: dict[str, Any]) -> None:
-    path = out / "config.json"
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    meta.update(update)
-    path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class AdaptSettings:
-    """Every setting of an adaptation run, typed and checked once (the command line builds one: `parse_args`)."""
-
-    data: tuple[Path, ...]
-    out: Path
-    init_from: Path = WEIGHTS_DIR
-    dev_share: float = 0.15
-    test_share: float = 0.15
-    seed: int = 7
-    folds: int = FOLDS
-    min_count: int = 2
-    epochs: float = 3.0
-    lr: float = 1e-4
-    batch_size: int = 64
-    max_train_minutes: float = 30.0
-    prior_lists: float = 50.0
-    # the precision bound, on the dev lists and the cross-fitted train lists together (thousands of lists: the share
-    # is estimated well enough to use the whole bound)
-    max_worse: float = 0.005
-    max_right_changed: float = 0.005
-    ckpt_dir: Path | None = None
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-
-    def __post_init__(self) -> None:
-        if not (0 < self.dev_share < 1 and 0 < self.test_share < 1 and self.dev_share + self.test_share < 1):
-            raise ValueError(f"--dev-share and --test-share must each be in (0, 1) and leave a train share, got "
-                             f"{self.dev_share} and {self.test_share}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
-
-
-def parse_args(argv: list[str] | None = None) -> AdaptSettings:
-    """Read the command line into settings; a flag not given keeps `AdaptSettings`' default."""
-    ap = argparse.ArgumentParser(description="Adapt the corrector to a recogniser's labelled lists.",
-                                 argument_default=argparse.SUPPRESS)
-    ap.add_argument("--data", action="append", required=True,
-                    help="labelled file (the competition's JSON list, or JSONL); repeatable; a value naming no file "
-                         "is read as several names, split as a shell would (make adapt DATA='a.json b.json')")
-    ap.add_argument("--out", type=Path, required=True,
-                    help="the weights folder to write (WEIGHTS_DIR to serve it); built beside it and renamed into "
-                         "place at the end; an earlier adapted folder there is replaced, anything else refused")
-    ap.add_argument("--init-from", type=Path, help="the shipped weights to start from")
-    ap.add_argument("--dev-share", type=float, help="share of the ids the stage is fitted on")
-    ap.add_argument("--test-share", type=float, help="share of the ids held out for the report")
-    ap.add_argument("--seed", type=int)
-    ap.add_argument("--folds", type=int,
-                    help="the train lists join the stage's fitting, each fold described by what the others taught "
-                         "(0: the dev lists alone)")
-    ap.add_argument("--min-count", type=int, help="a confusion seen fewer times is not learned")
-    ap.add_argument("--epochs", type=float, help="fine-tuning epochs over the train lists (0: none)")
-    ap.add_argument("--lr", type=float)
-    ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--max-train-minutes", type=float)
-    ap.add_argument("--prior-lists", type=float,
-                    help="how many dev lists the shipped stage's weights count for when refitting them")
-    ap.add_argument("--max-worse", type=float)
-    ap.add_argument("--max-right-changed", type=float)
-    ap.add_argument("--ckpt-dir", type=Path,
-                    help="keep fine-tuning checkpoints here, in a folder named by the data's sha256 and the settings, "
-                         "so that a run stopped midway resumes (default: inside the folder being built, gone with it)")
-    ap.add_argument("--device", help="auto (CUDA when present), cpu or cuda")
-    values = vars(ap.parse_args(argv))
-    try:
-        return AdaptSettings(**values | {"data": tuple(data_paths(values["data"]))})
-    except ValueError as e:
-        ap.error(str(e))
-
-
-def data_paths(values: list[str]) -> list[Path]:
-    """The files named: each value a file, or (naming none) several names split as a shell would split them."""
-    out: list[Path] = []
-    for value in values:
-        out += [Path(value)] if Path(value).exists() or not value.strip() else [Path(v) for v in shlex.split(value)]
-    return out
-
-
-def check_destination(out: Path, init_from: Path) -> None:
-    """Refuse an OUT that would overwrite the weights adapt starts from, the shipped model, or a folder that is not an
-    earlier adapted one (raises AdaptationError)."""
-    target = out.resolve()
-    for name, folder in (("the weights it starts from (--init-from)", init_from), ("the shipped model", WEIGHTS_DIR)):
-        if target == Path(folder).resolve():
-            raise AdaptationError(f"--out {out} is {name}: choose another folder (nothing was written)")
-    if target.exists() and not target.is_dir():
-        raise AdaptationError(f"--out {out} is a file: choose a folder (nothing was written)")
-    if target.is_dir() and any(target.iterdir()) and "adaptation" not in _meta(target):
-        raise AdaptationError(f"--out {out} holds something other than an adapted weights folder: choose an empty or "
-                              f"new folder (nothing was written)")
-
-
-def _meta(folder: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def run_key(args: AdaptSettings, files: list[dict[str, Any]]) -> str:
-    """Name a fine-tuning run by what it learns from: the data's sha256, the weights it starts from, the settings."""
-    named = {"data": [f["sha256"] for f in files], "init": sha256(args.init_from / "model.safetensors"),
-             **{k: getattr(args, k) for k in ("dev_share", "test_share", "seed", "epochs", "lr", "batch_size")}}
-    return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def publish(build: Path, out: Path) -> None:
-    """Move the finished folder into place: readable by others as the umask allows, an earlier one replaced whole."""
-    umask = os.umask(0)
-    os.umask(umask)
-    build.chmod(0o777 & ~umask)
-    for file in build.iterdir():
-        file.chmod(0o666 & ~umask)
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        out.rename(old / out.name)
-        build.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        build.rename(out)
-
 
 def main(argv: list[str] | None = None) -> int:
     """Adapt as the command line says; exit 2 with one line when the input cannot be used (nothing written)."""
@@ -335,17 +205,11 @@ def run(args: AdaptSettings, wall0: float, cpu0: float) -> int:
         raise AdaptationError(f"too few rows in a part of the split: {split.sizes()} (each needs at least one; "
                               f"nothing was written)")
     out: Path = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
-    try:
+    with building(out) as build:
         ckpt = (args.ckpt_dir or build / "checkpoints") / run_key(args, files)
         learnt = adapt_into(build, args, split, items, files, ckpt, wall0, cpu0)
         shutil.rmtree(ckpt, ignore_errors=True)  # the run is done: its checkpoints are not needed again
         shutil.rmtree(build / "checkpoints", ignore_errors=True)
-        publish(build, out)
-    except BaseException:
-        shutil.rmtree(build, ignore_errors=True)
-        raise
     print(f"\nwrote {out} in {learnt['wall_s']:.0f} s ({learnt['cpu_s']:.0f} s of CPU); serve it with "
           f"WEIGHTS_DIR={out} make run")
     return 0
@@ -396,7 +260,7 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - wall0, 1),
         "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: str(v) for k, v in asdict(args).items()},
     }
-    meta = _meta(build)
+    meta = read_meta(build)
     meta["adaptation"] = {"files": Adaptation.files_record(build), "provenance": provenance}
     meta.pop("evaluation", None)  # the shipped model's figures are not this folder's
     (build / "config.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -408,7 +272,7 @@ def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> dict[str, An
     dev_nb, dev_truths = nbests(split.dev), [han_only(it.truth) for it in split.dev]
     lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
     lists += cross_fitted_lists(args, split.train, adapted)
-    shipped_stages = _meta(args.init_from).get("rerank", {})
+    shipped_stages = read_meta(args.init_from).get("rerank", {})
     priors = {v: RerankWeights.from_dict(shipped_stages[v]["weights"]) if v in shipped_stages else None
               for v in ("full", "lm")}
     full, full_figures = fit_lists(lists, "full", args.max_worse, args.max_right_changed, priors["full"],

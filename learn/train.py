@@ -25,25 +25,24 @@ With `--data FILE` (repeatable; the competition's labelled lists, read by `prepr
    --sim-ratio > 0, as many simulated dev lists per labelled one (at most `--dev-sentences`). With no dev list
    at all the threshold of the initial weights is kept (DEFAULT_THRESHOLD from scratch).
 A checkpoint records which run it belongs to; resuming another run's checkpoint stops with a message.
-Seeded; uses CUDA when present.
+Seeded; uses CUDA when present. The settings and their command line: `learn.train_settings`; the training
+loop and its checkpoints: `learn.fit`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from tqdm import tqdm
 
+from learn.fit import dev_probs, fit
 from learn.train_data import (
     Data,
     ensure_corpus,
@@ -54,100 +53,16 @@ from learn.train_data import (
     simulated_dev,
     simulated_examples,
 )
+from learn.train_settings import TrainSettings, parse_args
 from model.contract import check_features, feature_record
-from model.corrector import WEIGHTS_DIR, choose
-from model.features import Example, Featurizer, Vocab, collate
+from model.corrector import choose
+from model.features import Example, Featurizer, Vocab
 from model.network import CorrectorNet, NetConfig
 from preprocess.labelled import Labelled, LabelledFormatError, split_dev
 from preprocess.simulate import load_simulator
 from preprocess.text import han_only
 
-TENSOR_KEYS = ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask", "attn_mask")
 DEFAULT_THRESHOLD = 0.98
-DEFAULT_LR = {"scratch": 5e-4, "shipped": 1e-4}
-Init = Literal["shipped", "scratch"]
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Every setting of a training run, typed and checked once; the command line (`parse_args`) and `learn.adapt`
-    build one. `init` defaults by whether `data` is given (shipped with it, else scratch), `lr` by `init`."""
-
-    corpus: Path = Path("data/corpus")
-    data: tuple[Path, ...] = ()
-    sim_ratio: float = 1.0
-    dev_share: float = 0.05
-    init: Init | None = None
-    init_from: Path = WEIGHTS_DIR
-    out: Path = WEIGHTS_DIR
-    ckpt_dir: Path = Path("checkpoints")
-    seed: int = 7
-    variants: int = 3
-    epochs: float = 4.0
-    steps: int = 0
-    batch_size: int = 64
-    lr: float | None = None
-    warmup: int = 500
-    hidden: int = 256
-    layers: int = 3
-    max_minutes: float = 60.0
-    ckpt_every: int = 500
-    dev_sentences: int = 3000
-    train_sentences: int = 0
-    threads: int = 0
-    tune_only: bool = False
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.dev_share < 1.0:
-            raise ValueError(f"dev_share must be in [0, 1), got {self.dev_share}")
-        if self.sim_ratio < 0:
-            raise ValueError(f"sim_ratio must be >= 0, got {self.sim_ratio}")
-        if self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
-        if self.batch_size < 1 or self.ckpt_every < 1 or self.warmup < 0:
-            raise ValueError(f"batch_size and ckpt_every must be >= 1 and warmup >= 0, got {self.batch_size}, "
-                             f"{self.ckpt_every} and {self.warmup}")
-        init = self.init or ("shipped" if self.data else "scratch")
-        object.__setattr__(self, "data", tuple(self.data))
-        object.__setattr__(self, "init", init)
-        object.__setattr__(self, "lr", self.lr if self.lr is not None else DEFAULT_LR[init])
-
-    @property
-    def learning_rate(self) -> float:
-        assert self.lr is not None  # set in __post_init__
-        return self.lr
-
-
-def batches(examples: list[Example], size: int, rng: random.Random) -> list[list[int]]:
-    """Group indices of similar length into batches, in random order."""
-    idx = list(range(len(examples)))
-    rng.shuffle(idx)
-    out: list[list[int]] = []
-    chunk = size * 50
-    for s in range(0, len(idx), chunk):
-        part = sorted(idx[s : s + chunk], key=lambda i: len(examples[i].top1))
-        out += [part[j : j + size] for j in range(0, len(part), size)]
-    rng.shuffle(out)
-    return out
-
-
-def to_tensors(examples: list[Example], device: torch.device) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    arrays = collate(examples)
-    labels = torch.from_numpy(arrays.pop("labels")).to(device)
-    return {k: torch.from_numpy(arrays[k]).to(device) for k in TENSOR_KEYS}, labels
-
-
-@torch.inference_mode()
-def dev_probs(net: CorrectorNet, examples: list[Example], device: torch.device) -> list[np.ndarray]:
-    net.eval()
-    out: list[np.ndarray] = []
-    for s in range(0, len(examples), 128):
-        chunk = examples[s : s + 128]
-        tensors, _ = to_tensors(chunk, device)
-        probs = torch.softmax(net(**tensors).float(), -1).cpu().numpy()
-        out += [probs[b] for b in range(len(chunk))]
-    net.train()
-    return out
 
 
 def pick_threshold(examples: list[Example], probs: list[np.ndarray], truths: list[str],
@@ -271,86 +186,6 @@ def labelled_data(settings: TrainSettings, items: list[Labelled]) -> tuple[Start
     return start, Data(train, dev, dev_truth, made_of)
 
 
-def run_id(settings: TrainSettings) -> dict[str, Any] | None:
-    """Name what a checkpoint was trained on (None for today's default run, whose checkpoints carry no name)."""
-    if not settings.data and settings.init == "scratch":
-        return None
-    return {"data": [str(p.resolve()) for p in settings.data], "init": settings.init, "sim_ratio": settings.sim_ratio,
-            "dev_share": settings.dev_share, "seed": settings.seed,
-            "init_from": str(settings.init_from.resolve()) if settings.init == "shipped" else None}
-
-
-def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device: torch.device) -> int:
-    """Train net on the examples (resuming from --ckpt-dir/last.pt of the same run); return the steps done."""
-    lr_max = settings.learning_rate
-    opt = torch.optim.AdamW(net.parameters(), lr=lr_max, weight_decay=0.01)
-    steps_per_epoch = math.ceil(len(train) / settings.batch_size)
-    total = settings.steps or int(settings.epochs * steps_per_epoch)
-
-    def lr_at(step: int, elapsed_s: float) -> float:
-        # cosine decay over steps or over the time limit, whichever runs out first, so a run cut by
-        # --max-minutes still ends annealed
-        if step < settings.warmup:
-            return lr_max * (step + 1) / settings.warmup
-        progress = max((step - settings.warmup) / max(1, total - settings.warmup),
-                       elapsed_s / (settings.max_minutes * 60))
-        return lr_max * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    step = 0
-    elapsed_before = 0.0
-    settings.ckpt_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = settings.ckpt_dir / "last.pt"
-    this_run = run_id(settings)
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        if state.get("run") != this_run:
-            raise SystemExit(f"{ckpt} is another run's checkpoint ({state.get('run') or 'the default run'}): "
-                             f"remove it or pass another --ckpt-dir")
-        net.load_state_dict(state["net"])
-        opt.load_state_dict(state["opt"])
-        step = state["step"]
-        elapsed_before = state.get("elapsed_s", 0.0)
-        print(f"resumed from {ckpt} at step {step}/{total}")
-
-    started = time.monotonic() - elapsed_before
-    net.train()
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=-100)
-    bar = tqdm(total=total, initial=step, desc="train", mininterval=10)
-    ema = None
-    while step < total:
-        epoch = step // steps_per_epoch
-        order = batches(train, settings.batch_size, random.Random(settings.seed * 1000 + epoch))
-        for b in order[step % steps_per_epoch :]:
-            tensors, labels = to_tensors([train[i] for i in b], device)
-            logits = net(**tensors)
-            loss = loss_fn(logits.flatten(0, 1), labels.flatten())
-            lr = lr_at(step, time.monotonic() - started)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-            step += 1
-            ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-            bar.update(1)
-            bar.set_postfix(loss=f"{ema:.4f}", lr=f"{lr:.2e}")
-            out_of_time = time.monotonic() - started > settings.max_minutes * 60
-            if step % settings.ckpt_every == 0 or step >= total or out_of_time:
-                saved = {"net": net.state_dict(), "opt": opt.state_dict(), "step": step,
-                         "elapsed_s": time.monotonic() - started}
-                if this_run is not None:
-                    saved["run"] = this_run
-                torch.save(saved, ckpt)
-            if step >= total or out_of_time:
-                break
-        if time.monotonic() - started > settings.max_minutes * 60:
-            print(f"stopping at step {step}: --max-minutes reached")
-            break
-    bar.close()
-    return step
-
-
 def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: dict[str, Any]) -> None:
     """Write model.safetensors, vocab.json and config.json (keeping the evaluation figures already there)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -369,44 +204,6 @@ def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: 
     if cfg_path.exists():  # keep the evaluation figures written by learn.evaluate, if any
         meta["evaluation"] = json.loads(cfg_path.read_text(encoding="utf-8")).get("evaluation")
     cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
-
-
-def parse_args(argv: list[str] | None = None) -> TrainSettings:
-    """Read the command line into settings; a flag not given keeps `TrainSettings`' default."""
-    ap = argparse.ArgumentParser(description="Train the n-best corrector (from scratch, or on labelled lists).",
-                                 argument_default=argparse.SUPPRESS)
-    ap.add_argument("--corpus", type=Path)
-    ap.add_argument("--data", type=Path, action="append",
-                    help="labelled file (the competition's JSON list, or JSONL of its rows); repeatable")
-    ap.add_argument("--sim-ratio", type=float,
-                    help="with --data: simulated lists per labelled training list (0 = labelled only)")
-    ap.add_argument("--dev-share", type=float,
-                    help="with --data: share of the labelled ids held out to choose the threshold")
-    ap.add_argument("--init", choices=("shipped", "scratch"),
-                    help="start from the weights in --init-from, or anew (default: shipped with --data, else scratch)")
-    ap.add_argument("--init-from", type=Path, help="the weights --init shipped starts from")
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--ckpt-dir", type=Path)
-    ap.add_argument("--seed", type=int)
-    ap.add_argument("--variants", type=int, help="without --data: simulated lists per sentence")
-    ap.add_argument("--epochs", type=float)
-    ap.add_argument("--steps", type=int, help="stop after N optimizer steps (0 = --epochs decides)")
-    ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--lr", type=float, help="default: 1e-4 from shipped weights, 5e-4 from scratch")
-    ap.add_argument("--warmup", type=int)
-    ap.add_argument("--hidden", type=int, help="--init scratch only")
-    ap.add_argument("--layers", type=int, help="--init scratch only")
-    ap.add_argument("--max-minutes", type=float, help="stop training after this long")
-    ap.add_argument("--ckpt-every", type=int)
-    ap.add_argument("--dev-sentences", type=int, help="most simulated dev lists")
-    ap.add_argument("--train-sentences", type=int, help="use only the first N (0 = all)")
-    ap.add_argument("--threads", type=int, help="torch CPU threads (0 = torch's default)")
-    ap.add_argument("--tune-only", action="store_true",
-                    help="only re-choose the change threshold of the weights in --out on the dev split")
-    try:
-        return TrainSettings(**vars(ap.parse_args(argv)))
-    except ValueError as e:
-        ap.error(str(e))
 
 
 def main(argv: list[str] | None = None) -> None:

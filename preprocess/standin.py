@@ -63,6 +63,7 @@ from preprocess.error_stats import (
     error_stats,
 )
 from preprocess.labelled import Labelled, read_labelled_lenient, write_labelled
+from preprocess.real_recogniser import RealConfig
 from preprocess.standin_easy import (
     FILLER_CONVENTIONS,
     VARIANT_CONVENTIONS,
@@ -70,7 +71,7 @@ from preprocess.standin_easy import (
     domain_homophones,
     make_lists,
 )
-from preprocess.standin_real import FINANCE_WORDS, RealConfig, build_real
+from preprocess.standin_real import FINANCE_WORDS, build_real
 from preprocess.text import NBest
 
 

@@ -12,7 +12,9 @@ import pytest
 import requests
 
 from config import Config, ConfigError
-from learn.adapt import MIN_LISTS, data_paths, main, parse_args, run_key
+from learn.adapt import MIN_LISTS, main
+from learn.adapt_folder import run_key
+from learn.adapt_settings import data_paths, parse_args
 from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
 from model.corrector import Corrector
 from preprocess.labelled import Labelled, write_labelled

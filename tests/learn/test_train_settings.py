@@ -1,4 +1,4 @@
-"""`learn.train.TrainSettings`: the command line and `learn.adapt` build the same typed settings."""
+"""`learn.train_settings.TrainSettings`: the command line and `learn.adapt` build the same typed settings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from learn.train import DEFAULT_LR, TrainSettings, parse_args, run_id
+from learn.fit import run_id
+from learn.train_settings import DEFAULT_LR, TrainSettings, parse_args
 
 
 def test_the_command_line_and_a_direct_construction_give_equal_settings_and_the_same_checkpoint_name():

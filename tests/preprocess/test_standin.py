@@ -23,8 +23,9 @@ from preprocess.error_stats import (
 )
 from preprocess.labelled import Labelled, read_labelled, write_labelled
 from preprocess.phones import text_phones
+from preprocess.real_recogniser import render
 from preprocess.standin import top1_only
-from preprocess.standin_real import build_real, render
+from preprocess.standin_real import build_real
 from preprocess.text import NBest
 
 

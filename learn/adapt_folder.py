@@ -1,0 +1,89 @@
+"""Where `learn.adapt` writes, whole or not at all: the folder it builds beside `--out` (`building`), renamed into
+place when every step is done (`publish`) and removed if any fails; what `--out` may replace (`check_destination`);
+the folder's config.json (`read_meta`, `write_meta`); and the name of a fine-tuning run's checkpoints (`run_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from learn.adapt_settings import AdaptSettings
+from model.adaptation import AdaptationError
+from model.contract import sha256
+from model.corrector import WEIGHTS_DIR
+
+
+@contextmanager
+def building(out: Path) -> Iterator[Path]:
+    """A new folder beside `out` to build it in: moved into place (`publish`) when the block ends, removed whole when
+    it raises (whatever the exception)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        yield build
+        publish(build, out)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+
+
+def publish(build: Path, out: Path) -> None:
+    """Move the finished folder into place: readable by others as the umask allows, an earlier one replaced whole."""
+    umask = os.umask(0)
+    os.umask(umask)
+    build.chmod(0o777 & ~umask)
+    for file in build.iterdir():
+        file.chmod(0o666 & ~umask)
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        out.rename(old / out.name)
+        build.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        build.rename(out)
+
+
+def check_destination(out: Path, init_from: Path) -> None:
+    """Refuse an OUT that would overwrite the weights adapt starts from, the shipped model, or a folder that is not an
+    earlier adapted one (raises AdaptationError)."""
+    target = out.resolve()
+    for name, folder in (("the weights it starts from (--init-from)", init_from), ("the shipped model", WEIGHTS_DIR)):
+        if target == Path(folder).resolve():
+            raise AdaptationError(f"--out {out} is {name}: choose another folder (nothing was written)")
+    if target.exists() and not target.is_dir():
+        raise AdaptationError(f"--out {out} is a file: choose a folder (nothing was written)")
+    if target.is_dir() and any(target.iterdir()) and "adaptation" not in read_meta(target):
+        raise AdaptationError(f"--out {out} holds something other than an adapted weights folder: choose an empty or "
+                              f"new folder (nothing was written)")
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """A weights folder's config.json, or {} where it is missing or not a JSON object."""
+    try:
+        meta = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def write_meta(out: Path, update: dict[str, Any]) -> None:
+    """Update the top-level entries of a weights folder's config.json."""
+    path = out / "config.json"
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    meta.update(update)
+    path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+
+
+def run_key(args: AdaptSettings, files: list[dict[str, Any]]) -> str:
+    """Name a fine-tuning run by what it learns from: the data's sha256, the weights it starts from, the settings."""
+    named = {"data": [f["sha256"] for f in files], "init": sha256(args.init_from / "model.safetensors"),
+             **{k: getattr(args, k) for k in ("dev_share", "test_share", "seed", "epochs", "lr", "batch_size")}}
+    return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:16]
