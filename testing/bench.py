@@ -31,30 +31,21 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from preprocess.text import NBest, strip_spaces
     from testing import aioload, slow_clients, wrkload
-    from testing.bench_app import STATS_ROUTE
     from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
+    from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
     from testing.plots import draw_bench
     from testing.report import (
-        count_paths,
-        latency_stats,
         markdown,
-        paths_by_uuid,
         print_point,
-        server_latency,
-        summarise,
-        tag_paths,
     )
     from testing.samples import real_bodies, simulated_bodies
-    from testing.server import REPO_ROOT, ServerProcess, get_json, missing_weights, start_server
+    from testing.server import REPO_ROOT, missing_weights
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
 F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
 POOL = 400  # different request bodies
-# Open loop: a request unanswered this long after it was due counts as no answer (at 5x the question is whether
-# every request is answered within 10 s).
-OPEN_LOOP_ANSWER_S = 10.0
 # Per-point durations (s) of a default run; --duration replaces them all.
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0}
 QUICK_DURATION_S = 3.0
@@ -69,93 +60,6 @@ SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 def request_pool(n: int) -> list[dict[str, Any]]:
     """Return n request bodies the model takes: the real samples, then simulated lists of test sentences."""
     return simulated_bodies(n, ("test",), start=real_bodies())
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Servers
-
-
-class Servers:
-    """The benchmark's gunicorn servers, one per settings, started on first use and stopped on release."""
-
-    def __init__(self, log_dir: Path, fake: bool) -> None:
-        self.log_dir = log_dir
-        self.app = "testing.bench_app:create_bench_app(fake=True)" if fake else "testing.bench_app:create_bench_app()"
-        self.running: dict[str, ServerProcess] = {}
-        self.info: dict[str, Any] = {}
-
-    def get(self, name: str, settings: dict[str, str]) -> ServerProcess:
-        """Return the server of this name, starting it with these settings (env) if it is not running."""
-        if name not in self.running:
-            print(f"bench: starting server {name} {settings or '(defaults)'}", flush=True)
-            env = {"LOG_LEVEL": "INFO", **settings}
-            server = start_server(env, self.log_dir / f"server-{name}.log", app=self.app)
-            self.running[name] = server
-            self.info[name] = {"settings": settings, "service": get_json(server.url + "/")}
-        return self.running[name]
-
-    def release(self, name: str) -> None:
-        """Stop the server of this name."""
-        self.running.pop(name).stop()
-
-    def close(self) -> None:
-        for server in self.running.values():
-            server.stop()
-
-
-def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
-    """Read the batcher's counters from the bench app's route (None if the server does not have it)."""
-    return get_json(server.url + STATS_ROUTE)
-
-
-# The counters of batching.errors.BatcherStats (the other fields are gauges).
-_COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "padded_waste")
-
-
-def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, int] | None:
-    """Return how much each batcher counter grew between two snapshots."""
-    return None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
-
-
-def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one closed-loop point against a server with wrk and summarise it, with its raw shots."""
-    before = batcher_stats(server)
-    with server.cpu_clock() as clock:
-        shots, start, end, info = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5),
-                                                      templates)
-    # what one answer costs the served process's CPU (every thread and process of it), and its share of one core
-    cpu = clock.figures(start, end, sum(s.status == 200 for s in shots))
-    return {"clients": clients, "duration_s": duration_s,
-            **_summary(server, shots, (start, end), 0.0, before), **info, **cpu}
-
-
-def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one open-loop point against a server with testing/aioload.py and summarise it, with its raw shots."""
-    before = batcher_stats(server)
-    shots, start, end, info = aioload.open_loop(server.url, rate_rps, duration_s, min(1.0, duration_s / 5),
-                                                templates, timeout_s=OPEN_LOOP_ANSWER_S)
-    lags = latency_stats([s.lag_s for s in shots])
-    if info["sent_rps"] < 0.9 * rate_rps:
-        print(f"bench c: the load generator put {info['sent_rps']} req/s on the wire of the {rate_rps:.0f} asked "
-              f"(lag p50 {lags['p50_ms']} ms, p99 {lags['p99_ms']} ms): a generator short of CPU lags every "
-              f"request; a server slow to accept connections (a full listen queue) delays those that needed a new "
-              f"one", flush=True)
-    return {"target_rps": round(rate_rps, 2), **info, "duration_s": duration_s,
-            "no_answer_after_s": OPEN_LOOP_ANSWER_S, "latency_from": "due",
-            "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
-            **_summary(server, shots, (start, end), OPEN_LOOP_ANSWER_S, before)}
-
-
-def _summary(server: ServerProcess, shots: list[Shot], window: tuple[float, float], answer_s: float,
-             before: dict[str, Any] | None) -> dict[str, Any]:
-    """Summarise a point from its shots and the server's log and counters; answers may come up to answer_s after
-    the window (an open loop's timeout): their paths count too. Keeps the raw shots for bench_raw.json."""
-    after = batcher_stats(server)
-    log = server.request_log()
-    shots = tag_paths(shots, paths_by_uuid(log))
-    start, end = window
-    return {**summarise(shots, window, count_paths(log, start, end + answer_s), stats_delta(before, after)),
-            **server_latency(log, start, end + answer_s), "_shots": shots, "_start": start}
 
 
 # ---------------------------------------------------------------------------------------------------------------
