@@ -179,6 +179,8 @@ class AnswerPolicy:
         try:
             prediction = future.result(timeout=max(0.0, deadline - submitted_at))
         except (TimeoutError, DeadlineExceeded):
+            # Not started yet: it never will be, so it leaves the engine's count now, not at the monitor's next look.
+            future.cancel()
             return top1(req, AnswerPath.DEADLINE)
         except Exception as exc:  # BatchFailed, or the corrector's own error
             return top1(req, AnswerPath.ERROR, reason=_describe(exc))

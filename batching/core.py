@@ -224,8 +224,10 @@ class Core(Generic[T, R]):
         if self._on_count is not None:
             self._on_count(now, len(self._jobs))
 
-    def _release(self, job: Job[T, R], _future: Future[R]) -> None:
-        """Release a resolved job's slot."""
+    def _release(self, job: Job[T, R], future: Future[R]) -> None:
+        """Release a resolved job's slot (a job cancelled before it ran: its waiter gave up at its deadline)."""
+        if future.cancelled():
+            self.tally.expired()
         with self.lock:
             self._jobs.pop(job.task_id, None)
             self._counted(time.monotonic())

@@ -110,6 +110,26 @@ def test_inference_answers_top1_when_deadline_passes(make_app, fake_corrector, c
     assert request_paths()[-1] == "retry_cached"
 
 
+def test_a_question_whose_request_gave_up_before_its_batch_started_leaves_the_engines_count_at_once(
+        make_app, fake_corrector, config, make_body, request_paths):
+    gate = threading.Event()
+    held = fake_corrector(gate=gate)
+    # Two places on the model (pool_cap 2), batches of one: the first question's batch holds the model.
+    app = make_app(config=dataclasses.replace(config, http_threads=4, max_batch_size=1), corrector=held)
+    client = app.test_client()
+    engine = app.extensions[EXTENSION_KEY].batcher
+    try:
+        threading.Thread(target=post, args=(client, make_body(esun_uuid="a" * 64)), daemon=True).start()
+        wait_until(lambda: engine.in_flight() == 1)
+        post(client, make_body(esun_uuid="b" * 64))  # queued behind it until its deadline
+        assert engine.in_flight() == 1  # cancelled as its request gave up, not left for the monitor's next look
+        post(client, make_body(esun_uuid="c" * 64))  # so the next question still has a place
+        assert request_paths()[-2:] == ["deadline", "deadline"]
+        assert engine.stats().dropped_expired >= 1
+    finally:
+        gate.set()
+
+
 def test_inference_answers_top1_at_once_when_overloaded(make_app, fake_corrector, config, make_body,
                                                         request_paths):
     gate = threading.Event()

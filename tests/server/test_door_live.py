@@ -1,6 +1,6 @@
 """gunicorn for real (server.worker, api.answers): with the pool full, the event loop answers a question at once.
 
-The app is tests/fakes.py's slow app: its corrector takes FAULT_DELAY_S per batch, far past the budget, so each
+The app is tests/fakes.py's slow app: its corrector takes FAULT_DELAY_S per batch, past the budget, so each
 question holds its thread until its deadline (TOP1, path `deadline`). POOL_CAP such questions fill the pool;
 another question is then answered by the worker's event loop within milliseconds (TOP1, path `pool_full`), on a
 connection that stays open for the next request, while the threads beyond the limit still serve /healthz.
@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
     settings = {"HTTP_THREADS": str(THREADS), "MAX_BATCH_SIZE": "2",
-                "JUDGE_TIMEOUT_S": "1.0", "FAULT_DELAY_S": "5",
+                "JUDGE_TIMEOUT_S": "1.0", "FAULT_DELAY_S": "2",
                 "OVERLOAD_TARGET_S": "0"}  # the overload control off: only a full pool sends a question to the door
     with gunicorn("tests.fakes:create_slow_app()", port, log, settings):
         yield LiveServer(port, log)
@@ -73,10 +73,24 @@ def paths(log: Path, esun_uuid: str) -> list[str]:
     return [line["path"] for line in lines if line.get("msg") == "inference" and line.get("esun_uuid") == esun_uuid]
 
 
+def _wait_until_no_question_is_on_the_model(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+        connection.close()
+        if "\nesun_overload_model_in_flight 0.0\n" in text:
+            return
+        time.sleep(0.05)
+    raise AssertionError("questions stayed on the model")
+
+
 class BusyThreads:
     """POOL_CAP questions that each hold a thread until their deadline, asked on their own connections."""
 
     def __init__(self, port: int, tag: str) -> None:
+        _wait_until_no_question_is_on_the_model(port)  # an earlier test's batch may still run
         self.socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(POOL_CAP)]
         for i, sock in enumerate(self.socks):
             sock.sendall(request(f"{tag}-busy-{i}"))
