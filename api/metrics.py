@@ -118,8 +118,8 @@ class Metrics:
             "unframeable, 413 body over MAX_BODY_BYTES, 431 head too large, 501 a transfer coding other than "
             "chunked).", ["status"], namespace=NAMESPACE,
             registry=r)
-        # Every label value exists from the start, so rates and alerts see zeros instead of missing series.
-        # Each path's series, looked up once (`labels` costs a lock and a dict per call).
+        # Every label value exists from the start, so rates and alerts see zeros instead of missing series; each
+        # path's series is looked up here once (`labels` costs a lock and a dict per call).
         self._request_seconds_of = {path: self.request_seconds.labels(path.value) for path in AnswerPath}
         self._fallbacks_of = {path: self.fallbacks.labels(path.value) for path in AnswerPath if path.fallback}
         self.request_seconds.labels(REJECTED)

@@ -309,7 +309,7 @@ class InfoBody(BaseModel):
 def parse_request(body: bytes, config: Config) -> Question:
     """Read an inference request from raw body bytes, whatever the Content-Type; raise InvalidRequest."""
     try:
-        text = _text(body)
+        text = _without_bom(body).decode()
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
@@ -334,7 +334,7 @@ def read_at_door(body: bytes) -> Question | None:
     the later hypotheses (which never make a request refused), a third of a door answer's CPU.
     """
     try:  # orjson refuses what json reads otherwise (a lone surrogate, NaN, an integer past 64 bits): left to a thread
-        data = orjson.loads(body[3:] if body[:3] == codecs.BOM_UTF8 else body)
+        data = orjson.loads(_without_bom(body))
     except orjson.JSONDecodeError:
         return None
     if not isinstance(data, dict):
@@ -370,9 +370,9 @@ def _read_int(digits: str) -> int | float:
 _DECODER = json.JSONDecoder(parse_int=_read_int)  # json.loads would build one for each body
 
 
-def _text(body: bytes) -> str:
-    """The body as text: UTF-8, with or without a byte order mark (as the codec utf-8-sig, which is in Python)."""
-    return body[3:].decode() if body[:3] == codecs.BOM_UTF8 else body.decode()
+def _without_bom(body: bytes) -> bytes:
+    """The body without a UTF-8 byte order mark (read as the codec utf-8-sig reads, which is in Python)."""
+    return body[3:] if body[:3] == codecs.BOM_UTF8 else body
 
 
 def _config_of(info: ValidationInfo) -> Config | ReadLimits:
