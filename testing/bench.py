@@ -57,9 +57,10 @@ SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 # Inputs
 
 
-def request_pool(n: int) -> list[dict[str, Any]]:
-    """Return n request bodies the model takes: the real samples, then simulated lists of test sentences."""
-    return simulated_bodies(n, ("test",), start=real_bodies())
+def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
+    """Return n request bodies the model takes: the real samples, then simulated lists of test sentences (only those
+    whose TOP1 has at most `max_chars` characters, when given)."""
+    return simulated_bodies(n, ("test",), start=real_bodies(), max_chars=max_chars)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -77,6 +78,7 @@ class Plan:
     capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
     f_slow: int = 1000  # slow connections held open (testing/slow_clients.py)
     fake: bool = False
+    max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -234,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
                         help="the closed-loop capacity that section c's factors multiply when b does not run, e.g. "
                              "b's figure of an earlier run (default: a probe at 64 clients)")
+    parser.add_argument("--max-chars", type=int, default=None, metavar="N",
+                        help="short lists: every body's TOP1 at most N characters (a cheaper model, a busier door)")
     return parser
 
 
@@ -247,7 +251,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
     quick = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
-    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, **quick)
+    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
+                **quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         # times over, and the figures with it.
         print(f"bench: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy, the figures "
               f"will be low; run the benchmark on an idle machine", file=sys.stderr, flush=True)
-    pool = request_pool(POOL)
+    pool = request_pool(POOL, plan.max_chars)
     templates = payload_templates(pool)
     results["request_pool"] = {"bodies": len(pool), "real": len(real_bodies()),
                                "mean_top1_chars": round(statistics.fmean(

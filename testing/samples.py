@@ -69,16 +69,16 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
 
 
 def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0, distinct: bool = False,
-                     start: list[Body] | None = None) -> list[Body]:
+                     start: list[Body] | None = None, max_chars: int | None = None) -> list[Body]:
     """Return n bodies: `start`'s first, then n-best lists simulated (preprocess.simulate) from the corpus's `splits`
     (shuffled, seeded; `distinct`: no two lists alike). Only questions the model takes are kept (TOP1 has Han
-    characters and at most max_top1_chars), so that every answer's path says something about the model and the
-    batcher, not about the too-long guard."""
+    characters and at most max_top1_chars, or `max_chars` when fewer), so that every answer's path says something
+    about the model and the batcher, not about the too-long guard."""
     from config import Config
     from preprocess.simulate import load_simulator
     from preprocess.text import han_only, strip_spaces
 
-    limit = Config().max_top1_chars
+    limit = min(Config().max_top1_chars, max_chars or sys.maxsize)
 
     def model_takes(top1: str) -> bool:
         return bool(han_only(top1)) and len(strip_spaces(top1)) <= limit

@@ -104,6 +104,15 @@ def test_distinct_simulated_bodies_are_lists_the_model_takes():
     assert all(han_only(b["sentence_list"][0]) for b in bodies)
 
 
+def test_bench_short_lists_keep_only_top1s_of_at_most_max_chars():
+    from preprocess.text import strip_spaces
+    from testing.bench import build_parser, make_plan, request_pool
+
+    plan = make_plan(build_parser().parse_args(["--sections", "c", "--max-chars", "8"]))
+    pool = request_pool(200, plan.max_chars)
+    assert len(pool) == 200 and max(len(strip_spaces(b["sentence_list"][0])) for b in pool) == 8
+
+
 def test_ab_fresh_serves_its_window_lists_the_warm_up_never_sent():
     from testing.ab import FRESH_WARM_LISTS, served_bodies
 
