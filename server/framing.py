@@ -8,7 +8,10 @@ or this service does not: a head over `MAX_HEAD_BYTES` (431), an HTTP/1.1 reques
 HTTP/1.0 (400), a transfer coding other than chunked alone (501), a body over the service's limit (413). It tells
 where the request ends, so that the bytes read behind it stay for the next one. gunicorn's own parser reads the same
 bytes again on the thread that serves the request; what it would refuse is refused here first, so that every
-refusal is the app's JSON error body.
+refusal is the app's JSON error body. That second reading is only a model-bound request's, off the door's path: about
+31 µs of CPU for a 2.4 kB request (gunicorn 27.0.1's parser and body reader, docs/benchmarks.md, issue 31), where a
+model answer costs milliseconds. Handing the thread this reader's request instead would mean building gunicorn's
+`Request` outside its parser, for which gunicorn has no extension point.
 
 A door answer was 170-186 µs of CPU with h11 framing and writing (docs/benchmarks.md, issue 31): h11 alone took about
 41 µs to frame a 1.4 kB request and 36 µs to write an answer; llhttp frames it in about 4 µs, and the answer's head

@@ -6,7 +6,8 @@ full): frame the request as its bytes arrive (`server.framing.RequestReader`), a
 bytes. The app is the service's own around tests/fakes.py's corrector (never asked: the pool is full), its log
 lines written to /dev/null through stderr's descriptor as a served process writes them to its pipe. The requests
 are the real competition requests of testing/data/ (1.0-1.5 kB), each with a new `esun_uuid`, sent as the judge's
-client sends them. Prints µs of process CPU per answer, each round.
+client sends them. Prints µs of process CPU per answer, each round, and what gunicorn's parser then costs the thread
+of a request the door hands on (its second reading of the same bytes, server/framing.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import json
 import os
 import sys
 import time
+
+from gunicorn.config import Config as GunicornConfig
+from gunicorn.http import get_parser
 
 from api.state import EXTENSION_KEY
 from server.framing import RequestReader
@@ -33,6 +37,26 @@ def raw_requests(n: int) -> list[bytes]:
                    b"Accept-Encoding: gzip, deflate\r\nAccept: */*\r\nConnection: keep-alive\r\n"
                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     return out
+
+
+class _Bytes:
+    """A socket that holds one request's bytes, for gunicorn's parser."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def recv(self, size: int) -> bytes:
+        chunk, self.data = self.data[:size], self.data[size:]
+        return chunk
+
+
+def thread_parse_us(requests: list[bytes]) -> float:
+    """µs of CPU for gunicorn's parser to read each request and its body, as a thread of the pool does."""
+    cfg = GunicornConfig()
+    cpu0 = time.process_time()
+    for raw in requests:
+        next(get_parser(cfg, _Bytes(raw), ("127.0.0.1", 0))).body.read()
+    return (time.process_time() - cpu0) / len(requests) * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.dup2(saved, 2)
     print(json.dumps({"us_cpu_per_door_answer": [round(r, 1) for r in results], "answers": args.answers,
+                      "us_cpu_per_thread_parse": round(thread_parse_us(requests), 1),
                       "python": sys.version.split()[0]}))
     return 0
 
