@@ -1,15 +1,4 @@
-"""A/B the corrector against other commits: offline (answers diffed, batches timed in turn) or served (answers/s
-and CPU per answer, or the worker's memory over new lists); the modes: testing/README.md.
-
-`python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
-temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads). Offline,
-it builds the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set) and runs this file as
-a child process in each tree, `PYTHONPATH` naming the tree, so the child imports that commit's code; served, it
-serves each tree as `make run` serves it there. Sides are measured in turn, the order rotated each round, and
-each figure is the median over `--rounds` rounds.
-
-Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
-"""
+"""A/B the corrector against other commits in git worktrees: offline, served or memory (testing/README.md)."""
 
 from __future__ import annotations
 

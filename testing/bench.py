@@ -1,10 +1,4 @@
-"""The benchmark: the corrector's offline ceiling (a), then the served service under closed-loop load (b, wrk via
-testing/wrkload.py), open-loop overload (c, testing/aioload.py) and slow clients (f, testing/slow_clients.py).
-
-Each server is gunicorn as `make run` starts it (testing/server.py), serving testing/bench_app.py; answers are
-counted by path from its request log. testing/README.md says what each section measures, its flags, and what it
-writes to --out (summaries and tables: testing/report.py; plots: testing/plots.py).
-"""
+"""The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f)."""
 
 from __future__ import annotations
 

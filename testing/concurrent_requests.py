@@ -1,9 +1,4 @@
-"""Send N different requests to /inference at once and check every answer as the judge would.
-
-The bodies are the real samples first, then variations of them (testing/samples.py), each under a fresh
-esun_uuid so none is answered from the cache. Prints each answer's status, latency and answer, then the total
-time; exits 1 if any answer is not a 200 with exactly the four keys (or came later than --timeout).
-"""
+"""Send N different requests to /inference at once and check every answer as the judge would."""
 
 # grequests monkey-patches the standard library (gevent) on import: it must come before anything else
 # (testing.cli imports only what gevent does not patch).

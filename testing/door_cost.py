@@ -1,13 +1,4 @@
-"""CPU of one door answer, in process: `python -m testing.door_cost [--answers 5000] [--rounds 3]`.
-
-What the worker's event loop does for a `POST /inference` that the admission keeps from the model (the thread pool
-full): frame the request as its bytes arrive (`server.framing.RequestReader`), ask the answer policy
-(`AnswerPolicy.at_door`: parse, TOP1, the request's JSON log line and metrics, as served), and write the response's
-bytes. The app is the service's own around tests/fakes.py's corrector (never asked: the pool is full), its log
-lines written to /dev/null through stderr's descriptor as a served process writes them to its pipe. The requests
-are the real competition requests of testing/data/ (1.0-1.5 kB), each with a new `esun_uuid`, sent as the judge's
-client sends them. Prints µs of process CPU per answer, each round.
-"""
+"""CPU of one door answer, in process: `python -m testing.door_cost [--answers 5000] [--rounds 3]`."""
 
 from __future__ import annotations
 

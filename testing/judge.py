@@ -1,12 +1,4 @@
-"""Put labelled questions to a running service as the judge does (docs/contract.md, "Deadline and retries"), and
-score its answers; usage and output: testing/README.md.
-
-Each question goes out with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out, cannot connect or
-gets a non-200 is re-sent at once with `retry` 1, then 0, and the earliest valid 200 counts. A 200 that fails
-`testing.samples.check_answer` or is longer than the sender's 10,240 characters is malformed: a failure, not
-re-sent. A question's `esun_uuid` is sha256 of a salt and its id: the same on every attempt, new on every run
-(the service keeps answers by `esun_uuid` for an hour). Answers are scored by `learn.evaluate.cer_score`.
-"""
+"""Put labelled questions to a running service as the judge does, and score its answers (testing/README.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""What the load tools share: one `Shot` per request, the payload templates every request is made from, the
-timeouts, and the one percentile (testing/README.md).
-"""
+"""What the load tools share: one `Shot` per request, payload templates, timeouts, the one percentile."""
 
 from __future__ import annotations
 

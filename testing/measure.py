@@ -1,9 +1,4 @@
-"""The benchmark's servers and one measured point of load on one of them (testing.bench's sections use these).
-
-A closed-loop point is wrk's (testing/wrkload.py), an open-loop one aioload's (testing/aioload.py); each is summarised
-from its shots, the server's request log (answers by path) and the batcher's counters (testing/bench_app.py's
-route), with the raw shots kept for bench_raw.json.
-"""
+"""The benchmark's servers and one measured point of load on one of them (closed loop by wrk, open by aioload)."""
 
 from __future__ import annotations
 

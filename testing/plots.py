@@ -1,8 +1,4 @@
-"""The benchmark's pictures (matplotlib, imported only when drawing): model answers and TOP1 fallbacks told apart,
-every quantity axis from 0, no server address in a title (testing/README.md).
-
-    .venv/bin/python -m testing.plots docs/bench docs/bench/overload    # redraw from bench.json (+ bench_raw.json)
-"""
+"""The benchmark's plots (matplotlib, imported only when drawing); `python -m testing.plots DIR...` redraws them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""What the benchmark's shots add up to: latency figures (`latency_stats`, on `testing.loadgen.percentile`),
-per-point summaries (`summarise`), markdown tables (`markdown`); testing/plots.py draws them.
-"""
+"""What the benchmark's shots add up to: latency figures, per-point summaries, markdown tables."""
 
 from __future__ import annotations
 

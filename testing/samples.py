@@ -1,8 +1,4 @@
-"""Request bodies like the judge's: the real samples first, then variations of them (another TOP1, fewer words,
-another order of hypotheses), each under its own `esun_uuid`, so that no two share an answer in the service's cache.
-
-`python -m testing.samples --csv testing/jmeter/requests.csv` writes JMeter's request file, one JSON body a line.
-"""
+"""Request bodies like the judge's (the real samples, then variations of them) and the one answer check."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs.
-
-`start_server({"MAX_BATCH_SIZE": "1"}, log)` runs `gunicorn -c server/gunicorn_conf.py "api:create_app()"` with
-those settings in its environment, waits for `/readyz`, and writes the server's output (one JSON line per
-inference request) to `log`.
-"""
+"""Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs."""
 
 from __future__ import annotations
 

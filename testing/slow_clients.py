@@ -1,13 +1,4 @@
-"""Slow clients beside the judge: many connections that stall mid-head, and a few clients posting real questions.
-
-Issue 14: a connection that sends a few bytes of its head, then nothing, used to hold one of gunicorn's threads,
-and 140 of them stopped the service. Each slow connection sends `SLOW_HEAD` and then nothing; one the server
-closes is opened again at once, as an attacker would. Once they are open, closed-loop clients (kept-alive
-connections) post testing.samples' bodies under fresh esun_uuids, each answer checked as the judge would, its
-latency counted from before the connect when one was needed. One asyncio loop in one thread does all of it.
-Usage and output: testing/README.md. Exits 1 when a question was not answered validly within 1 s, 2 on a setup
-problem.
-"""
+"""Slow clients beside the judge: many connections that stall mid-head, and a few clients posting real questions."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The benchmark's closed loop through Debian's `wrk` (C, one thread: the least CPU per request of the generators
-measured here, docs/bench/loadgen_cost.md) and testing/wrk.lua.
-
-What the script records per request (esun_uuid, sent, answered, status, a 200's body) becomes the same `Shot`s as
-testing/aioload.py makes, each answer checked by `testing.samples.check_answer`. wrk's own connection errors and
-the requests it never got an answer to are reported beside them, and its CPU time (os.wait4's resource usage).
-"""
+"""The benchmark's closed loop through Debian's `wrk` and testing/wrk.lua, read back as `Shot`s."""
 
 from __future__ import annotations
 
