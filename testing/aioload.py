@@ -74,11 +74,8 @@ class Answer:
 
 
 def parse_answer(buffer: bytearray, closed: bool = False) -> tuple[Answer, int] | None:
-    """Parse one HTTP/1.1 answer at the start of buffer; return it and its length in bytes, None while incomplete.
-
-    `closed`: the connection has ended, so a body without a length ends here. ValueError if it is not HTTP, or is
-    chunked (the service always sends a Content-Length).
-    """
+    """Parse one HTTP/1.1 answer at the start of buffer; return it and its length, None while incomplete (`closed`:
+    a body without a length ends here). ValueError if it is not HTTP, or chunked (the service sends a length)."""
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
         if len(buffer) > MAX_HEADER_BYTES:
@@ -300,10 +297,8 @@ async def _open_loop(target: Target, rate_rps: float, duration_s: float, warmup_
 
 def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
               timeout_s: float = CLIENT_TIMEOUT_S, seed: int = 0) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Send Poisson arrivals at rate_rps for warmup_s + duration_s on keep-alive connections, whatever the answers
-    do; wait for every answer or its timeout (counted from its due time). Return the shots due in the measured
-    window (latency from due), its wall-clock start and end, and the generator's figures (rates scheduled and
-    sent, connections opened and reused, its own CPU share of one core, wait for the last answers included)."""
+    """Send Poisson arrivals at rate_rps for warmup_s + duration_s, whatever the answers do, and wait for each answer
+    or its timeout; return the measured window's shots, its wall-clock start and end, and the generator's figures."""
     cpu0, wall0 = time.process_time(), time.perf_counter()
     with asyncio.Runner(loop_factory=_loop_factory) as runner:
         shots, start, end, generator = runner.run(

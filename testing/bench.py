@@ -21,17 +21,13 @@ from typing import Any
 from testing import cli
 
 with cli.dev_requirements("testing.bench"):
-
     from config import Config
     from preprocess.text import NBest, strip_spaces
     from testing import aioload, slow_clients, wrkload
     from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
     from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
     from testing.plots import draw_bench
-    from testing.report import (
-        markdown,
-        print_point,
-    )
+    from testing.report import markdown, print_point
     from testing.samples import real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, missing_weights
 
@@ -47,17 +43,9 @@ SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Inputs
-
-
 def request_pool(n: int) -> list[dict[str, Any]]:
     """Return n request bodies the model takes: the real samples, then simulated lists of test sentences."""
     return simulated_bodies(n, ("test",), start=real_bodies())
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sections
 
 
 @dataclass
@@ -169,10 +157,6 @@ def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     return result
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The run
-
-
 def machine_info() -> dict[str, Any]:
     """Describe the machine: CPU model, cores, RAM, load, software versions."""
     import psutil
@@ -273,8 +257,6 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
     busy = os.getloadavg()[0]
     if busy > 0.5 * (os.cpu_count() or 1):
-        # torch's worker threads spin: another CPU-heavy process (a training, a test run) slows the model many
-        # times over, and the figures with it.
         print(f"bench: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy, the figures "
               f"will be low; run the benchmark on an idle machine", file=sys.stderr, flush=True)
     pool = request_pool(POOL)

@@ -21,14 +21,8 @@ TIMEOUT_PROBLEM = "timeout: "
 
 @dataclass(frozen=True)
 class Shot:
-    """One request: when it was due, how long it took, the status (0: no answer within the client's timeout),
-    what is wrong with the answer (None for a valid one) and how late the load generator sent it (`lag_s`); the
-    `esun_uuid` it went out under and, once read from the server's request log (`testing.report.tag_paths`), the
-    `path` the server answered it by (`model`, `deadline`, `overload`, ...; None while unknown).
-
-    `due` is wall-clock time. wrk sends when due (no lag); testing/aioload.py's open loop times from `due`, the lag
-    included, so that a queue, or a generator falling behind, shows as latency.
-    """
+    """One request: when it was due (wall clock; latency counts from it, lag included), how long it took, its status
+    (0: no answer), its problem (None: valid), the generator's lag, its esun_uuid and (`report.tag_paths`) its path."""
 
     due: float
     latency_s: float

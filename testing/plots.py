@@ -19,13 +19,6 @@ KIND_LABELS = {"model": "model answer", "fallback": "TOP1 fallback", "unknown": 
                "none": "no answer"}
 
 
-def _from_zero(ax: Any, x: bool = False) -> None:
-    """Start the y axis (and the x axis, when linear and asked) at 0; call once everything is drawn."""
-    ax.set_ylim(bottom=0)
-    if x:
-        ax.set_xlim(left=0)
-
-
 def _row_kind(row: list[Any]) -> str:
     """Say who made the answer of one raw row [t, latency ms, status, valid, lag ms, path?]."""
     if not row[2]:
@@ -94,7 +87,7 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
         ax.set(xscale="log", xlabel="batch size", ylabel="items/s", title="a. Offline corrector throughput")
         ax.set_xticks([r["batch_size"] for r in rows], [str(r["batch_size"]) for r in rows])
         ax.grid(alpha=0.3)
-        _from_zero(ax)
+        ax.set_ylim(bottom=0)  # every quantity axis from 0, set once everything is drawn
         save(fig, "a_offline_throughput_by_batch_size.png")
 
     over_time = [(key, series) for key, series in raw.items() if key.startswith(("b/", "c/"))]
@@ -118,7 +111,7 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
                    title=f"Response time over time: {group.replace('/', ', ')}")
             ax.legend(markerscale=3, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             ax.grid(alpha=0.3)
-            _from_zero(ax, x=True)
+            ax.set(xlim=(0, None), ylim=(0, None))
         save(fig, "response_time_over_time.png")
 
     if "b" in results:
@@ -143,18 +136,14 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
             ax.set_xticks(ticks, [str(x) for x in ticks])
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
-            _from_zero(ax)
+            ax.set_ylim(bottom=0)
         save(fig, "b_throughput_and_p99_by_clients.png")
 
     return written
 
 
 def redraw(directory: Path) -> list[str]:
-    """Redraw a benchmark's plots from its saved bench.json (and bench_raw.json, if kept); return the files drawn.
-
-    Without bench_raw.json (not committed: docs/bench/**/*_raw.json is git-ignored) the response-time-over-time
-    plot cannot be drawn and is left as it is.
-    """
+    """Redraw a benchmark's plots from its saved bench.json (and bench_raw.json, if kept); return the files drawn."""
     results = json.loads((directory / "bench.json").read_text(encoding="utf-8"))
     raw_path = directory / "bench_raw.json"
     raw = json.loads(raw_path.read_text(encoding="utf-8")) if raw_path.exists() else {}

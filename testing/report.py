@@ -61,11 +61,8 @@ def count_paths(log: list[dict[str, Any]], start: float, end: float) -> Counter[
 
 
 def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[str, float | None]:
-    """Return the p50/p99 the server itself logged (view entered to answer made) for lines within [start, end].
-
-    Set beside the client's figures it tells where time went: a request waiting for a free gunicorn thread, or
-    a load generator short of CPU, shows in the client's latency and not in this one.
-    """
+    """Return the p50/p99 the server itself logged for lines within [start, end]: beside the client's figures, where
+    time went (a request waiting for a thread, or a generator short of CPU, shows in the client's latency only)."""
     stats = latency_stats([float(line["latency_ms"]) / 1000 for line in log
                            if start <= float(line.get("ts", 0)) <= end and "latency_ms" in line])
     return {"server_p50_ms": stats["p50_ms"], "server_p99_ms": stats["p99_ms"]}
@@ -73,11 +70,8 @@ def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[
 
 def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str],
               stats_delta: dict[str, int] | None) -> dict[str, Any]:
-    """Summarise one point: throughput, latency percentiles, failures, lateness, paths and batching.
-
-    Latencies are of the requests due within the window, from when each was due (`Shot`); throughput counts the
-    200 answers that arrived within the window; the model's share is of the answers the server logged, by path.
-    """
+    """Summarise one point: throughput (200s that arrived in the window), latency percentiles (from due), failures,
+    lateness, paths and batching; the model's share is of the answers the server logged, by path."""
     start, end = window
     duration_s = end - start
     answered = [s for s in shots if s.status]

@@ -66,10 +66,8 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
 
 def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0, distinct: bool = False,
                      start: list[Body] | None = None) -> list[Body]:
-    """Return n bodies: `start`'s first, then n-best lists simulated (preprocess.simulate) from the corpus's `splits`
-    (shuffled, seeded; `distinct`: no two lists alike). Only questions the model takes are kept (TOP1 has Han
-    characters and at most max_top1_chars), so that every answer's path says something about the model and the
-    batcher, not about the too-long guard."""
+    """Return n bodies: `start`'s first, then n-best lists simulated from the corpus's `splits` (seeded; `distinct`:
+    no two alike); only questions the model takes (TOP1 has Han characters, at most max_top1_chars) are kept."""
     from config import Config
     from preprocess.simulate import load_simulator
     from preprocess.text import han_only, strip_spaces
@@ -109,10 +107,8 @@ def with_fresh_uuid(body: Body) -> Body:
 
 
 def check_answer(status: int, body: bytes | str | object, sent_uuid: str) -> str | None:
-    """Say what is wrong with an answer for the judge, or None when it is a valid 200 with exactly the four keys.
-
-    `body` is the answer's raw body (JSON text, bytes or str) or its parsed value: the one check every tool uses.
-    """
+    """Say what is wrong with an answer for the judge, or None when it is a valid 200 with exactly the four keys;
+    `body` is the raw body (bytes or str) or its parsed value."""
     if status != 200:
         return f"HTTP {status}, want 200"
     data = body

@@ -43,9 +43,8 @@ def _run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int
 
 def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
                 timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run wrk with `clients` connections (one thread: the server needs the cores) for warmup_s + duration_s (+ a
-    tail); return the shots due in the measured window (status 0 for a request never answered), its wall-clock
-    start and end, and wrk's figures: its CPU share of one core over its run, its error counts."""
+    """Run wrk (one thread: the server needs the cores) with `clients` connections for warmup_s + duration_s (+ a tail);
+    return the measured window's shots, its wall-clock start and end, and wrk's figures (CPU share, errors)."""
     wrk = wrk_path()
     if wrk is None:
         raise RuntimeError("wrk is not installed: run `bash testing/install_tools.sh`")
