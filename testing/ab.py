@@ -62,9 +62,10 @@ def child(mode: str, lists_path: Path) -> dict:
     return out
 
 
-def build_lists(limit: int, path: Path) -> dict[str, list[str]]:
-    """Write the evaluation sets' lists (`limit` each), interleaved by a seeded shuffle; return the truths by set."""
+def build_lists(limit: int, path: Path) -> dict[str, list]:
+    """Write the evaluation sets' lists (`limit` each), interleaved by a seeded shuffle; return sets, truths, lists."""
     from learn.evaluate import simulated_set
+    from preprocess.text import NBest
 
     rows = []
     for name in SETS:
@@ -73,7 +74,8 @@ def build_lists(limit: int, path: Path) -> dict[str, list[str]]:
                  for nb, truth in zip(data.nbests, data.truths, strict=True)]
     random.Random(21).shuffle(rows)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return {"set": [r["set"] for r in rows], "truth": [r["truth"] for r in rows]}
+    return {"set": [r["set"] for r in rows], "truth": [r["truth"] for r in rows],
+            "nbest": [NBest(r["sentences"], r["phonemes"]) for r in rows]}
 
 
 def make_tree(commit: str, parent: Path) -> Path:
@@ -94,15 +96,10 @@ def run_child(tree: Path, mode: str, lists_path: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cer(answers: list[str], truths: list[str]) -> float:
-    """Character error rate of answers against truths."""
-    from rapidfuzz.distance import Levenshtein
-
-    return sum(Levenshtein.distance(a, t) for a, t in zip(answers, truths, strict=True)) / max(1, sum(map(len, truths)))
-
-
 def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dict:
     """Answer the lists on every side; print per set each side's CER and how many answers differ from this tree's."""
+    from learn.evaluate import cer_score
+
     answers = {name: run_child(tree, "answers", lists_path)["answers"] for name, tree in sides.items()}
     here = answers["here"]
     report: dict = {"sets": {}, "differences": []}
@@ -112,7 +109,7 @@ def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dic
         truths = [meta["truth"][i] for i in idx]
         for side, got in answers.items():
             diff = [i for i in idx if got[i] != here[i]]
-            value = cer([got[i] for i in idx], truths)
+            value = cer_score([meta["nbest"][i] for i in idx], truths, [got[i] for i in idx]).answer_cer
             report["sets"].setdefault(name, {})[side] = {"lists": len(idx), "cer": value, "differ": len(diff)}
             report["differences"] += [{"set": name, "side": side, "index": i, "here": here[i], "there": got[i],
                                        "truth": meta["truth"][i]} for i in diff]

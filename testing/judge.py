@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import secrets
 import sys
@@ -18,7 +17,7 @@ import requests
 
 from preprocess.labelled import Labelled, LabelledFormatError, read_labelled
 from testing.loadgen import percentile
-from testing.samples import check_answer
+from testing.samples import check_answer, uuid_of
 
 Outcome = Literal["answered", "late", "non_200", "connection_error", "malformed"]
 MAX_RESPONSE_CHARS = 10_240  # the judge's sender truncates longer bodies, which then fail to parse
@@ -79,11 +78,6 @@ class JudgeRun:
                 "latency_s": self.latency_s(), "wall_s": round(self.wall_s, 3)}
 
 
-def esun_uuid_of(item_id: str, salt: str) -> str:
-    """Derive a question's esun_uuid from its id: 64 hex characters, as in the judge's examples."""
-    return hashlib.sha256(f"{salt}:{item_id}".encode()).hexdigest()
-
-
 def valid_answer(text: str, esun_uuid: str) -> str | None:
     """Return the answer of a 200's body when the judge can read it, else None."""
     if len(text) > MAX_RESPONSE_CHARS or check_answer(200, text, esun_uuid) is not None:
@@ -142,7 +136,7 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
     started = time.perf_counter()
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge") as pool:
-            answers = list(pool.map(lambda item: ask(session(), endpoint, item, esun_uuid_of(item.id, salt),
+            answers = list(pool.map(lambda item: ask(session(), endpoint, item, uuid_of(f"{salt}:{item.id}"),
                                                      timeout_s), items))
     finally:
         for each in sessions:

@@ -58,7 +58,7 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
         base = real[index % len(real)]
         vary = _VARIATIONS[(index // len(real)) % len(_VARIATIONS)]
         body = vary(base, rng)
-        body["esun_uuid"] = _uuid_for(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
+        body["esun_uuid"] = uuid_of(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
         bodies.append(body)
         index += 1
     return bodies
@@ -133,7 +133,8 @@ def check_answer(status: int, body: bytes | str | object, sent_uuid: str) -> str
     return None
 
 
-def _uuid_for(text: str) -> str:
+def uuid_of(text: str) -> str:
+    """Derive an esun_uuid from a text: 64 hex characters (sha256), as in the judge's examples."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
