@@ -158,8 +158,7 @@ def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dic
 
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
-    """Serve `tree`, warm it with 3 s of `warm`, and run `--clients` closed-loop clients of `templates` against it for
-    `--served-s` seconds."""
+    """Serve `tree`, warm it for 3 s, then measure `--clients` closed-loop clients for `--served-s` seconds."""
     from testing import wrkload
     from testing.report import latency_stats, paths_by_uuid
 
@@ -301,8 +300,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--app", help="--mode served, memory: the WSGI app to serve, gunicorn's form (default: make run's)")
     ap.add_argument("--lists", type=int, default=100_000, help="--mode memory: distinct lists the model is to answer")
     ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per wrk run, between readings")
-    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most: sizes each "
-                    "wrk run so that it does not wrap round its chunk")
+    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most (sizes wrk runs)")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)

@@ -131,8 +131,7 @@ def section_b(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, A
 
 
 def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: float | None) -> dict[str, Any]:
-    """Open-loop overload at 2x, 3x and 5x the capacity (batching on); capacity probed at 64 clients if b did not
-    run."""
+    """Open-loop overload at 2x, 3x, 5x the capacity (batching on), probed at 64 clients when b did not run."""
     server = servers.get("batching-on", SETTINGS_ON)
     if capacity_rps is None:
         probe = measure_closed(server, 64, max(3.0, plan.durations["c"] / 2), templates)
@@ -148,8 +147,7 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
 
 
 def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
-    """Slow clients (testing/slow_clients.py): f_slow connections stalled mid-head, held open (reopened when the
-    server closes them), while F_CLIENTS closed-loop clients ask the batching-on server."""
+    """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
     result = slow_clients.measure(aioload.Target.from_url(server.url), plan.f_slow, F_CLIENTS,
                                   plan.durations["f"], timeout_s=5.0, server=server)
@@ -198,20 +196,14 @@ def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testing.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS), help="which sections to run, e.g. b,c (default "
-                        "a,b,c,f)")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="seconds measured per point, for every section (default a 2, b 10, c 10, f 20)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run of the whole benchmark")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="sections to run, e.g. b,c (default a,b,c,f)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds a point (default a 2, b 10, c 10, f 20)")
+    parser.add_argument("--quick", action="store_true", help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs in OUT/logs")
-    parser.add_argument("--fake", action="store_true",
-                        help="serve tests/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
-                             "its figures mean nothing)")
+    parser.add_argument("--fake", action="store_true", help="serve the FakeCorrector (figures meaningless)")
     parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
-                        help="the closed-loop capacity that section c's factors multiply when b does not run, e.g. "
-                             "b's figure of an earlier run (default: a probe at 64 clients)")
+                        help="what c's factors multiply when b does not run (default: a probe at 64 clients)")
     return parser
 
 

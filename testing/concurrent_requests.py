@@ -35,12 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
     parser.add_argument("-n", type=int, default=10, help="how many requests to send at once (default 10)")
-    parser.add_argument("--size", type=int, default=None,
-                        help="grequests pool size: at most this many in flight (default: all N)")
-    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request counts as failed "
-                        "(default 1.0, the judge's timeout)")
-    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS,
-                        help="the bodies to start from, one JSON object per line (default: the real samples)")
+    parser.add_argument("--size", type=int, default=None, help="grequests pool size: at most this many in flight")
+    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request fails (the judge's 1)")
+    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
     return parser
 
 

@@ -149,14 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     from learn.evaluate import SIM_SETS, cer_score, simulated_set
 
     ap = argparse.ArgumentParser(description="Put labelled questions to a running service as the judge does.")
-    ap.add_argument("--data", type=Path, action="append", default=[],
-                    help="labelled file: the official JSON list, or JSONL (repeatable)")
+    ap.add_argument("--data", type=Path, action="append", default=[], help="a labelled file, JSON or JSONL (repeated)")
     ap.add_argument("--sets", default="", help=f"learn.evaluate's simulated sets ({','.join(SIM_SETS)})")
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--timeout", type=float, default=1.0, help="the judge's HTTP timeout in seconds")
     ap.add_argument("--concurrency", type=int, default=10, help="questions outstanding at once")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N questions of each set (0 = all; 3,000 "
-                    "per simulated set)")
+    ap.add_argument("--limit", type=int, default=0, help="the first N questions of each set (0: all, 3,000 simulated)")
     args = ap.parse_args(argv)
     names = [n for n in args.sets.split(",") if n]
     if not args.data and not names:

@@ -61,7 +61,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def cpu_figures(cpu_s: float, wall_s: float) -> dict[str, float]:
-    """Describe a load generator's own CPU time over a run, as a share of one core: on a 2-core machine it shares
-    the CPUs with the server it measures, and readers must see how much it took."""
+    """A load generator's own CPU over a run, as a share of one core (it shares the machine with the server)."""
     return {"generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
             "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2)}

@@ -40,8 +40,7 @@ def paths_by_uuid(log: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def connection_error(shot: Shot) -> bool:
-    """Say whether a request got no answer because its connection failed (refused, reset, cut mid-answer, closed
-    before answering), as opposed to no answer within the generator's timeout."""
+    """Say whether a request got no answer because its connection failed, not for want of time (loadgen's prefixes)."""
     return not shot.status and shot.problem is not None and shot.problem.startswith(CONNECTION_PROBLEM)
 
 
@@ -132,8 +131,7 @@ def _fmt(value: Any) -> str:
 
 
 def _table(head: str, rows: list[list[Any]]) -> list[str]:
-    """Render a markdown table: `head` names the columns, separated by " | "; the first column and the answers by
-    path are left-aligned, the figures right-aligned."""
+    """Render a markdown table (`head`: the columns, split by " | "); figures right-aligned, names and paths left."""
     names = head.split(" | ")
     rule = ["---" if i == 0 or name == "answers by path" else "---:" for i, name in enumerate(names)]
     return [f"| {head} |", f"|{'|'.join(rule)}|", *(f"| {' | '.join(_fmt(v) for v in row)} |" for row in rows)]

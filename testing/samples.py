@@ -181,8 +181,7 @@ _VARIATIONS: list[Callable[[Body, random.Random], Body]] = [
 
 
 def write_csv(path: Path, n: int, samples: Path) -> None:
-    """Write n bodies, one compact JSON object per line (JSON escapes tabs and newlines in strings), for JMeter's
-    CSV Data Set (tab-delimited, unquoted)."""
+    """Write n bodies, one compact JSON object per line, for JMeter's CSV Data Set (tab-delimited, unquoted)."""
     bodies = request_bodies(n, path=samples)
     path.write_text("".join(json.dumps(b, ensure_ascii=False, separators=(",", ":")) + "\n" for b in bodies),
                     encoding="utf-8")
@@ -192,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testing.samples", description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, help="write JMeter's request file here")
     parser.add_argument("-n", type=int, default=10, help="how many bodies (default 10)")
-    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS,
-                        help="the bodies to start from, one JSON object per line (default: the real samples)")
+    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
     args = parser.parse_args(argv)
     if args.csv:
         write_csv(args.csv, args.n, args.samples)

@@ -52,8 +52,7 @@ class CpuClock:
         self.cpu.append(cpu_s)
 
     def between(self, start: float, end: float) -> float:
-        """The CPU seconds used from `start` to `end`, each read linearly between the samples around it (clamped to
-        the first and last)."""
+        """The CPU seconds used from `start` to `end`, read linearly between samples (clamped to the first, last)."""
         return float(np.interp(end, self.times, self.cpu) - np.interp(start, self.times, self.cpu))
 
     def figures(self, start: float, end: float, answers: int) -> dict[str, float | None]:
@@ -104,8 +103,7 @@ class ServerProcess:
             sampler.join()
 
     def request_log(self) -> list[dict]:
-        """Return the server's one-line-per-inference-request records (`path`, `latency_ms`, `batch_size`), the
-        JSON lines of logger api.requests (other lines, e.g. gunicorn's, are skipped)."""
+        """Return the JSON lines of logger api.requests: one per inference request (`path`, `latency_ms`, ...)."""
         out = []
         for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("{"):

@@ -183,8 +183,7 @@ def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
 
 def measure(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
             server: ServerProcess | None = None) -> dict[str, Any]:
-    """Run the slow connections and the clients against target; with the server serving it (started here), also
-    its CPU and its answers by path."""
+    """Run the slow connections and the clients; with the server serving target (started here), its CPU and paths."""
     raise_open_file_limit(slow + clients + 64)
     log_start = len(server.request_log()) if server else 0
     probe = server.cpu_s if server else None
@@ -228,8 +227,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow", type=int, default=1000, help="slow connections to hold open (default 1000)")
     parser.add_argument("--clients", type=int, default=10, help="closed-loop clients (default 10)")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the clients ask (default 20)")
-    parser.add_argument("--timeout-s", type=float, default=5.0,
-                        help="a client's timeout; answers later than 1 s count as late anyway (default 5)")
+    parser.add_argument("--timeout-s", type=float, default=5.0, help="a client's timeout (default 5; over 1 s is late)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.slow < 0 or args.clients < 1 or args.seconds <= 0 or args.timeout_s <= 0:

@@ -77,8 +77,7 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, temp
 
 
 def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tuple[str, float]], dict[str, int]]:
-    """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts (the last two written by
-    its done(), which runs whenever wrk exits 0)."""
+    """Read what testing/wrk.lua wrote: answers, and (by its done(), on exit 0) requests never answered, errors."""
     answers = []
     for path in sorted(out.parent.glob(out.name + "-*.tsv")):
         if path.name.endswith(("-left.tsv", "-errors.tsv")):
