@@ -119,16 +119,13 @@ def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dic
 
 def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Namespace) -> dict:
     """Time every side once per round, in turn (the order rotated each round); print the medians."""
-    result = alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
-                       lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms",
-                       {"ms_64": "median_ms_64", "ms_1": "median_ms_1"})
-    medians = result["medians"]
-    print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |\n"
-          "|---|---:|---:|---:|---:|")
-    for n, m in medians.items():
-        print(f"| {n} | {m['ms_64']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
-              f"{m['ms_64'] / medians['here']['ms_64']:.2f}x |")
-    return result
+    return alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
+                     lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms",
+                     {"ms_64": "median_ms_64", "ms_1": "median_ms_1"},
+                     "| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |\n"
+                     "|---|---:|---:|---:|---:|",
+                     lambda m, here: f"{m['ms_64']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
+                                     f"{m['ms_64'] / here['ms_64']:.2f}x")
 
 
 def serve(tree: Path, app: str | None) -> ServerProcess:
@@ -144,17 +141,21 @@ def serve(tree: Path, app: str | None) -> ServerProcess:
 
 
 def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str],
-              keys: dict[str, str]) -> dict:
+              keys: dict[str, str], head: str, row: Callable[[dict, dict], str]) -> dict:
     """Measure every side once per round, in turn (the order rotated each round); print each round. Return the
-    rounds and, per side, the median over the rounds of each of `keys` (name in the medians: key in a round)."""
+    rounds and, per side, the median over the rounds of each of `keys` (name in the medians: key in a round), printed
+    as a table under `head`, a `row` a side (given its medians and this tree's)."""
     names = list(sides)
     done: list[dict[str, dict]] = []
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         done.append({name: measure(sides[name]) for name in order})
         print(f"round {r + 1}: " + ", ".join(f"{n} {show(done[-1][n])}" for n in names), flush=True)
-    return {"rounds": done, "medians": {n: {k: statistics.median(rd[n][key] for rd in done) for k, key in keys.items()}
-                                        for n in names}}
+    medians = {n: {k: statistics.median(rd[n][key] for rd in done) for k, key in keys.items()} for n in names}
+    print(f"\n{head}")
+    for n, m in medians.items():
+        print(f"| {n} | {row(m, medians['here'])} |")
+    return {"rounds": done, "medians": medians}
 
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
@@ -198,16 +199,12 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve every side once per round, in turn (the order rotated each round); print the medians."""
     warm, templates = served_bodies(args.pool, args.fresh)
     keys = ("answers_per_s", "p99_ms", "server_cpu_ms_per_answer", "server_cpu_pct")
-    result = alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
+    return alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
         f"{p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per answer "
-        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"), {k: k for k in keys})
-    medians = result["medians"]
-    print(f"\n| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
-          "answers/s vs here |\n|---|---:|---:|---:|---:|---:|")
-    for n, m in medians.items():
-        vs_here = m["answers_per_s"] / medians["here"]["answers_per_s"]
-        print(f"| {n} | {' | '.join(str(m[k]) for k in keys)} | {vs_here:.2f}x |")
-    return result
+        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"), {k: k for k in keys},
+        f"| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
+        "answers/s vs here |\n|---|---:|---:|---:|---:|---:|",
+        lambda m, here: f"{' | '.join(str(m[k]) for k in keys)} | {m['answers_per_s'] / here['answers_per_s']:.2f}x")
 
 
 def full_collections(url: str) -> dict[str, float]:

@@ -1,7 +1,6 @@
 """Send N different requests to /inference at once and check every answer as the judge would."""
 
-# grequests monkey-patches the standard library (gevent) on import: it must come before anything else
-# (testing.cli imports only what gevent does not patch).
+# grequests monkey-patches the standard library (gevent) on import: only testing.cli may come before it.
 from testing import cli  # isort: skip
 
 with cli.dev_requirements("testing.concurrent_requests"):

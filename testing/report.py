@@ -10,8 +10,7 @@ from typing import Any
 from api.paths import AnswerPath
 from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, Shot, percentile
 
-# The request log's paths answered with TOP1 instead of the model's answer (api.paths.AnswerPath.fallback): instant
-# answers that must not pass for the model's latency in a summary or a plot.
+# The request log's paths answered with TOP1 (api.paths.AnswerPath.fallback): never to pass for the model's latency.
 FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)
 
 
