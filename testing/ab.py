@@ -163,8 +163,7 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
     from testing import wrkload
     from testing.report import latency_stats, paths_by_uuid
 
-    server = serve(tree, args.app)
-    try:
+    with serve(tree, args.app) as server:
         wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, warm)  # the first batches, the caches
         with server.cpu_clock() as clock:
             shots, start, end, info = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
@@ -172,8 +171,6 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
         # stopped, still hold pool places while the next run's first ones arrive
         by_uuid = paths_by_uuid(server.request_log())
         paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in shots))
-    finally:
-        server.stop()
     answered = [s for s in shots if s.status == 200]
     return {"answers_per_s": round(len(answered) / (end - start), 1),
             "p99_ms": latency_stats([s.latency_s for s in answered])["p99_ms"], "non_200": len(shots) - len(answered),
@@ -228,8 +225,7 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
 
     from testing import wrkload
 
-    server = serve(tree, args.app)
-    try:
+    with serve(tree, args.app) as server:
         worker = psutil.Process(server.process.pid).children()[0]
 
         def rss_mib() -> float:  # the worker's resident set (VmRSS)
@@ -254,8 +250,6 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
             print(f"{sent:>7} lists offered, {answered:>7} answered by the model: {points[-1]['rss_mib']} MiB",
                   flush=True)
         return {"points": points, "paths": dict(server.paths()), "seconds": round(time.monotonic() - started, 1)}
-    finally:
-        server.stop()
 
 
 def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:

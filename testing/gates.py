@@ -43,8 +43,7 @@ async def slow_send(url: str, template: str) -> int:
 
 def run(name: str, settings: dict[str, str], load: float, seconds: float, templates: list[str],
         log_dir: Path) -> dict[str, Any]:
-    server = start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=APP)
-    try:
+    with start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=APP) as server:
         if name == "slow senders":
             async def senders() -> list[int]:
                 return await asyncio.gather(*(slow_send(server.url, t) for t in templates[:20]))
@@ -58,8 +57,6 @@ def run(name: str, settings: dict[str, str], load: float, seconds: float, templa
             statuses = [shot.status for shot in shots]
             late = sum(shot.latency_s > JUDGE_TIMEOUT_S for shot in shots)
         paths = count_paths(server.request_log(), start, end)
-    finally:
-        server.stop()
     return {"scenario": name, "settings": settings, "offered_rps": offered, "sent": len(statuses),
             "non_200": sum(s != 200 for s in statuses), "late": late, "paths": dict(sorted(paths.items()))}
 

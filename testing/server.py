@@ -120,6 +120,12 @@ class ServerProcess:
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """Stop gunicorn gracefully (SIGTERM to its master), killing it and its worker if it lingers."""
         if self.process.poll() is None:
