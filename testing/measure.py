@@ -52,11 +52,6 @@ def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
 _COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "padded_waste")
 
 
-def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, int] | None:
-    """Return how much each batcher counter grew between two snapshots."""
-    return None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
-
-
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
     """Run one closed-loop point against a server with wrk and summarise it, with its raw shots."""
     before = batcher_stats(server)
@@ -90,8 +85,9 @@ def _summary(server: ServerProcess, shots: list[Shot], window: tuple[float, floa
     """Summarise a point from its shots and the server's log and counters; answers may come up to answer_s after
     the window (an open loop's timeout): their paths count too. Keeps the raw shots for bench_raw.json."""
     after = batcher_stats(server)
+    grown = None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
     log = server.request_log()
     shots = tag_paths(shots, paths_by_uuid(log))
     start, end = window
-    return {**summarise(shots, window, count_paths(log, start, end + answer_s), stats_delta(before, after)),
+    return {**summarise(shots, window, count_paths(log, start, end + answer_s), grown),
             **server_latency(log, start, end + answer_s), "_shots": shots, "_start": start}

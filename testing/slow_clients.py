@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import resource
@@ -243,18 +244,13 @@ def main(argv: list[str] | None = None) -> int:
             server = start_server()
         except (RuntimeError, TimeoutError) as exc:
             raise cli.ToolError(str(exc).splitlines()[0]) from None
-        url = server.url
-    else:
-        url = args.url
+    url = args.url or server.url
     try:
         target = Target.from_url(url)
     except ValueError:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
-    try:
+    with server or contextlib.nullcontext():
         result = measure(target, args.slow, args.clients, args.seconds, args.timeout_s, server)
-    finally:
-        if server is not None:
-            server.stop()
     result["command"] = " ".join(["python -m testing.slow_clients", *(argv if argv is not None else sys.argv[1:])])
     print_report(result)
     if args.out:
