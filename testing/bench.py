@@ -186,8 +186,7 @@ def _git(*args: str) -> str:
 
 
 def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
-    """Return [seconds into the point (due), latency ms, status, valid, client lag ms, path] for each request of a
-    point (path: how the server answered it, from its log; None if not logged), removing the shots from the point."""
+    """Take a point's shots out of it as bench_raw.json's rows (testing/README.md), in order of due time."""
     shots: list[Shot] = point.pop("_shots")
     start: float = point.pop("_start")
     return [[round(s.due - start, 4), round(s.latency_s * 1000, 2), s.status, int(s.valid), round(s.lag_s * 1000, 2),

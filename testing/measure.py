@@ -82,8 +82,7 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
 
 def _summary(server: ServerProcess, shots: list[Shot], window: tuple[float, float], answer_s: float,
              before: dict[str, Any] | None) -> dict[str, Any]:
-    """Summarise a point from its shots and the server's log and counters; answers may come up to answer_s after
-    the window (an open loop's timeout): their paths count too. Keeps the raw shots for bench_raw.json."""
+    """Summarise a point, with the paths of answers up to answer_s after the window, and keep its raw shots."""
     after = batcher_stats(server)
     grown = None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
     log = server.request_log()

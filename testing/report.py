@@ -68,8 +68,7 @@ def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[
 
 def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str],
               stats_delta: dict[str, int] | None) -> dict[str, Any]:
-    """Summarise one point: throughput (200s that arrived in the window), latency percentiles (from due), failures,
-    lateness, paths and batching; the model's share is of the answers the server logged, by path."""
+    """Summarise one point: throughput, latency (from due), failures, lateness, paths, the model's share, batching."""
     start, end = window
     duration_s = end - start
     answered = [s for s in shots if s.status]

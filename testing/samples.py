@@ -107,8 +107,7 @@ def with_fresh_uuid(body: Body) -> Body:
 
 
 def check_answer(status: int, body: bytes | str | object, sent_uuid: str) -> str | None:
-    """Say what is wrong with an answer for the judge, or None when it is a valid 200 with exactly the four keys;
-    `body` is the raw body (bytes or str) or its parsed value."""
+    """Say what is wrong with an answer (`body` raw or parsed) for the judge, or None (testing/README.md's check)."""
     if status != 200:
         return f"HTTP {status}, want 200"
     data = body

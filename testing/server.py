@@ -140,8 +140,7 @@ class ServerProcess:
 
 def start_server(settings: Mapping[str, str] | None = None, log_path: Path | None = None, app: str = APP,
                  tree: Path = REPO_ROOT, command: list[str] | None = None) -> ServerProcess:
-    """Start gunicorn on a free loopback port with these settings (Config's environment variables) and wait until
-    /readyz says ready; from another checkout `tree` with its own `command` (testing/ab.py serves other commits so)."""
+    """Start gunicorn on a free loopback port with these settings (env) and wait for /readyz (ab.py: another `tree`)."""
     with socket.socket() as sock:
         sock.bind((LOOPBACK, 0))
         port = sock.getsockname()[1]
