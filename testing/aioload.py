@@ -23,7 +23,6 @@ MIN_SLEEP_S = 0.001
 # An answer to /inference is a few hundred bytes; a header block over this is not one.
 MAX_HEADER_BYTES = 64 * 1024
 
-# The event loop to run on: uvloop (libuv, in C) when installed, else asyncio's own.
 try:
     import uvloop
 

@@ -36,7 +36,6 @@ SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
 F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
 POOL = 400  # different request bodies
-# Per-point durations (s) of a default run; --duration replaces them all.
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
@@ -124,7 +123,6 @@ def section_b(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, A
         result[mode] = points
         if mode == "off":
             servers.release(f"batching-{mode}")
-    # Capacity: the most model answers per second batching on made; TOP1 fallbacks are cheap and do not count.
     on = [p["model_rps"] for p in result["on"]]
     result["capacity_rps"] = max(on) if on else None
     return result

@@ -11,7 +11,6 @@ from typing import Any
 from testing.loadgen import JUDGE_TIMEOUT_S
 from testing.report import answer_kind, fallback_share
 
-# Model answers in cool colours and dots, TOP1 fallbacks in warm colours and crosses (one of each per series).
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:cyan", "tab:olive")
 FALLBACK_COLORS = ("tab:red", "tab:orange", "tab:pink", "tab:brown", "gold")
 FALLBACK_COLOR = "tab:red"
