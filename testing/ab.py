@@ -142,9 +142,8 @@ def serve(tree: Path, app: str | None) -> ServerProcess:
 
 def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str],
               keys: dict[str, str], head: str, row: Callable[[dict, dict], str]) -> dict:
-    """Measure every side once per round, in turn (the order rotated each round); print each round. Return the
-    rounds and, per side, the median over the rounds of each of `keys` (name in the medians: key in a round), printed
-    as a table under `head`, a `row` a side (given its medians and this tree's)."""
+    """Measure every side once per round, in turn (the order rotated each round); print each round, then under `head`
+    a `row` per side of its medians over the rounds of `keys` (name in the medians: key in a round); return both."""
     names = list(sides)
     done: list[dict[str, dict]] = []
     for r in range(rounds):

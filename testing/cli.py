@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-# The install step that puts the tools' Python packages (requirements-dev.txt) into .venv.
 INSTALL_STEP = "make install-dev"
 
 

@@ -13,8 +13,7 @@ JUDGE_TIMEOUT_S = 1.0
 # Clients wait longer than the judge, to see how late a late answer is.
 CLIENT_TIMEOUT_S = 5.0
 UUID_MARK = "@@ESUN_UUID@@"
-# How a Shot's problem starts when no answer came: its connection failed (refused, reset, cut mid-answer, closed
-# before answering), or nothing came within the client's timeout.
+# How a Shot's problem starts when no answer came: its connection failed, or nothing came in the client's timeout.
 CONNECTION_PROBLEM = "connection: "
 TIMEOUT_PROBLEM = "timeout: "
 

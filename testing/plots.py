@@ -40,8 +40,7 @@ def _mark_fallbacks(ax: Any, points: list[dict[str, Any]], key: str) -> bool:
 
 
 def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str) -> bool:
-    """Draw p99 by clients: all answers (solid), the model's answers alone (dotted, where fallbacks were mixed in
-    and the summary has them), rings on points with fallbacks. Say whether any point had some."""
+    """Draw p99 by clients, all answers and (dotted) the model's alone, ringing fallbacks; say whether any had some."""
     xs = [p["clients"] for p in points]
     ax.plot(xs, [p.get("p99_ms") or math.nan for p in points], "-", marker="o", color=color,
             label=f"{name} p99, all answers")

@@ -59,8 +59,7 @@ def count_paths(log: list[dict[str, Any]], start: float, end: float) -> Counter[
 
 
 def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[str, float | None]:
-    """Return the p50/p99 the server itself logged for lines within [start, end]: beside the client's figures, where
-    time went (a request waiting for a thread, or a generator short of CPU, shows in the client's latency only)."""
+    """The p50/p99 the server itself logged for lines within [start, end] (beside the client's: where time went)."""
     stats = latency_stats([float(line["latency_ms"]) / 1000 for line in log
                            if start <= float(line.get("ts", 0)) <= end and "latency_ms" in line])
     return {"server_p50_ms": stats["p50_ms"], "server_p99_ms": stats["p99_ms"]}

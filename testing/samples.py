@@ -17,7 +17,6 @@ from preprocess.phones import text_phones
 from testing import cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Real competition n-best lists, no ground truth (testing/data/README.md).
 REAL_REQUESTS = REPO_ROOT / "testing" / "data" / "real_requests.jsonl"
 RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
 
@@ -66,8 +65,7 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
 
 def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0, distinct: bool = False,
                      start: list[Body] | None = None) -> list[Body]:
-    """Return n bodies: `start`'s first, then n-best lists simulated from the corpus's `splits` (seeded; `distinct`:
-    no two alike); only questions the model takes (TOP1 has Han characters, at most max_top1_chars) are kept."""
+    """Return n bodies the model takes: `start`'s, then lists simulated from `splits` (seeded; `distinct`: no twins)."""
     from config import Config
     from preprocess.simulate import load_simulator
     from preprocess.text import han_only, strip_spaces

@@ -76,8 +76,7 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
 
 async def closed_loop(target: Target, bodies: Iterator[dict[str, Any]], end: float, timeout_s: float,
                       shots: list[Shot]) -> None:
-    """One client until `end`: a question at a time on a kept-alive connection, its answer read with the tools' one
-    parser (`testing.aioload.parse_answer`); each a `Shot` (status 0: no answer), timed from before the connect."""
+    """One client until `end`: a question at a time on a kept-alive connection, each a `Shot` timed from the connect."""
     streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def exchange(request: bytes) -> Answer:
@@ -147,8 +146,7 @@ async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s
     if server_cpu_s is not None:
         result["server_cpu_s"] = round(server_cpu_s, 2)
         result["server_cpu_share"] = round(server_cpu_s / wall_s, 2)
-        # what the rest of the machine took meanwhile (other processes sharing it): figures are comparable only
-        # between runs where it was small
+        # what other processes took meanwhile: figures compare only between runs where it was small
         result["others_cpu_share"] = round(max(machine_s - server_cpu_s - cpu_s, 0.0) / wall_s, 2)
     result["machine_cores"] = psutil.cpu_count()
     return result

@@ -17,8 +17,7 @@ from testing.loadgen import CLIENT_TIMEOUT_S, CONNECTION_PROBLEM, Shot, cpu_figu
 from testing.samples import check_answer
 
 SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
-# Extra seconds wrk runs after the measured window, so that the requests due in the window get their answer
-# (wrk stops at its duration without waiting for the requests in flight).
+# wrk runs this long past the window, for its requests' answers (it stops at its duration, whatever is in flight).
 TAIL_S = 2.0
 
 
@@ -43,8 +42,7 @@ def _run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int
 
 def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
                 timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run wrk (one thread: the server needs the cores) with `clients` connections for warmup_s + duration_s (+ a tail);
-    return the measured window's shots, its wall-clock start and end, and wrk's figures (CPU share, errors)."""
+    """Run wrk (one thread, `clients` connections) for warmup_s + duration_s; return the shots, window and figures."""
     wrk = wrk_path()
     if wrk is None:
         raise RuntimeError("wrk is not installed: run `bash testing/install_tools.sh`")
