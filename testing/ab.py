@@ -129,8 +129,7 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
 
 
 def serve(tree: Path, app: str | None) -> ServerProcess:
-    """Serve `tree` with the gunicorn command `make run` uses there (it moved between commits), read from the tree's
-    own code, its code on `PYTHONPATH`; `app` replaces the served app (gunicorn's form)."""
+    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`; `app`: another app."""
     from testing.server import start_server
 
     args = [app] if app else []

@@ -54,15 +54,6 @@ def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str)
     return _mark_fallbacks(ax, points, "p99_ms")
 
 
-def _fallback_legend_entry(ax: Any, ringed: bool) -> None:
-    """Say in the legend what the rings mean, or that no point had a TOP1 fallback among its answers."""
-    if ringed:
-        ax.scatter([], [], s=140, facecolors="none", edgecolors=FALLBACK_COLOR, linewidths=1.5,
-                   label="includes TOP1 fallbacks (share)")
-    else:
-        ax.plot([], [], " ", label="(no TOP1 fallback at any point)")
-
-
 def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Path) -> list[str]:
     """Draw the PNG plots; return their file names."""
     import matplotlib
@@ -123,7 +114,11 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
             left.plot(xs, [p["model_rps"] for p in points], ":", marker=".", color=color,
                       label=f"batching {mode}: model answers/s")
             ringed = _latency_lines(right, points, f"batching {mode}", color) or ringed
-        _fallback_legend_entry(right, ringed)
+        if ringed:  # the legend says what the rings mean, or that no point had a TOP1 fallback among its answers
+            right.scatter([], [], s=140, facecolors="none", edgecolors=FALLBACK_COLOR, linewidths=1.5,
+                          label="includes TOP1 fallbacks (share)")
+        else:
+            right.plot([], [], " ", label="(no TOP1 fallback at any point)")
         if "a" in results:
             left.axhline(results["a"]["ceiling_items_per_s"], color="grey", linestyle=":", label="offline ceiling")
         right.axhline(JUDGE_TIMEOUT_S * 1000, color="red", linestyle="--", linewidth=0.8, label="judge timeout")
