@@ -1,15 +1,4 @@
-"""A/B the corrector against other commits: offline (answers diffed, batches timed in turn) or served (answers/s
-and CPU per answer, or the worker's memory over new lists); the modes: testing/README.md.
-
-`python -m testing.ab --against d97e4f8 --against c08e350` makes a `git worktree` of each named commit in a
-temporary folder (the shipped weights and LM file are tracked, so the tree holds all the corrector reads). Offline,
-it builds the evaluation lists once here (`learn.evaluate`'s seeded sets, `--limit` per set) and runs this file as
-a child process in each tree, `PYTHONPATH` naming the tree, so the child imports that commit's code; served, it
-serves each tree as `make run` serves it there. Sides are measured in turn, the order rotated each round, and
-each figure is the median over `--rounds` rounds.
-
-Timing runs belong under `flock /tmp/bench.lock` on a shared machine (docs/benchmarks.md, issue 21).
-"""
+"""A/B the corrector against other commits in git worktrees: offline, served or memory (testing/README.md)."""
 
 from __future__ import annotations
 
@@ -73,9 +62,10 @@ def child(mode: str, lists_path: Path) -> dict:
     return out
 
 
-def build_lists(limit: int, path: Path) -> dict[str, list[str]]:
-    """Write the evaluation sets' lists (`limit` each), interleaved by a seeded shuffle; return the truths by set."""
+def build_lists(limit: int, path: Path) -> dict[str, list]:
+    """Write the evaluation sets' lists (`limit` each), interleaved by a seeded shuffle; return sets, truths, lists."""
     from learn.evaluate import simulated_set
+    from preprocess.text import NBest
 
     rows = []
     for name in SETS:
@@ -84,7 +74,8 @@ def build_lists(limit: int, path: Path) -> dict[str, list[str]]:
                  for nb, truth in zip(data.nbests, data.truths, strict=True)]
     random.Random(21).shuffle(rows)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return {"set": [r["set"] for r in rows], "truth": [r["truth"] for r in rows]}
+    return {"set": [r["set"] for r in rows], "truth": [r["truth"] for r in rows],
+            "nbest": [NBest(r["sentences"], r["phonemes"]) for r in rows]}
 
 
 def make_tree(commit: str, parent: Path) -> Path:
@@ -105,15 +96,10 @@ def run_child(tree: Path, mode: str, lists_path: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cer(answers: list[str], truths: list[str]) -> float:
-    """Character error rate of answers against truths."""
-    from rapidfuzz.distance import Levenshtein
-
-    return sum(Levenshtein.distance(a, t) for a, t in zip(answers, truths, strict=True)) / max(1, sum(map(len, truths)))
-
-
 def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dict:
     """Answer the lists on every side; print per set each side's CER and how many answers differ from this tree's."""
+    from learn.evaluate import cer_score
+
     answers = {name: run_child(tree, "answers", lists_path)["answers"] for name, tree in sides.items()}
     here = answers["here"]
     report: dict = {"sets": {}, "differences": []}
@@ -123,7 +109,7 @@ def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dic
         truths = [meta["truth"][i] for i in idx]
         for side, got in answers.items():
             diff = [i for i in idx if got[i] != here[i]]
-            value = cer([got[i] for i in idx], truths)
+            value = cer_score([meta["nbest"][i] for i in idx], truths, [got[i] for i in idx]).answer_cer
             report["sets"].setdefault(name, {})[side] = {"lists": len(idx), "cer": value, "differ": len(diff)}
             report["differences"] += [{"set": name, "side": side, "index": i, "here": here[i], "there": got[i],
                                        "truth": meta["truth"][i]} for i in diff]
@@ -133,21 +119,17 @@ def compare_answers(sides: dict[str, Path], lists_path: Path, meta: dict) -> dic
 
 def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Namespace) -> dict:
     """Time every side once per round, in turn (the order rotated each round); print the medians."""
-    result = alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
-                       lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms",
-                       {"ms_64": "median_ms_64", "ms_1": "median_ms_1"})
-    medians = result["medians"]
-    print("\n| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |\n"
-          "|---|---:|---:|---:|---:|")
-    for n, m in medians.items():
-        print(f"| {n} | {m['ms_64']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
-              f"{m['ms_64'] / medians['here']['ms_64']:.2f}x |")
-    return result
+    return alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
+                     lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms",
+                     {"ms_64": "median_ms_64", "ms_1": "median_ms_1"},
+                     "| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |\n"
+                     "|---|---:|---:|---:|---:|",
+                     lambda m, here: f"{m['ms_64']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
+                                     f"{m['ms_64'] / here['ms_64']:.2f}x")
 
 
 def serve(tree: Path, app: str | None) -> ServerProcess:
-    """Serve `tree` with the gunicorn command `make run` uses there (it moved between commits), read from the tree's
-    own code, its code on `PYTHONPATH`; `app` replaces the served app (gunicorn's form)."""
+    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`; `app`: another app."""
     from testing.server import start_server
 
     args = [app] if app else []
@@ -158,27 +140,28 @@ def serve(tree: Path, app: str | None) -> ServerProcess:
 
 
 def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str],
-              keys: dict[str, str]) -> dict:
-    """Measure every side once per round, in turn (the order rotated each round); print each round. Return the
-    rounds and, per side, the median over the rounds of each of `keys` (name in the medians: key in a round)."""
+              keys: dict[str, str], head: str, row: Callable[[dict, dict], str]) -> dict:
+    """Measure every side once per round, in turn (the order rotated each round); print each round, then under `head`
+    a `row` per side of its medians over the rounds of `keys` (name in the medians: key in a round); return both."""
     names = list(sides)
     done: list[dict[str, dict]] = []
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         done.append({name: measure(sides[name]) for name in order})
         print(f"round {r + 1}: " + ", ".join(f"{n} {show(done[-1][n])}" for n in names), flush=True)
-    return {"rounds": done, "medians": {n: {k: statistics.median(rd[n][key] for rd in done) for k, key in keys.items()}
-                                        for n in names}}
+    medians = {n: {k: statistics.median(rd[n][key] for rd in done) for k, key in keys.items()} for n in names}
+    print(f"\n{head}")
+    for n, m in medians.items():
+        print(f"| {n} | {row(m, medians['here'])} |")
+    return {"rounds": done, "medians": medians}
 
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
-    """Serve `tree`, warm it with 3 s of `warm`, and run `--clients` closed-loop clients of `templates` against it for
-    `--served-s` seconds."""
+    """Serve `tree`, warm it for 3 s, then measure `--clients` closed-loop clients for `--served-s` seconds."""
     from testing import wrkload
     from testing.report import latency_stats, paths_by_uuid
 
-    server = serve(tree, args.app)
-    try:
+    with serve(tree, args.app) as server:
         wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, warm)  # the first batches, the caches
         with server.cpu_clock() as clock:
             shots, start, end, info = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
@@ -186,8 +169,6 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
         # stopped, still hold pool places while the next run's first ones arrive
         by_uuid = paths_by_uuid(server.request_log())
         paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in shots))
-    finally:
-        server.stop()
     answered = [s for s in shots if s.status == 200]
     return {"answers_per_s": round(len(answered) / (end - start), 1),
             "p99_ms": latency_stats([s.latency_s for s in answered])["p99_ms"], "non_200": len(shots) - len(answered),
@@ -213,16 +194,12 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve every side once per round, in turn (the order rotated each round); print the medians."""
     warm, templates = served_bodies(args.pool, args.fresh)
     keys = ("answers_per_s", "p99_ms", "server_cpu_ms_per_answer", "server_cpu_pct")
-    result = alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
+    return alternate(sides, args.rounds, lambda tree: served_point(tree, warm, templates, args), lambda p: (
         f"{p['answers_per_s']} answers/s, p99 {p['p99_ms']} ms, {p['server_cpu_ms_per_answer']} ms CPU per answer "
-        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"), {k: k for k in keys})
-    medians = result["medians"]
-    print(f"\n| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
-          "answers/s vs here |\n|---|---:|---:|---:|---:|---:|")
-    for n, m in medians.items():
-        vs_here = m["answers_per_s"] / medians["here"]["answers_per_s"]
-        print(f"| {n} | {' | '.join(str(m[k]) for k in keys)} | {vs_here:.2f}x |")
-    return result
+        f"({p['server_cpu_pct']} %), non-200 {p['non_200']}, {p['paths']}"), {k: k for k in keys},
+        f"| side | {args.clients} clients: answers/s | p99 ms | server CPU ms per answer | server CPU % | "
+        "answers/s vs here |\n|---|---:|---:|---:|---:|---:|",
+        lambda m, here: f"{' | '.join(str(m[k]) for k in keys)} | {m['answers_per_s'] / here['answers_per_s']:.2f}x")
 
 
 def full_collections(url: str) -> dict[str, float]:
@@ -246,8 +223,7 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
 
     from testing import wrkload
 
-    server = serve(tree, args.app)
-    try:
+    with serve(tree, args.app) as server:
         worker = psutil.Process(server.process.pid).children()[0]
 
         def rss_mib() -> float:  # the worker's resident set (VmRSS)
@@ -272,8 +248,6 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
             print(f"{sent:>7} lists offered, {answered:>7} answered by the model: {points[-1]['rss_mib']} MiB",
                   flush=True)
         return {"points": points, "paths": dict(server.paths()), "seconds": round(time.monotonic() - started, 1)}
-    finally:
-        server.stop()
 
 
 def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
@@ -315,8 +289,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--app", help="--mode served, memory: the WSGI app to serve, gunicorn's form (default: make run's)")
     ap.add_argument("--lists", type=int, default=100_000, help="--mode memory: distinct lists the model is to answer")
     ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per wrk run, between readings")
-    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most: sizes each "
-                    "wrk run so that it does not wrap round its chunk")
+    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most (sizes wrk runs)")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)

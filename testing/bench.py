@@ -1,10 +1,4 @@
-"""The benchmark: the corrector's offline ceiling (a), then the served service under closed-loop load (b, wrk via
-testing/wrkload.py), open-loop overload (c, testing/aioload.py) and slow clients (f, testing/slow_clients.py).
-
-Each server is gunicorn as `make run` starts it (testing/server.py), serving testing/bench_app.py; answers are
-counted by path from its request log. testing/README.md says what each section measures, its flags, and what it
-writes to --out (summaries and tables: testing/report.py; plots: testing/plots.py).
-"""
+"""The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f)."""
 
 from __future__ import annotations
 
@@ -27,17 +21,13 @@ from typing import Any
 from testing import cli
 
 with cli.dev_requirements("testing.bench"):
-
     from config import Config
     from preprocess.text import NBest, strip_spaces
     from testing import aioload, slow_clients, wrkload
     from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
     from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
     from testing.plots import draw_bench
-    from testing.report import (
-        markdown,
-        print_point,
-    )
+    from testing.report import markdown, print_point
     from testing.samples import real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, missing_weights
 
@@ -46,25 +36,15 @@ SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
 F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
 POOL = 400  # different request bodies
-# Per-point durations (s) of a default run; --duration replaces them all.
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Inputs
-
-
 def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
-    """Return n request bodies the model takes: the real samples, then simulated lists of test sentences (only those
-    whose TOP1 has at most `max_chars` characters, when given)."""
+    """Return n request bodies the model takes: the real samples, then simulated lists (TOP1s ≤ `max_chars`)."""
     return simulated_bodies(n, ("test",), start=real_bodies(), max_chars=max_chars)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sections
 
 
 @dataclass
@@ -144,15 +124,13 @@ def section_b(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, A
         result[mode] = points
         if mode == "off":
             servers.release(f"batching-{mode}")
-    # Capacity: the most model answers per second batching on made; TOP1 fallbacks are cheap and do not count.
     on = [p["model_rps"] for p in result["on"]]
     result["capacity_rps"] = max(on) if on else None
     return result
 
 
 def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: float | None) -> dict[str, Any]:
-    """Open-loop overload at 2x, 3x and 5x the capacity (batching on); capacity probed at 64 clients if b did not
-    run."""
+    """Open-loop overload at 2x, 3x, 5x the capacity (batching on), probed at 64 clients when b did not run."""
     server = servers.get("batching-on", SETTINGS_ON)
     if capacity_rps is None:
         probe = measure_closed(server, 64, max(3.0, plan.durations["c"] / 2), templates)
@@ -168,17 +146,12 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
 
 
 def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
-    """Slow clients (testing/slow_clients.py): f_slow connections stalled mid-head, held open (reopened when the
-    server closes them), while F_CLIENTS closed-loop clients ask the batching-on server."""
+    """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
     result = slow_clients.measure(aioload.Target.from_url(server.url), plan.f_slow, F_CLIENTS,
                                   plan.durations["f"], timeout_s=5.0, server=server)
     slow_clients.print_report(result)
     return result
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The run
 
 
 def machine_info() -> dict[str, Any]:
@@ -212,8 +185,7 @@ def _git(*args: str) -> str:
 
 
 def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
-    """Return [seconds into the point (due), latency ms, status, valid, client lag ms, path] for each request of a
-    point (path: how the server answered it, from its log; None if not logged), removing the shots from the point."""
+    """Take a point's shots out of it as bench_raw.json's rows (testing/README.md), in order of due time."""
     shots: list[Shot] = point.pop("_shots")
     start: float = point.pop("_start")
     return [[round(s.due - start, 4), round(s.latency_s * 1000, 2), s.status, int(s.valid), round(s.lag_s * 1000, 2),
@@ -222,22 +194,16 @@ def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testing.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS), help="which sections to run, e.g. b,c (default "
-                        "a,b,c,f)")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="seconds measured per point, for every section (default a 2, b 10, c 10, f 20)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run of the whole benchmark")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="sections to run, e.g. b,c (default a,b,c,f)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds a point (default a 2, b 10, c 10, f 20)")
+    parser.add_argument("--quick", action="store_true", help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs in OUT/logs")
-    parser.add_argument("--fake", action="store_true",
-                        help="serve tests/fakes.py's FakeCorrector instead of the shipped model (smoke runs only: "
-                             "its figures mean nothing)")
+    parser.add_argument("--fake", action="store_true", help="serve the FakeCorrector (figures meaningless)")
     parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
-                        help="the closed-loop capacity that section c's factors multiply when b does not run, e.g. "
-                             "b's figure of an earlier run (default: a probe at 64 clients)")
+                        help="what c's factors multiply when b does not run (default: a probe at 64 clients)")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
-                        help="short lists: every body's TOP1 at most N characters (a cheaper model, a busier door)")
+                        help="short lists: every TOP1 at most N characters (a cheaper model, a busier door)")
     return parser
 
 
@@ -284,8 +250,6 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
     busy = os.getloadavg()[0]
     if busy > 0.5 * (os.cpu_count() or 1):
-        # torch's worker threads spin: another CPU-heavy process (a training, a test run) slows the model many
-        # times over, and the figures with it.
         print(f"bench: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy, the figures "
               f"will be low; run the benchmark on an idle machine", file=sys.stderr, flush=True)
     pool = request_pool(POOL, plan.max_chars)

@@ -1,7 +1,4 @@
-"""The app the benchmark serves: `api:create_app()`, exactly what `make run` serves (or, `fake=True`, tests/fakes.py's
-FakeCorrector, for `python -m testing.bench --fake`), plus `GET /_bench/batcher`: the batcher's `stats()`, which no
-route of the service exposes.
-"""
+"""The app the benchmark serves: `api:create_app()` (or the fake corrector's) plus `GET /_bench/batcher`."""
 
 from __future__ import annotations
 

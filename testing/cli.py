@@ -1,7 +1,6 @@
 """The client tools' entry points: a problem the user can fix is one line on stderr, never a traceback.
 
-Imports only the standard library, and little of it: `concurrent_requests` imports this before grequests,
-which must monkey-patch the standard library before anything else loads it.
+Imports a little of the standard library only: `concurrent_requests` imports this before grequests monkey-patches it.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-# The install step that puts the tools' Python packages (requirements-dev.txt) into .venv.
 INSTALL_STEP = "make install-dev"
 
 

@@ -1,12 +1,6 @@
-"""Send N different requests to /inference at once and check every answer as the judge would.
+"""Send N different requests to /inference at once and check every answer as the judge would."""
 
-The bodies are the real samples first, then variations of them (testing/samples.py), each under a fresh
-esun_uuid so none is answered from the cache. Prints each answer's status, latency and answer, then the total
-time; exits 1 if any answer is not a 200 with exactly the four keys (or came later than --timeout).
-"""
-
-# grequests monkey-patches the standard library (gevent) on import: it must come before anything else
-# (testing.cli imports only what gevent does not patch).
+# grequests monkey-patches the standard library (gevent) on import: only testing.cli may come before it.
 from testing import cli  # isort: skip
 
 with cli.dev_requirements("testing.concurrent_requests"):
@@ -40,12 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
     parser.add_argument("-n", type=int, default=10, help="how many requests to send at once (default 10)")
-    parser.add_argument("--size", type=int, default=None,
-                        help="grequests pool size: at most this many in flight (default: all N)")
-    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request counts as failed "
-                        "(default 1.0, the judge's timeout)")
-    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS,
-                        help="the bodies to start from, one JSON object per line (default: the real samples)")
+    parser.add_argument("--size", type=int, default=None, help="grequests pool size: at most this many in flight")
+    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request fails (the judge's 1)")
+    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
     return parser
 
 

@@ -1,22 +1,14 @@
-"""CPU of one door answer, in process: `python -m testing.door_cost [--answers 5000] [--rounds 3]`.
-
-What the worker's event loop does for a `POST /inference` that the admission keeps from the model (the thread pool
-full): frame the request as its bytes arrive (`server.framing.RequestReader`), ask the answer policy
-(`AnswerPolicy.at_door`: parse, TOP1, the request's JSON log line and metrics, as served), and write the response's
-bytes. The app is the service's own around tests/fakes.py's corrector (never asked: the pool is full), its log
-lines written to /dev/null through stderr's descriptor as a served process writes them to its pipe. The requests
-are the real competition requests of testing/data/ (1.0-1.5 kB), each with a new `esun_uuid`, sent as the judge's
-client sends them. Prints µs of process CPU per answer, each round, and what gunicorn's parser then costs the thread
-of a request the door hands on (its second reading of the same bytes, server/framing.py).
-"""
+"""CPU of one door answer, in process: `python -m testing.door_cost [--answers 5000] [--rounds 3]`."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 from gunicorn.config import Config as GunicornConfig
 from gunicorn.http import get_parser
@@ -39,23 +31,12 @@ def raw_requests(n: int) -> list[bytes]:
     return out
 
 
-class _Bytes:
-    """A socket that holds one request's bytes, for gunicorn's parser."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def recv(self, size: int) -> bytes:
-        chunk, self.data = self.data[:size], self.data[size:]
-        return chunk
-
-
 def thread_parse_us(requests: list[bytes]) -> float:
     """µs of CPU for gunicorn's parser to read each request and its body, as a thread of the pool does."""
     cfg = GunicornConfig()
     cpu0 = time.process_time()
     for raw in requests:
-        next(get_parser(cfg, _Bytes(raw), ("127.0.0.1", 0))).body.read()
+        next(get_parser(cfg, SimpleNamespace(recv=io.BytesIO(raw).read), ("127.0.0.1", 0))).body.read()
     return (time.process_time() - cpu0) / len(requests) * 1e6
 
 

@@ -1,18 +1,4 @@
-"""Each gate that keeps a question from the model, shown acting: `python -m testing.gates [--seconds 10] [--out DIR]`.
-
-Serves the service as `make run` does (gunicorn, its event loop and pool) around tests/fakes.py's FakeCorrector,
-whose batches take FAKE_DELAY_S whatever their size (a slow model of known capacity), and sends open-loop Poisson
-load (testing.aioload) of the real competition requests at a multiple of that capacity. Each scenario prints the
-answers by path from the server's own log, and whether every answer was a 200 in time; the JSON goes to --out.
-
-- slow model: batches of 8 in 0.4 s (20 questions/s) at 3x: the model waits past half the budget, so the overload
-  control sheds (`shed`); questions whose requests gave up stay in the batcher until expired (`overload`); the
-  pool fills (`pool_full`).
-- slow model, 5x: the same, further past its capacity.
-- slow senders: requests whose body arrives 0.7 s after their first byte (the budget spent on the way in) answer
-  `late_accept` at the door, at once. (In the view the overload control acts first: a request waits for its view
-  past the 50 ms target long before it waits past the budget less MIN_MODEL_BUDGET_S.)
-"""
+"""Each gate that keeps a question from the model, shown acting: `python -m testing.gates [--seconds S] [--out DIR]`."""
 
 from __future__ import annotations
 
@@ -57,8 +43,7 @@ async def slow_send(url: str, template: str) -> int:
 
 def run(name: str, settings: dict[str, str], load: float, seconds: float, templates: list[str],
         log_dir: Path) -> dict[str, Any]:
-    server = start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=APP)
-    try:
+    with start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=APP) as server:
         if name == "slow senders":
             async def senders() -> list[int]:
                 return await asyncio.gather(*(slow_send(server.url, t) for t in templates[:20]))
@@ -72,8 +57,6 @@ def run(name: str, settings: dict[str, str], load: float, seconds: float, templa
             statuses = [shot.status for shot in shots]
             late = sum(shot.latency_s > JUDGE_TIMEOUT_S for shot in shots)
         paths = count_paths(server.request_log(), start, end)
-    finally:
-        server.stop()
     return {"scenario": name, "settings": settings, "offered_rps": offered, "sent": len(statuses),
             "non_200": sum(s != 200 for s in statuses), "late": late, "paths": dict(sorted(paths.items()))}
 

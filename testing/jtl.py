@@ -1,8 +1,4 @@
-"""Read JMeter's results (.jtl as testing/jmeter/run.sh writes them: CSV, with or without a header line) and tell
-whether every sample passed.
-
-    .venv/bin/python -m testing.jtl results.jtl      # prints a summary; exits 1 on no sample or any failed one
-"""
+"""Read JMeter's results (.jtl, CSV as testing/jmeter/run.sh writes them) and tell whether every sample passed."""
 
 from __future__ import annotations
 

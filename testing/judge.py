@@ -1,17 +1,8 @@
-"""Put labelled questions to a running service as the judge does (docs/contract.md, "Deadline and retries"), and
-score its answers; usage and output: testing/README.md.
-
-Each question goes out with `retry` 2 and a fresh `esun_timestamp`; an attempt that times out, cannot connect or
-gets a non-200 is re-sent at once with `retry` 1, then 0, and the earliest valid 200 counts. A 200 that fails
-`testing.samples.check_answer` or is longer than the sender's 10,240 characters is malformed: a failure, not
-re-sent. A question's `esun_uuid` is sha256 of a salt and its id: the same on every attempt, new on every run
-(the service keeps answers by `esun_uuid` for an hour). Answers are scored by `learn.evaluate.cer_score`.
-"""
+"""Put labelled questions to a running service as the judge does, and score its answers (testing/README.md)."""
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import secrets
 import sys
@@ -26,7 +17,7 @@ import requests
 
 from preprocess.labelled import Labelled, LabelledFormatError, read_labelled
 from testing.loadgen import percentile
-from testing.samples import check_answer
+from testing.samples import check_answer, uuid_of
 
 Outcome = Literal["answered", "late", "non_200", "connection_error", "malformed"]
 MAX_RESPONSE_CHARS = 10_240  # the judge's sender truncates longer bodies, which then fail to parse
@@ -87,11 +78,6 @@ class JudgeRun:
                 "latency_s": self.latency_s(), "wall_s": round(self.wall_s, 3)}
 
 
-def esun_uuid_of(item_id: str, salt: str) -> str:
-    """Derive a question's esun_uuid from its id: 64 hex characters, as in the judge's examples."""
-    return hashlib.sha256(f"{salt}:{item_id}".encode()).hexdigest()
-
-
 def valid_answer(text: str, esun_uuid: str) -> str | None:
     """Return the answer of a 200's body when the judge can read it, else None."""
     if len(text) > MAX_RESPONSE_CHARS or check_answer(200, text, esun_uuid) is not None:
@@ -150,7 +136,7 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
     started = time.perf_counter()
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge") as pool:
-            answers = list(pool.map(lambda item: ask(session(), endpoint, item, esun_uuid_of(item.id, salt),
+            answers = list(pool.map(lambda item: ask(session(), endpoint, item, uuid_of(f"{salt}:{item.id}"),
                                                      timeout_s), items))
     finally:
         for each in sessions:
@@ -163,14 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     from learn.evaluate import SIM_SETS, cer_score, simulated_set
 
     ap = argparse.ArgumentParser(description="Put labelled questions to a running service as the judge does.")
-    ap.add_argument("--data", type=Path, action="append", default=[],
-                    help="labelled file: the official JSON list, or JSONL (repeatable)")
+    ap.add_argument("--data", type=Path, action="append", default=[], help="a labelled file, JSON or JSONL (repeated)")
     ap.add_argument("--sets", default="", help=f"learn.evaluate's simulated sets ({','.join(SIM_SETS)})")
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--timeout", type=float, default=1.0, help="the judge's HTTP timeout in seconds")
     ap.add_argument("--concurrency", type=int, default=10, help="questions outstanding at once")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N questions of each set (0 = all; 3,000 "
-                    "per simulated set)")
+    ap.add_argument("--limit", type=int, default=0, help="the first N questions of each set (0: all, 3,000 simulated)")
     args = ap.parse_args(argv)
     names = [n for n in args.sets.split(",") if n]
     if not args.data and not names:

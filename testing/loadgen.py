@@ -1,6 +1,4 @@
-"""What the load tools share: one `Shot` per request, the payload templates every request is made from, the
-timeouts, and the one percentile (testing/README.md).
-"""
+"""What the load tools share: one `Shot` per request, payload templates, timeouts, the one percentile."""
 
 from __future__ import annotations
 
@@ -15,22 +13,15 @@ JUDGE_TIMEOUT_S = 1.0
 # Clients wait longer than the judge, to see how late a late answer is.
 CLIENT_TIMEOUT_S = 5.0
 UUID_MARK = "@@ESUN_UUID@@"
-# How a Shot's problem starts when no answer came: its connection failed (refused, reset, cut mid-answer, closed
-# before answering), or nothing came within the client's timeout.
+# How a Shot's problem starts when no answer came: its connection failed, or nothing came in the client's timeout.
 CONNECTION_PROBLEM = "connection: "
 TIMEOUT_PROBLEM = "timeout: "
 
 
 @dataclass(frozen=True)
 class Shot:
-    """One request: when it was due, how long it took, the status (0: no answer within the client's timeout),
-    what is wrong with the answer (None for a valid one) and how late the load generator sent it (`lag_s`); the
-    `esun_uuid` it went out under and, once read from the server's request log (`testing.report.tag_paths`), the
-    `path` the server answered it by (`model`, `deadline`, `overload`, ...; None while unknown).
-
-    `due` is wall-clock time. wrk sends when due (no lag); testing/aioload.py's open loop times from `due`, the lag
-    included, so that a queue, or a generator falling behind, shows as latency.
-    """
+    """One request: when it was due (wall clock; latency counts from it, lag included), how long it took, its status
+    (0: no answer), its problem (None: valid), the generator's lag, its esun_uuid and (`report.tag_paths`) its path."""
 
     due: float
     latency_s: float
@@ -69,7 +60,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def cpu_figures(cpu_s: float, wall_s: float) -> dict[str, float]:
-    """Describe a load generator's own CPU time over a run, as a share of one core: on a 2-core machine it shares
-    the CPUs with the server it measures, and readers must see how much it took."""
+    """A load generator's own CPU over a run, as a share of one core (it shares the machine with the server)."""
     return {"generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
             "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2)}

@@ -1,9 +1,4 @@
-"""The benchmark's servers and one measured point of load on one of them (testing.bench's sections use these).
-
-A closed-loop point is wrk's (testing/wrkload.py), an open-loop one aioload's (testing/aioload.py); each is summarised
-from its shots, the server's request log (answers by path) and the batcher's counters (testing/bench_app.py's
-route), with the raw shots kept for bench_raw.json.
-"""
+"""The benchmark's servers and one measured point of load on one of them (closed loop by wrk, open by aioload)."""
 
 from __future__ import annotations
 
@@ -16,8 +11,7 @@ from testing.loadgen import Shot
 from testing.report import count_paths, latency_stats, paths_by_uuid, server_latency, summarise, tag_paths
 from testing.server import ServerProcess, get_json, start_server
 
-# Open loop: a request unanswered this long after it was due counts as no answer (at 5x the question is whether
-# every request is answered within 10 s).
+# Open loop: a request unanswered this long after it was due counts as no answer.
 OPEN_LOOP_ANSWER_S = 10.0
 
 
@@ -58,18 +52,12 @@ def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
 _COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "padded_waste")
 
 
-def stats_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, int] | None:
-    """Return how much each batcher counter grew between two snapshots."""
-    return None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
-
-
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
     """Run one closed-loop point against a server with wrk and summarise it, with its raw shots."""
     before = batcher_stats(server)
     with server.cpu_clock() as clock:
         shots, start, end, info = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5),
                                                       templates)
-    # what one answer costs the served process's CPU (every thread and process of it), and its share of one core
     cpu = clock.figures(start, end, sum(s.status == 200 for s in shots))
     return {"clients": clients, "duration_s": duration_s,
             **_summary(server, shots, (start, end), 0.0, before), **info, **cpu}
@@ -94,11 +82,11 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
 
 def _summary(server: ServerProcess, shots: list[Shot], window: tuple[float, float], answer_s: float,
              before: dict[str, Any] | None) -> dict[str, Any]:
-    """Summarise a point from its shots and the server's log and counters; answers may come up to answer_s after
-    the window (an open loop's timeout): their paths count too. Keeps the raw shots for bench_raw.json."""
+    """Summarise a point, with the paths of answers up to answer_s after the window, and keep its raw shots."""
     after = batcher_stats(server)
+    grown = None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
     log = server.request_log()
     shots = tag_paths(shots, paths_by_uuid(log))
     start, end = window
-    return {**summarise(shots, window, count_paths(log, start, end + answer_s), stats_delta(before, after)),
+    return {**summarise(shots, window, count_paths(log, start, end + answer_s), grown),
             **server_latency(log, start, end + answer_s), "_shots": shots, "_start": start}

@@ -1,8 +1,4 @@
-"""The benchmark's pictures (matplotlib, imported only when drawing): model answers and TOP1 fallbacks told apart,
-every quantity axis from 0, no server address in a title (testing/README.md).
-
-    .venv/bin/python -m testing.plots docs/bench docs/bench/overload    # redraw from bench.json (+ bench_raw.json)
-"""
+"""The benchmark's plots (matplotlib, imported only when drawing); `python -m testing.plots DIR...` redraws them."""
 
 from __future__ import annotations
 
@@ -15,19 +11,11 @@ from typing import Any
 from testing.loadgen import JUDGE_TIMEOUT_S
 from testing.report import answer_kind, fallback_share
 
-# Model answers in cool colours and dots, TOP1 fallbacks in warm colours and crosses (one of each per series).
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:cyan", "tab:olive")
 FALLBACK_COLORS = ("tab:red", "tab:orange", "tab:pink", "tab:brown", "gold")
 FALLBACK_COLOR = "tab:red"
 KIND_LABELS = {"model": "model answer", "fallback": "TOP1 fallback", "unknown": "path not logged",
                "none": "no answer"}
-
-
-def _from_zero(ax: Any, x: bool = False) -> None:
-    """Start the y axis (and the x axis, when linear and asked) at 0; call once everything is drawn."""
-    ax.set_ylim(bottom=0)
-    if x:
-        ax.set_xlim(left=0)
 
 
 def _row_kind(row: list[Any]) -> str:
@@ -52,8 +40,7 @@ def _mark_fallbacks(ax: Any, points: list[dict[str, Any]], key: str) -> bool:
 
 
 def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str) -> bool:
-    """Draw p99 by clients: all answers (solid), the model's answers alone (dotted, where fallbacks were mixed in
-    and the summary has them), rings on points with fallbacks. Say whether any point had some."""
+    """Draw p99 by clients, all answers and (dotted) the model's alone, ringing fallbacks; say whether any had some."""
     xs = [p["clients"] for p in points]
     ax.plot(xs, [p.get("p99_ms") or math.nan for p in points], "-", marker="o", color=color,
             label=f"{name} p99, all answers")
@@ -65,15 +52,6 @@ def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str)
         ax.plot(xs, [y if y is not None else math.nan for y in model], ":", marker=".", color=color,
                 label=f"{name} p99, model answers only")
     return _mark_fallbacks(ax, points, "p99_ms")
-
-
-def _fallback_legend_entry(ax: Any, ringed: bool) -> None:
-    """Say in the legend what the rings mean, or that no point had a TOP1 fallback among its answers."""
-    if ringed:
-        ax.scatter([], [], s=140, facecolors="none", edgecolors=FALLBACK_COLOR, linewidths=1.5,
-                   label="includes TOP1 fallbacks (share)")
-    else:
-        ax.plot([], [], " ", label="(no TOP1 fallback at any point)")
 
 
 def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Path) -> list[str]:
@@ -98,7 +76,7 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
         ax.set(xscale="log", xlabel="batch size", ylabel="items/s", title="a. Offline corrector throughput")
         ax.set_xticks([r["batch_size"] for r in rows], [str(r["batch_size"]) for r in rows])
         ax.grid(alpha=0.3)
-        _from_zero(ax)
+        ax.set_ylim(bottom=0)  # every quantity axis from 0, set once everything is drawn
         save(fig, "a_offline_throughput_by_batch_size.png")
 
     over_time = [(key, series) for key, series in raw.items() if key.startswith(("b/", "c/"))]
@@ -122,7 +100,7 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
                    title=f"Response time over time: {group.replace('/', ', ')}")
             ax.legend(markerscale=3, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             ax.grid(alpha=0.3)
-            _from_zero(ax, x=True)
+            ax.set(xlim=(0, None), ylim=(0, None))
         save(fig, "response_time_over_time.png")
 
     if "b" in results:
@@ -136,7 +114,11 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
             left.plot(xs, [p["model_rps"] for p in points], ":", marker=".", color=color,
                       label=f"batching {mode}: model answers/s")
             ringed = _latency_lines(right, points, f"batching {mode}", color) or ringed
-        _fallback_legend_entry(right, ringed)
+        if ringed:  # the legend says what the rings mean, or that no point had a TOP1 fallback among its answers
+            right.scatter([], [], s=140, facecolors="none", edgecolors=FALLBACK_COLOR, linewidths=1.5,
+                          label="includes TOP1 fallbacks (share)")
+        else:
+            right.plot([], [], " ", label="(no TOP1 fallback at any point)")
         if "a" in results:
             left.axhline(results["a"]["ceiling_items_per_s"], color="grey", linestyle=":", label="offline ceiling")
         right.axhline(JUDGE_TIMEOUT_S * 1000, color="red", linestyle="--", linewidth=0.8, label="judge timeout")
@@ -147,18 +129,14 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
             ax.set_xticks(ticks, [str(x) for x in ticks])
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
-            _from_zero(ax)
+            ax.set_ylim(bottom=0)
         save(fig, "b_throughput_and_p99_by_clients.png")
 
     return written
 
 
 def redraw(directory: Path) -> list[str]:
-    """Redraw a benchmark's plots from its saved bench.json (and bench_raw.json, if kept); return the files drawn.
-
-    Without bench_raw.json (not committed: docs/bench/**/*_raw.json is git-ignored) the response-time-over-time
-    plot cannot be drawn and is left as it is.
-    """
+    """Redraw a benchmark's plots from its saved bench.json (and bench_raw.json, if kept); return the files drawn."""
     results = json.loads((directory / "bench.json").read_text(encoding="utf-8"))
     raw_path = directory / "bench_raw.json"
     raw = json.loads(raw_path.read_text(encoding="utf-8")) if raw_path.exists() else {}

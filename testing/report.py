@@ -1,6 +1,4 @@
-"""What the benchmark's shots add up to: latency figures (`latency_stats`, on `testing.loadgen.percentile`),
-per-point summaries (`summarise`), markdown tables (`markdown`); testing/plots.py draws them.
-"""
+"""What the benchmark's shots add up to: latency figures, per-point summaries, markdown tables."""
 
 from __future__ import annotations
 
@@ -12,8 +10,7 @@ from typing import Any
 from api.paths import AnswerPath
 from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, Shot, percentile
 
-# The request log's paths answered with TOP1 instead of the model's answer (api.paths.AnswerPath.fallback): instant
-# answers that must not pass for the model's latency in a summary or a plot.
+# The request log's paths answered with TOP1 (api.paths.AnswerPath.fallback): never to pass for the model's latency.
 FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)
 
 
@@ -42,8 +39,7 @@ def paths_by_uuid(log: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def connection_error(shot: Shot) -> bool:
-    """Say whether a request got no answer because its connection failed (refused, reset, cut mid-answer, closed
-    before answering), as opposed to no answer within the generator's timeout."""
+    """Say whether a request got no answer because its connection failed, not for want of time (loadgen's prefixes)."""
     return not shot.status and shot.problem is not None and shot.problem.startswith(CONNECTION_PROBLEM)
 
 
@@ -63,11 +59,7 @@ def count_paths(log: list[dict[str, Any]], start: float, end: float) -> Counter[
 
 
 def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[str, float | None]:
-    """Return the p50/p99 the server itself logged (view entered to answer made) for lines within [start, end].
-
-    Set beside the client's figures it tells where time went: a request waiting for a free gunicorn thread, or
-    a load generator short of CPU, shows in the client's latency and not in this one.
-    """
+    """The p50/p99 the server itself logged for lines within [start, end] (beside the client's: where time went)."""
     stats = latency_stats([float(line["latency_ms"]) / 1000 for line in log
                            if start <= float(line.get("ts", 0)) <= end and "latency_ms" in line])
     return {"server_p50_ms": stats["p50_ms"], "server_p99_ms": stats["p99_ms"]}
@@ -75,11 +67,7 @@ def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[
 
 def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str],
               stats_delta: dict[str, int] | None) -> dict[str, Any]:
-    """Summarise one point: throughput, latency percentiles, failures, lateness, paths and batching.
-
-    Latencies are of the requests due within the window, from when each was due (`Shot`); throughput counts the
-    200 answers that arrived within the window; the model's share is of the answers the server logged, by path.
-    """
+    """Summarise one point: throughput, latency (from due), failures, lateness, paths, the model's share, batching."""
     start, end = window
     duration_s = end - start
     answered = [s for s in shots if s.status]
@@ -140,8 +128,7 @@ def _fmt(value: Any) -> str:
 
 
 def _table(head: str, rows: list[list[Any]]) -> list[str]:
-    """Render a markdown table: `head` names the columns, separated by " | "; the first column and the answers by
-    path are left-aligned, the figures right-aligned."""
+    """Render a markdown table (`head`: the columns, split by " | "); figures right-aligned, names and paths left."""
     names = head.split(" | ")
     rule = ["---" if i == 0 or name == "answers by path" else "---:" for i, name in enumerate(names)]
     return [f"| {head} |", f"|{'|'.join(rule)}|", *(f"| {' | '.join(_fmt(v) for v in row)} |" for row in rows)]

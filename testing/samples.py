@@ -1,8 +1,4 @@
-"""Request bodies like the judge's: the real samples first, then variations of them (another TOP1, fewer words,
-another order of hypotheses), each under its own `esun_uuid`, so that no two share an answer in the service's cache.
-
-`python -m testing.samples --csv testing/jmeter/requests.csv` writes JMeter's request file, one JSON body a line.
-"""
+"""Request bodies like the judge's (the real samples, then variations of them) and the one answer check."""
 
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ from preprocess.phones import text_phones
 from testing import cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Real competition n-best lists, no ground truth (testing/data/README.md).
 REAL_REQUESTS = REPO_ROOT / "testing" / "data" / "real_requests.jsonl"
 RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
 
@@ -62,7 +57,7 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
         base = real[index % len(real)]
         vary = _VARIATIONS[(index // len(real)) % len(_VARIATIONS)]
         body = vary(base, rng)
-        body["esun_uuid"] = _uuid_for(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
+        body["esun_uuid"] = uuid_of(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
         bodies.append(body)
         index += 1
     return bodies
@@ -70,10 +65,8 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
 
 def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0, distinct: bool = False,
                      start: list[Body] | None = None, max_chars: int | None = None) -> list[Body]:
-    """Return n bodies: `start`'s first, then n-best lists simulated (preprocess.simulate) from the corpus's `splits`
-    (shuffled, seeded; `distinct`: no two lists alike). Only questions the model takes are kept (TOP1 has Han
-    characters and at most max_top1_chars, or `max_chars` when fewer), so that every answer's path says something
-    about the model and the batcher, not about the too-long guard."""
+    """Return n bodies the model takes: `start`'s, then lists simulated from `splits` (seeded; `distinct`: no twins;
+    TOP1s at most `max_chars` characters when given)."""
     from config import Config
     from preprocess.simulate import load_simulator
     from preprocess.text import han_only, strip_spaces
@@ -113,10 +106,7 @@ def with_fresh_uuid(body: Body) -> Body:
 
 
 def check_answer(status: int, body: bytes | str | object, sent_uuid: str) -> str | None:
-    """Say what is wrong with an answer for the judge, or None when it is a valid 200 with exactly the four keys.
-
-    `body` is the answer's raw body (JSON text, bytes or str) or its parsed value: the one check every tool uses.
-    """
+    """Say what is wrong with an answer (`body` raw or parsed) for the judge, or None (testing/README.md's check)."""
     if status != 200:
         return f"HTTP {status}, want 200"
     data = body
@@ -141,7 +131,8 @@ def check_answer(status: int, body: bytes | str | object, sent_uuid: str) -> str
     return None
 
 
-def _uuid_for(text: str) -> str:
+def uuid_of(text: str) -> str:
+    """Derive an esun_uuid from a text: 64 hex characters (sha256), as in the judge's examples."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -188,8 +179,7 @@ _VARIATIONS: list[Callable[[Body, random.Random], Body]] = [
 
 
 def write_csv(path: Path, n: int, samples: Path) -> None:
-    """Write n bodies, one compact JSON object per line (JSON escapes tabs and newlines in strings), for JMeter's
-    CSV Data Set (tab-delimited, unquoted)."""
+    """Write n bodies, one compact JSON object per line, for JMeter's CSV Data Set (tab-delimited, unquoted)."""
     bodies = request_bodies(n, path=samples)
     path.write_text("".join(json.dumps(b, ensure_ascii=False, separators=(",", ":")) + "\n" for b in bodies),
                     encoding="utf-8")
@@ -199,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testing.samples", description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, help="write JMeter's request file here")
     parser.add_argument("-n", type=int, default=10, help="how many bodies (default 10)")
-    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS,
-                        help="the bodies to start from, one JSON object per line (default: the real samples)")
+    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
     args = parser.parse_args(argv)
     if args.csv:
         write_csv(args.csv, args.n, args.samples)

@@ -1,9 +1,4 @@
-"""Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs.
-
-`start_server({"MAX_BATCH_SIZE": "1"}, log)` runs `gunicorn -c server/gunicorn_conf.py "api:create_app()"` with
-those settings in its environment, waits for `/readyz`, and writes the server's output (one JSON line per
-inference request) to `log`.
-"""
+"""Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs."""
 
 from __future__ import annotations
 
@@ -57,8 +52,7 @@ class CpuClock:
         self.cpu.append(cpu_s)
 
     def between(self, start: float, end: float) -> float:
-        """The CPU seconds used from `start` to `end`, each read linearly between the samples around it (clamped to
-        the first and last)."""
+        """The CPU seconds used from `start` to `end`, read linearly between samples (clamped to the first, last)."""
         return float(np.interp(end, self.times, self.cpu) - np.interp(start, self.times, self.cpu))
 
     def figures(self, start: float, end: float, answers: int) -> dict[str, float | None]:
@@ -109,8 +103,7 @@ class ServerProcess:
             sampler.join()
 
     def request_log(self) -> list[dict]:
-        """Return the server's one-line-per-inference-request records (`path`, `latency_ms`, `batch_size`), the
-        JSON lines of logger api.requests (other lines, e.g. gunicorn's, are skipped)."""
+        """Return the JSON lines of logger api.requests: one per inference request (`path`, `latency_ms`, ...)."""
         out = []
         for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("{"):
@@ -127,6 +120,12 @@ class ServerProcess:
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """Stop gunicorn gracefully (SIGTERM to its master), killing it and its worker if it lingers."""
         if self.process.poll() is None:
@@ -141,8 +140,7 @@ class ServerProcess:
 
 def start_server(settings: Mapping[str, str] | None = None, log_path: Path | None = None, app: str = APP,
                  tree: Path = REPO_ROOT, command: list[str] | None = None) -> ServerProcess:
-    """Start gunicorn on a free loopback port with these settings (Config's environment variables) and wait until
-    /readyz says ready; from another checkout `tree` with its own `command` (testing/ab.py serves other commits so)."""
+    """Start gunicorn on a free loopback port with these settings (env) and wait for /readyz (ab.py: another `tree`)."""
     with socket.socket() as sock:
         sock.bind((LOOPBACK, 0))
         port = sock.getsockname()[1]

@@ -1,18 +1,10 @@
-"""Slow clients beside the judge: many connections that stall mid-head, and a few clients posting real questions.
-
-Issue 14: a connection that sends a few bytes of its head, then nothing, used to hold one of gunicorn's threads,
-and 140 of them stopped the service. Each slow connection sends `SLOW_HEAD` and then nothing; one the server
-closes is opened again at once, as an attacker would. Once they are open, closed-loop clients (kept-alive
-connections) post testing.samples' bodies under fresh esun_uuids, each answer checked as the judge would, its
-latency counted from before the connect when one was needed. One asyncio loop in one thread does all of it.
-Usage and output: testing/README.md. Exits 1 when a question was not answered validly within 1 s, 2 on a setup
-problem.
-"""
+"""Slow clients beside the judge: many connections that stall mid-head, and a few clients posting real questions."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import resource
@@ -84,8 +76,7 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
 
 async def closed_loop(target: Target, bodies: Iterator[dict[str, Any]], end: float, timeout_s: float,
                       shots: list[Shot]) -> None:
-    """One client until `end`: a question at a time on a kept-alive connection, its answer read with the tools' one
-    parser (`testing.aioload.parse_answer`); each a `Shot` (status 0: no answer), timed from before the connect."""
+    """One client until `end`: a question at a time on a kept-alive connection, each a `Shot` timed from the connect."""
     streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def exchange(request: bytes) -> Answer:
@@ -155,8 +146,7 @@ async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s
     if server_cpu_s is not None:
         result["server_cpu_s"] = round(server_cpu_s, 2)
         result["server_cpu_share"] = round(server_cpu_s / wall_s, 2)
-        # what the rest of the machine took meanwhile (other processes sharing it): figures are comparable only
-        # between runs where it was small
+        # what other processes took meanwhile: figures compare only between runs where it was small
         result["others_cpu_share"] = round(max(machine_s - server_cpu_s - cpu_s, 0.0) / wall_s, 2)
     result["machine_cores"] = psutil.cpu_count()
     return result
@@ -192,8 +182,7 @@ def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
 
 def measure(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
             server: ServerProcess | None = None) -> dict[str, Any]:
-    """Run the slow connections and the clients against target; with the server serving it (started here), also
-    its CPU and its answers by path."""
+    """Run the slow connections and the clients; with the server serving target (started here), its CPU and paths."""
     raise_open_file_limit(slow + clients + 64)
     log_start = len(server.request_log()) if server else 0
     probe = server.cpu_s if server else None
@@ -237,8 +226,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow", type=int, default=1000, help="slow connections to hold open (default 1000)")
     parser.add_argument("--clients", type=int, default=10, help="closed-loop clients (default 10)")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the clients ask (default 20)")
-    parser.add_argument("--timeout-s", type=float, default=5.0,
-                        help="a client's timeout; answers later than 1 s count as late anyway (default 5)")
+    parser.add_argument("--timeout-s", type=float, default=5.0, help="a client's timeout (default 5; over 1 s is late)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.slow < 0 or args.clients < 1 or args.seconds <= 0 or args.timeout_s <= 0:
@@ -254,18 +242,13 @@ def main(argv: list[str] | None = None) -> int:
             server = start_server()
         except (RuntimeError, TimeoutError) as exc:
             raise cli.ToolError(str(exc).splitlines()[0]) from None
-        url = server.url
-    else:
-        url = args.url
+    url = args.url or server.url
     try:
         target = Target.from_url(url)
     except ValueError:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
-    try:
+    with server or contextlib.nullcontext():
         result = measure(target, args.slow, args.clients, args.seconds, args.timeout_s, server)
-    finally:
-        if server is not None:
-            server.stop()
     result["command"] = " ".join(["python -m testing.slow_clients", *(argv if argv is not None else sys.argv[1:])])
     print_report(result)
     if args.out:

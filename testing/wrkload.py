@@ -1,10 +1,4 @@
-"""The benchmark's closed loop through Debian's `wrk` (C, one thread: the least CPU per request of the generators
-measured here, docs/bench/loadgen_cost.md) and testing/wrk.lua.
-
-What the script records per request (esun_uuid, sent, answered, status, a 200's body) becomes the same `Shot`s as
-testing/aioload.py makes, each answer checked by `testing.samples.check_answer`. wrk's own connection errors and
-the requests it never got an answer to are reported beside them, and its CPU time (os.wait4's resource usage).
-"""
+"""The benchmark's closed loop through Debian's `wrk` and testing/wrk.lua, read back as `Shot`s."""
 
 from __future__ import annotations
 
@@ -23,8 +17,7 @@ from testing.loadgen import CLIENT_TIMEOUT_S, CONNECTION_PROBLEM, Shot, cpu_figu
 from testing.samples import check_answer
 
 SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
-# Extra seconds wrk runs after the measured window, so that the requests due in the window get their answer
-# (wrk stops at its duration without waiting for the requests in flight).
+# wrk runs this long past the window, for its requests' answers (it stops at its duration, whatever is in flight).
 TAIL_S = 2.0
 
 
@@ -49,9 +42,7 @@ def _run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int
 
 def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
                 timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run wrk with `clients` connections (one thread: the server needs the cores) for warmup_s + duration_s (+ a
-    tail); return the shots due in the measured window (status 0 for a request never answered), its wall-clock
-    start and end, and wrk's figures: its CPU share of one core over its run, its error counts."""
+    """Run wrk (one thread, `clients` connections) for warmup_s + duration_s; return the shots, window and figures."""
     wrk = wrk_path()
     if wrk is None:
         raise RuntimeError("wrk is not installed: run `bash testing/install_tools.sh`")
@@ -84,8 +75,7 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, temp
 
 
 def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tuple[str, float]], dict[str, int]]:
-    """Read what testing/wrk.lua wrote: answers, requests never answered, wrk's error counts (the last two written by
-    its done(), which runs whenever wrk exits 0)."""
+    """Read what testing/wrk.lua wrote: answers, and (by its done(), on exit 0) requests never answered, errors."""
     answers = []
     for path in sorted(out.parent.glob(out.name + "-*.tsv")):
         if path.name.endswith(("-left.tsv", "-errors.tsv")):

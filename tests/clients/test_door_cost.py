@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+from types import SimpleNamespace
 
 from testing import door_cost
 
@@ -16,7 +18,7 @@ def test_door_cost_answers_every_request_at_the_door_and_times_the_thread_parse(
 
 def test_gunicorn_reads_the_door_s_requests_whole():
     raw = door_cost.raw_requests(1)[0]
-    parsed = door_cost.get_parser(door_cost.GunicornConfig(), door_cost._Bytes(raw), ("127.0.0.1", 0))
+    parsed = door_cost.get_parser(door_cost.GunicornConfig(), SimpleNamespace(recv=io.BytesIO(raw).read), ("::1", 0))
     request = next(parsed)
     assert (request.method, request.path) == ("POST", "/inference")
     assert json.loads(request.body.read())["esun_uuid"] == "door-0"
