@@ -2,30 +2,24 @@
 
 server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three additions to gthread:
 
-- **Slow clients never hold a thread.** gthread hands a connection to its thread pool as soon as it is accepted
-  (or as soon as a kept-alive one turns readable), and the thread then blocks reading the request: about as many
-  clients that send a few bytes and then nothing as threads stopped the service. Here the event loop (gthread's
-  poller, the worker's main thread) reads every request itself without blocking until it is whole
-  (`server.framing.RequestReader`, httptools: llhttp), and only then hands it to the pool; the thread's parser reads the
-  buffered bytes and never waits on the socket. A connection that does not complete its request within
-  `REQUEST_READ_TIMEOUT_S` is closed unanswered; one the service would refuse anyway (a body over
-  `MAX_BODY_BYTES`, a head over 32 KiB, framing HTTP/1.1 forbids) is answered with the app's JSON error body and
-  `Connection: close` at once.
+- **Slow clients never hold a thread.** gthread hands a connection to a thread as soon as it is accepted (or a
+  kept-alive one turns readable), and the thread blocks reading the request: as many stalled clients as threads
+  stopped the service. Here the event loop (gthread's poller, the main thread) reads each request without blocking
+  until it is whole (`server.framing.RequestReader`, llhttp), then hands it on; the thread's parser reads the buffered
+  bytes. A request not whole within `REQUEST_READ_TIMEOUT_S` is closed unanswered; one the service would refuse anyway
+  (a body over `MAX_BODY_BYTES`, a head over 32 KiB, framing HTTP/1.1 forbids) gets the app's JSON error at once.
 - **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when its
   first bytes reached the event loop.
 - **The door**: before handing a whole `POST /inference` to the pool, the event loop asks the app's answer policy
   (`api.answers.AnswerPolicy.at_door`), which answers it at once (TOP1, or an answer already computed) when the
-  admission (`api.admission`) would keep it from the model: the thread pool is full, or no model place is free.
-  The pool's count (`Admission.enter_pool` / `leave_pool`) goes up when the event loop hands a request on and down
-  when the app has answered it (before the answer is written: a closed-loop client's next request must not find
-  its own last one still counted).
+  admission (`api.admission`) would keep it from the model. The pool's count (`Admission.enter_pool` / `leave_pool`)
+  goes up when the event loop hands a request on and down when the app has answered it (before the answer is
+  written: a closed-loop client's next request must not find its own last one still counted).
 
-Everything comes from the app's `api.state.AppState` (its config, admission, answer policy, metrics); an app not
-built by `api.create_app` is served by plain gthread. gthread documents no extension point but
-`get_thread_pool()`, so this class overrides and reads the gthread internals named in `GTHREAD_INTERNALS`, read from
-gunicorn 27.0.1 (the pinned version); tests/server/test_gthread_internals.py fails when one of them moves.
-
-Not read here, handed on as gthread does: TLS, HTTP/2 and the PROXY protocol, none of which `make run` enables.
+Everything comes from the app's `api.state.AppState`; an app not built by `api.create_app` is served by plain gthread.
+gthread documents no extension point but `get_thread_pool()`, so this class overrides and reads the internals named in
+`GTHREAD_INTERNALS` (gunicorn 27.0.1, pinned; tests/server/test_gthread_internals.py fails when one moves), and holds
+its idle connections in `server.kept_alive.KeptAlive`. Not read here: TLS, HTTP/2, PROXY (all off in `make run`).
 """
 
 from __future__ import annotations
@@ -51,6 +45,7 @@ from gunicorn.workers.gthread import ThreadWorker
 from api.accept import ACCEPTED_AT_KEY
 from api.state import AppState, serving_state
 from server.framing import Refusal, RequestReader, Verdict
+from server.kept_alive import KeptAlive
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -104,12 +99,18 @@ class ReadingThreadWorker(ThreadWorker):
         self._accepted_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self._continued: weakref.WeakSet[Any] = weakref.WeakSet()  # the event loop sent their 100 Continue
         self._handling = _Handling()
+        self._reads_plain = self._h2c = False  # until the app is loaded (load_wsgi)
+        self.keepalived_conns = KeptAlive()  # gthread's deque, with O(1) removal (server.kept_alive)
         self._fit_open_file_limit()
         super().init_process()  # loads the app (load_wsgi), then runs the event loop until the worker stops
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
         self.state = serving_state(self.wsgi)
+        cfg = self.cfg  # the settings `_reads_requests` needs, read once (each is a lookup in gunicorn's Config)
+        self._reads_plain = self.state is not None and not (
+            cfg.is_ssl or cfg.protocol != "http" or cfg.proxy_protocol != "off")
+        self._h2c = cfg.http2_cleartext != "off"  # else neither HTTP/2 cleartext mechanism applies to any peer
         if self.state is not None:
             # Flask's documented place for WSGI middleware: `self.wsgi` stays the Flask app.
             self.wsgi.wsgi_app = self._with_stamp(self.wsgi.wsgi_app)
@@ -150,10 +151,9 @@ class ReadingThreadWorker(ThreadWorker):
 
     def _reads_requests(self, conn: Any) -> bool:
         """Whether the event loop reads this connection's requests (plain HTTP/1.x of our app, as `make run`)."""
-        cfg = self.cfg
-        return self.state is not None and not (
-            cfg.is_ssl or conn.is_http2 or cfg.protocol != "http" or cfg.proxy_protocol != "off"
-            or negotiation.prior_knowledge_allowed(cfg, conn.client) or negotiation.upgrade_allowed(cfg, conn.client))
+        return self._reads_plain and not (conn.is_http2 or self._h2c and (
+            negotiation.prior_knowledge_allowed(self.cfg, conn.client)
+            or negotiation.upgrade_allowed(self.cfg, conn.client)))
 
     def _start_reading(self, conn: Any, now: float) -> None:
         assert self.state is not None
