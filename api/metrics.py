@@ -199,18 +199,31 @@ class _AdmissionCollector(Collector):
                                   "(path shed).", value=state.shed_total)
 
 
+# The batching engine's counters (batching.BatcherStats), each an `esun_batcher_<name>_total` series.
+BATCHER_COUNTERS = {
+    "batches": "Calls of the corrector.",
+    "items": "Questions those calls carried.",
+    "failures": "Calls that raised or answered the wrong count (their questions answered TOP1, path error).",
+    "dropped_expired": "Questions that gave up before their batch started (or, across processes, never answered).",
+    "overloaded": "Questions the batcher refused at its bound (path overload).",
+    "padded_waste": "Padding the batches carried: over calls, the longest question's length x size - the lengths.",
+}
+
+
 class _EngineCollector(Collector):
-    """The batching engine's series: whether every worker is up, and how many dead workers were replaced."""
+    """The batching engine's series: whether every worker is up, dead workers replaced, and its counters."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._engine.stats()
         yield GaugeMetricFamily(f"{NAMESPACE}_batcher_alive", "1 when the batcher runs with every worker ready.",
                                 value=float(self._engine.alive()))
         yield CounterMetricFamily(f"{NAMESPACE}_batcher_worker_restarts", "Dead batch workers replaced (for the "
-                                  "process engine, each death replaces the whole set).",
-                                  value=self._engine.stats().restarts)
+                                  "process engine, each death replaces the whole set).", value=stats.restarts)
+        for name, text in BATCHER_COUNTERS.items():
+            yield CounterMetricFamily(f"{NAMESPACE}_batcher_{name}", text, value=getattr(stats, name))
 
 
 class _GcCollector(Collector):

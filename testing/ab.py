@@ -204,17 +204,10 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
 
 def full_collections(url: str) -> dict[str, float]:
     """The worker's full GC collections so far, their seconds and the longest (`/metrics`; zeros where not exposed)."""
-    import requests
-    from prometheus_client.parser import text_string_to_metric_families
+    from testing.server import scrape
 
-    wanted = {"esun_gc_collections_total": "collections", "esun_gc_pause_seconds_total": "seconds",
-              "esun_gc_pause_longest_seconds": "longest_s"}
-    out = dict.fromkeys(wanted.values(), 0.0)
-    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=10).text):
-        for sample in family.samples:
-            if sample.name in wanted and sample.labels.get("generation") == "2":
-                out[wanted[sample.name]] = sample.value
-    return out
+    return scrape(url, {"esun_gc_collections_total": "collections", "esun_gc_pause_seconds_total": "seconds",
+                        "esun_gc_pause_longest_seconds": "longest_s"}, generation="2")
 
 
 def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> dict:

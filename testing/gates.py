@@ -12,7 +12,7 @@ from typing import Any
 
 from testing.aioload import Target, open_loop
 from testing.loadgen import JUDGE_TIMEOUT_S, fresh_payload, payload_templates
-from testing.report import count_paths
+from testing.report import count_paths, table
 from testing.samples import request_bodies
 from testing.server import start_server
 
@@ -70,12 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     templates = payload_templates(request_bodies(400))
     results = [run(name, settings, load, args.seconds, templates, args.out)
                for name, (settings, load) in [*SCENARIOS.items(), ("slow senders", (SLOW, 0.0))]]
-    print("| scenario | offered/s | sent | non-200 | later than the judge's timeout | answers by path |")
-    print("|---|---|---|---|---|---|")
-    for r in results:
-        paths = ", ".join(f"{path} {count}" for path, count in r["paths"].items())
-        print(f"| {r['scenario']} | {r['offered_rps'] or '-'} | {r['sent']} | {r['non_200']} | {r['late'] or 0} | "
-              f"{paths} |")
+    print("\n".join(table("scenario | offered/s | sent | non-200 | later than the judge's timeout | answers by path",
+                          [[r["scenario"], r["offered_rps"], r["sent"], r["non_200"], r["late"] or 0, r["paths"]]
+                           for r in results])))
     (args.out / "gates.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     return 0
 

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from testing import aioload, wrkload
-from testing.bench_app import STATS_ROUTE
 from testing.loadgen import Shot
 from testing.report import count_paths, latency_stats, paths_by_uuid, server_latency, summarise, tag_paths
-from testing.server import ServerProcess, get_json, start_server
+from testing.server import APP, ServerProcess, get_json, scrape, start_server
 
 # Open loop: a request unanswered this long after it was due counts as no answer.
 OPEN_LOOP_ANSWER_S = 10.0
@@ -20,7 +19,7 @@ class Servers:
 
     def __init__(self, log_dir: Path, fake: bool) -> None:
         self.log_dir = log_dir
-        self.app = "testing.bench_app:create_bench_app(fake=True)" if fake else "testing.bench_app:create_bench_app()"
+        self.app = "tests.fakes:create_fake_app()" if fake else APP
         self.running: dict[str, ServerProcess] = {}
         self.info: dict[str, Any] = {}
 
@@ -43,13 +42,13 @@ class Servers:
             server.stop()
 
 
-def batcher_stats(server: ServerProcess) -> dict[str, Any] | None:
-    """Read the batcher's counters from the bench app's route (None if the server does not have it)."""
-    return get_json(server.url + STATS_ROUTE)
-
-
-# The counters of batching.errors.BatcherStats (the other fields are gauges).
+# The batching engine's counters, each served as `esun_batcher_<name>_total` (api.metrics.BATCHER_COUNTERS).
 _COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "padded_waste")
+
+
+def batcher_stats(server: ServerProcess) -> dict[str, int]:
+    """Read the batcher's counters from the server's /metrics."""
+    return {k: int(v) for k, v in scrape(server.url, {f"esun_batcher_{k}_total": k for k in _COUNTERS}).items()}
 
 
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
@@ -81,10 +80,10 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
 
 
 def _summary(server: ServerProcess, shots: list[Shot], window: tuple[float, float], answer_s: float,
-             before: dict[str, Any] | None) -> dict[str, Any]:
+             before: dict[str, int]) -> dict[str, Any]:
     """Summarise a point, with the paths of answers up to answer_s after the window, and keep its raw shots."""
     after = batcher_stats(server)
-    grown = None if before is None or after is None else {k: after[k] - before[k] for k in _COUNTERS}
+    grown = {k: after[k] - before[k] for k in _COUNTERS}
     log = server.request_log()
     shots = tag_paths(shots, paths_by_uuid(log))
     start, end = window

@@ -127,7 +127,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _table(head: str, rows: list[list[Any]]) -> list[str]:
+def table(head: str, rows: list[list[Any]]) -> list[str]:
     """Render a markdown table (`head`: the columns, split by " | "); figures right-aligned, names and paths left."""
     names = head.split(" | ")
     rule = ["---" if i == 0 or name == "answers by path" else "---:" for i, name in enumerate(names)]
@@ -149,7 +149,7 @@ def markdown(results: dict[str, Any]) -> str:
     if "a" in results:
         a = results["a"]
         lines += ["## a. Offline corrector throughput (the ceiling)", "",
-                  *_table("batch size | items/s | ms per call (p50) | ms per item | padded chars per item",
+                  *table("batch size | items/s | ms per call (p50) | ms per item | padded chars per item",
                           [[r["batch_size"], r["items_per_s"], r["ms_per_call_p50"], r["ms_per_item"],
                             r["padded_waste_per_item_arrival_order"]] for r in a["rows"]]),
                   "", f"Ceiling: {a['ceiling_items_per_s']} items/s ({a['inputs']} inputs, torch threads "
@@ -159,7 +159,7 @@ def markdown(results: dict[str, Any]) -> str:
         points = [(mode, p) for mode in ("on", "off") for p in b.get(mode, [])]
         lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
                   _generator_line([p for _, p in points]), "",
-                  *_table("batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | "
+                  *table("batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | "
                           "server p99 ms | non-200 | connection errors | late > 1 s | mean batch | server CPU % | "
                           "server CPU ms per answer | generator CPU % | answers by path",
                           [[mode, p["clients"], p["throughput_rps"], p["model_rps"], p["p50_ms"], p["p95_ms"],
@@ -174,7 +174,7 @@ def markdown(results: dict[str, Any]) -> str:
         points, answer_s = c["points"], results["open_loop_timeout_s"]
         lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
                   _generator_line(points), "",
-                  *_table("load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 "
+                  *table("load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 "
                           f"ms | non-200 | connection errors | no answer (> {answer_s:g} s) | late > 1 s | model share "
                           "| client lag p99 ms | generator CPU % | answers by path",
                           [[f"{p['factor']:g}x", p["target_rps"], p["sent_rps"], p["throughput_rps"], p["p50_ms"],
@@ -192,7 +192,7 @@ def markdown(results: dict[str, Any]) -> str:
         f = results["f"]
         s, q = f["slow"], f["questions"]
         lines += [f"## f. Slow clients ({s['asked']} connections stalled mid-head, held open)", "",
-                  *_table("slow held (least / mean) | closed by the server | questions | valid 200s | within 1 s | "
+                  *table("slow held (least / mean) | closed by the server | questions | valid 200s | within 1 s | "
                           "p50 ms | p99 ms | max ms | answers by path | tool CPU %",
                           [[f"{s['held_min']} / {s['held_mean']}", s["closed_by_server"], q["sent"], q["valid"],
                             f"{q['within_1s']} ({_share(q['within_1s_share'], 2)})", q["p50_ms"], q["p99_ms"],

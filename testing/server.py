@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,12 @@ def gunicorn_command(app: str = APP) -> list[str]:
     return [*runner, "-c", "server/gunicorn_conf.py", app]
 
 
+@dataclass
 class CpuClock:
     """A server's CPU seconds at wall-clock moments (`ServerProcess.cpu_clock`), read back at any moment between."""
 
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.cpu: list[float] = []
+    times: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
     def add(self, at: float, cpu_s: float) -> None:
         self.times.append(at)
@@ -169,6 +169,21 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
             return response.json() if response.status_code == 200 else None
         except requests.RequestException:
             return None
+
+
+def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
+    """Read the samples `names` (series: key) with these labels from a server's /metrics; 0.0 for one not served."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with requests.Session() as http:
+        http.trust_env = False  # the server is on loopback
+        text = http.get(f"{url}/metrics", timeout=10).text
+    out = dict.fromkeys(names.values(), 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
+                out[names[sample.name]] = sample.value
+    return out
 
 
 def _wait_ready(server: ServerProcess, timeout_s: float) -> None:

@@ -1,7 +1,7 @@
 """The fakes the tests and the load tools share: fake correctors and the gunicorn app factories around them.
 
-Here, with the tests, because fakes belong to them; the benchmark's smoke mode (`python -m testing.bench --fake`,
-testing/bench_app.py) serves them too, run from the repository root like every tool, where `tests` imports as a
+Here, with the tests, because fakes belong to them; the benchmark's smoke mode (`python -m testing.bench --fake`)
+serves them too, run from the repository root like every tool, where `tests` imports as a
 namespace package. tests/conftest.py keeps only fixtures, built from these.
 
 Test-only stand-ins: the served path (`api:create_app()`, `make run`) always runs the real corrector.

@@ -8,6 +8,7 @@ import tomllib
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from api.metrics import BATCHER_COUNTERS
 from api.schemas import InferenceRequest, InferenceResponse
 from api.state import EXTENSION_KEY
 from config import REPO_ROOT
@@ -120,8 +121,18 @@ def test_metrics_serves_prometheus_text_with_every_series_at_zero(client):
         assert series in text
     assert metric(client, "esun_batcher_alive") == 1
     assert metric(client, "esun_batcher_worker_restarts_total") == 0
+    for name in BATCHER_COUNTERS:
+        assert metric(client, f"esun_batcher_{name}_total") == 0
     assert metric(client, "esun_request_duration_seconds_count", path="deadline") == 0
     assert metric(client, "esun_fallbacks_total", reason="overload") == 0
+
+
+def test_every_series_served_is_named_in_the_deployment_guide(client):
+    guide = (REPO_ROOT / "deploy" / "README.md").read_text(encoding="utf-8")
+    families = list(text_string_to_metric_families(client.get("/metrics").get_data(as_text=True)))
+    served = {f.name for f in families if f.name.startswith("esun_") and not f.name.endswith("_created")}
+    assert len(served) > 20
+    assert [name for name in served if f"`{name}`" not in guide and f"`{name}_total`" not in guide] == []
 
 
 def test_metrics_count_requests_by_path_with_batches_queue_wait_and_cache_lookups(client, make_body):
@@ -139,6 +150,7 @@ def test_metrics_count_requests_by_path_with_batches_queue_wait_and_cache_lookup
     assert metric(client, "esun_fallbacks_total", reason="retry_top1") == 1
     assert metric(client, "esun_batch_size_count") == 1
     assert metric(client, "esun_batch_size_sum") == 1
+    assert metric(client, "esun_batcher_batches_total") == 1 and metric(client, "esun_batcher_items_total") == 1
     assert metric(client, "esun_batch_queue_wait_seconds_count") == 1
     assert metric(client, "esun_cache_lookups_total", level="local", result="hit") == 2
     assert metric(client, "esun_cache_lookups_total", level="local", result="miss") == 2

@@ -80,7 +80,7 @@ def test_ab_memory_reads_the_worker_s_rss_after_set_up_and_after_each_chunk_of_n
     out = tmp_path / "memory.json"
     run = subprocess.run(
         [sys.executable, "-m", "testing.ab", "--mode", "memory", "--app",
-         "testing.bench_app:create_bench_app(fake=True)", "--lists", "1500", "--chunk", "1000", "--rate-guess",
+         "tests.fakes:create_fake_app()", "--lists", "1500", "--chunk", "1000", "--rate-guess",
          "100000", "--json", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
     )

@@ -1,6 +1,6 @@
 """gunicorn for real (server/gunicorn_conf.py, server.worker's ReadingThreadWorker): the accept stamp reaches the view.
 
-The app is testing/bench_app.py's fake-corrector app (answers MARK + TOP1 within milliseconds). A request's clock
+The app is tests/fakes.py's fake-corrector app (answers MARK + TOP1 within milliseconds). A request's clock
 starts at its first byte: a client that connects, then waits past the whole budget before sending its request, gets
 the model's answer, and the log's latency is the client's; a kept-alive connection that idles as long is stamped
 when its next request arrives, so that request goes to the model too.
@@ -32,7 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "stderr.jsonl"
     settings = {"HTTP_THREADS": "16", "MAX_BATCH_SIZE": "8", "JUDGE_TIMEOUT_S": "1.0"}
-    with gunicorn("testing.bench_app:create_bench_app(fake=True)", port, log, settings):
+    with gunicorn("tests.fakes:create_fake_app()", port, log, settings):
         yield LiveServer(port, log)
 
 
