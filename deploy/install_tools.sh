@@ -3,7 +3,7 @@
 # nothing. Needs root (or sudo) for apt-get; `make test` runs it first.
 #
 #   deploy/install_tools.sh          redis-server and nginx, and the image's tools (below)
-#   deploy/install_tools.sh image    podman, runc, netavark, aardvark-dns and mmdebstrap (deploy/image.sh,
+#   deploy/install_tools.sh image    podman, runc, netavark, aardvark-dns, iptables and mmdebstrap (deploy/image.sh,
 #                                    tests/deploy/test_image.py), unless a docker daemon answers
 set -euo pipefail
 
@@ -14,8 +14,10 @@ if [[ ${1:-} != image ]]; then
 fi
 if ! docker info >/dev/null 2>&1; then
     # runc: crun, podman's other runtime, refuses hosts with hybrid cgroups (deploy/podman/containers.conf);
-    # netavark and aardvark-dns: podman's bridge networks with names (compose's services find each other).
-    for tool in podman runc netavark mmdebstrap; do
+    # netavark and aardvark-dns: podman's bridge networks with names (compose's services find each other);
+    # iptables: netavark sets a build step's network up with it (only a Suggests of Debian's podman, and without it
+    # every RUN step that needs the network fails with "netavark: No such file or directory").
+    for tool in podman runc netavark iptables mmdebstrap; do
         command -v "$tool" >/dev/null 2>&1 || [[ -x /usr/lib/podman/$tool || -x /usr/sbin/$tool ]] \
             || missing+=("$tool")
     done

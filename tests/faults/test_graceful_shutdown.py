@@ -31,6 +31,7 @@ BATCH_DELAY_S = 0.3  # long enough that requests are surely in flight when SIGTE
 CLIENTS = 12
 CLIENT_TIMEOUT_S = 5.0  # far above the answer budget: a request left hanging shows up as broken, not slow
 GRACEFUL_TIMEOUT_S = 10
+LOG_NAME = "gunicorn.log"  # the server's output, in the test's tmp_path
 
 
 @dataclass(frozen=True)
@@ -49,19 +50,23 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def gunicorn_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """Start gunicorn with the repository's config around a slow fake corrector; kill it if a test left it."""
+def gunicorn_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """Start gunicorn with the repository's config around a slow fake corrector; kill it if a test left it.
+
+    Its output goes to tmp_path's LOG_NAME, never to a pipe nobody reads while it runs: once the shed answers'
+    WARNING lines filled a pipe's 64 KiB, the worker blocked writing them and every request hung (a flaky failure)."""
     port = free_port()
     env = {
         **os.environ, "HOST": "127.0.0.1", "PORT": str(port), "HTTP_THREADS": "32", "MAX_BATCH_SIZE": "8",
         "GRACEFUL_TIMEOUT_S": str(GRACEFUL_TIMEOUT_S), "FAULT_DELAY_S": str(BATCH_DELAY_S), "LOG_LEVEL": "WARNING",
     }
-    process = subprocess.Popen(
-        [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", "tests.fakes:create_slow_app()"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
+    with (tmp_path / LOG_NAME).open("wb") as log:  # gunicorn holds its own copy of the descriptor
+        process = subprocess.Popen(
+            [str(GUNICORN), "-c", "server/gunicorn_conf.py", "--no-control-socket", "tests.fakes:create_slow_app()"],
+            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
     try:
-        wait_until_ready(port, process)
+        wait_until_ready(port, process, tmp_path / LOG_NAME)
         yield process, port
     finally:
         if process.poll() is None:
@@ -69,10 +74,10 @@ def gunicorn_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
             process.wait(timeout=5)
 
 
-def wait_until_ready(port: int, process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+def wait_until_ready(port: int, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert process.poll() is None, f"gunicorn exited early: {process.stdout.read().decode()[-2000:]}"
+        assert process.poll() is None, f"gunicorn exited early: {log.read_text()[-2000:]}"
         try:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
             connection.request("GET", "/readyz")
@@ -117,7 +122,7 @@ def client_loop(port: int, index: int, stop: threading.Event, attempts: list[Att
 
 
 def test_gunicorn_sigterm_finishes_requests_in_flight_and_exits_0(
-    gunicorn_server: tuple[subprocess.Popen[bytes], int],
+    gunicorn_server: tuple[subprocess.Popen[bytes], int], tmp_path: Path,
 ) -> None:
     """Regression: gthread's stopping worker kept its listening socket open while it drained, so connections
     made after SIGTERM were completed by the kernel, never accepted, and reset when the worker exited: those
@@ -140,7 +145,7 @@ def test_gunicorn_sigterm_finishes_requests_in_flight_and_exits_0(
     stop.set()
     for thread in clients:
         thread.join(timeout=CLIENT_TIMEOUT_S + 1)
-    log = process.stdout.read().decode(errors="replace")
+    log = (tmp_path / LOG_NAME).read_text(errors="replace")
 
     assert exit_code == 0, log[-3000:]
     broken = [a for a in attempts if a.outcome not in ("200", "refused")]

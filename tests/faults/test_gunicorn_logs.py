@@ -29,18 +29,20 @@ def _serve(app: str, tmp_path: Path, during: Callable[[int], Any] = lambda _port
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "LOG_LEVEL": "INFO", "HOME": str(tmp_path),
            **(settings or {})}
     env.pop("XDG_RUNTIME_DIR", None)
-    process = subprocess.Popen([str(GUNICORN), "-c", "server/gunicorn_conf.py", app], cwd=REPO_ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = tmp_path / "gunicorn.log"  # a file, not a pipe read only at the end: a full pipe would block the server
+    with log.open("wb") as out:  # gunicorn holds its own copy of the descriptor
+        process = subprocess.Popen([str(GUNICORN), "-c", "server/gunicorn_conf.py", app], cwd=REPO_ROOT, env=env,
+                                   stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until_ready(port, process, ready_timeout_s)
+        wait_until_ready(port, process, log, ready_timeout_s)
         result = during(port)
         process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
+        process.wait(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=5)
-    lines = [json.loads(line) for line in output.decode().splitlines() if line.strip()]  # each one JSON
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]  # each one JSON
     return result, lines, process.pid
 
 
