@@ -70,6 +70,15 @@ def test_the_gunicorn_functions_the_seam_calls_exist_with_the_arguments_used():
     assert list(inspect.signature(upgrade_allowed).parameters) == ["cfg", "peer_addr"]
 
 
+def test_with_http2_cleartext_off_no_peer_may_switch_to_http2_as_the_worker_assumes():
+    from gunicorn.http2.negotiation import prior_knowledge_allowed, upgrade_allowed
+
+    cfg = GunicornConfig()
+    assert cfg.http2_cleartext == "off"  # the default, and make run's
+    for peer in (("127.0.0.1", 5000), ("10.1.2.3", 80)):
+        assert not prior_knowledge_allowed(cfg, peer) and not upgrade_allowed(cfg, peer)
+
+
 def test_the_application_and_logger_internals_exist():
     from gunicorn.app.wsgiapp import WSGIApplication
     from gunicorn.glogging import Logger
