@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from api.metrics import BATCHER_COUNTERS
 from testing import aioload, wrkload
 from testing.loadgen import Shot
 from testing.report import count_paths, latency_stats, paths_by_uuid, server_latency, summarise, tag_paths
@@ -42,8 +43,8 @@ class Servers:
             server.stop()
 
 
-# The batching engine's counters, each served as `esun_batcher_<name>_total` (api.metrics.BATCHER_COUNTERS).
-_COUNTERS = ("batches", "items", "failures", "dropped_expired", "overloaded", "padded_waste")
+# The batching engine's counters, each served as `esun_batcher_<name>_total`.
+_COUNTERS = tuple(BATCHER_COUNTERS)
 
 
 def batcher_stats(server: ServerProcess) -> dict[str, int]:
