@@ -175,12 +175,21 @@ class Config:
         return out
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which a container's cpuset narrows), at least 1."""
+def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may use, at least 1: those it may run on (its CPU affinity, which a container's cpuset
+    narrows), fewer where its cgroup's CPU quota allows less (a container's or a Kubernetes pod's CPU limit: `cpu.max`
+    holds "quota period", or "max period" for none), rounded up."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text(encoding="ascii").split()[:2]
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no cgroup v2 here, or a file not in its format
+        pass
+    return max(1, cores)
 
 
 # Run in a child process: initializing CUDA in a process that forks afterwards (gunicorn's master) leaves every
