@@ -1,4 +1,4 @@
-"""Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs."""
+"""Start the service as `make run` does (gunicorn and its workers) on a free loopback port, and read its logs."""
 
 from __future__ import annotations
 
