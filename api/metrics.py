@@ -213,6 +213,7 @@ class MetricsSpool:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._writing = threading.Lock()  # the spool thread and a scrape write the same file
 
     @property
     def own_file(self) -> Path:
@@ -229,9 +230,10 @@ class MetricsSpool:
     def write(self) -> bytes:
         """Write this process's series to its file (whole: a temporary file, then renamed) and return them."""
         own = generate_latest(self._registry)
-        partial = self.own_file.with_suffix(".tmp")
-        partial.write_bytes(own)
-        os.replace(partial, self.own_file)
+        with self._writing:
+            partial = self.own_file.with_suffix(".tmp")
+            partial.write_bytes(own)
+            os.replace(partial, self.own_file)
         return own
 
     def render(self) -> bytes:
