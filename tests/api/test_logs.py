@@ -68,12 +68,12 @@ def test_a_request_line_is_the_same_written_directly_or_through_a_logging_record
         monkeypatch.setattr("sys.stderr", stderr)
         with monkeypatch.context() as only_ours:  # pytest's own capture handlers off
             only_ours.setattr(root, "handlers", [h for h in root.handlers if isinstance(h.formatter, JsonFormatter)])
-            log_request("q-長", 1, AnswerPath.POOL_FULL, 0.26, None, "the thread pool is full", queued_ms=1.5)
+            log_request("q-長", 1, AnswerPath.MODEL_LOADING, 0.26, None, "the model is loading", queued_ms=1.5)
         assert not caplog.records  # no record was made
         with caplog.at_level(logging.INFO, logger=REQUEST_LOG.name):
-            log_request("q-長", 1, AnswerPath.POOL_FULL, 0.26, None, "the thread pool is full", queued_ms=1.5)
+            log_request("q-長", 1, AnswerPath.MODEL_LOADING, 0.26, None, "the model is loading", queued_ms=1.5)
     direct = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     through_record = json.loads(JsonFormatter().format(caplog.records[0]))
     assert abs(direct.pop("ts") - through_record.pop("ts")) < 5
     assert direct == through_record
-    assert direct["path"] == "pool_full" and direct["level"] == "WARNING" and direct["esun_uuid"] == "q-長"
+    assert direct["path"] == "model_loading" and direct["level"] == "WARNING" and direct["esun_uuid"] == "q-長"
