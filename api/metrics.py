@@ -28,10 +28,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from api import logs
 from api.accept import budget_start
 from api.admission import Admission
 from api.interfaces import Engine
-from api.logs import LOG_WRITER, LogWriter
+from api.logs import LogWriter
 from api.paths import REJECTED, AnswerPath
 from batching import BatchReport
 
@@ -87,7 +88,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         r.register(_GcCollector(GC_PAUSES.install()))
-        r.register(_LogCollector(LOG_WRITER))
+        r.register(_LogCollector(logs.LOG_WRITER))
         self.request_seconds = Histogram(
             "request_duration_seconds", "Time from accept to answer of /inference, by how it was answered.",
             ["path"], namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
