@@ -13,7 +13,6 @@ the warnings do not grow with the load.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -131,7 +130,7 @@ class LogWriter:
             if self._abandoned:
                 self._count_dropped(1)
             else:
-                self._write([line], pipe_chunks=False)
+                self._write([line], on_writer=False)
             return
         if len(self._lines) >= self.capacity:
             self._count_dropped(1)
@@ -182,13 +181,13 @@ class LogWriter:
             self._wake.wait(TICK_S)
             self._wake.clear()
             lines = self._take()
-            if lines:
-                self._write(lines, pipe_chunks=True)
-            if self._on_tick is not None and not self._stopping:
-                try:
+            try:
+                if lines:
+                    self._write(lines, on_writer=True)
+                if self._on_tick is not None and not self._stopping:
                     self._on_tick()
-                except Exception:  # a bug in a tick must not end the writer, nor print a traceback
-                    self._count_dropped(1)
+            except Exception:  # a bug or a broken stream must not end the writer, nor print a traceback
+                self._count_dropped(len(lines))
             if self._stopping and not self._lines:
                 return
 
@@ -198,35 +197,34 @@ class LogWriter:
             lines.append(pop())
         return lines
 
-    def _write(self, lines: list[str], pipe_chunks: bool) -> None:
+    def _write(self, lines: list[str], on_writer: bool) -> None:
         """Write lines to whatever sys.stderr is now (test runners swap it): through its file descriptor, whole
-        lines per write(); a stderr without one (a test's capture) through its own `write`."""
+        lines per write() (on the writer, at most PIPE_CHUNK_BYTES of them); a stderr without one (a test's
+        capture) through its own `write`."""
         stream = sys.stderr
         try:
             fd = stream.fileno()
         except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
-            try:
-                stream.write("".join(line + "\n" for line in lines))
-            except Exception:
-                self._count_dropped(len(lines))
+            stream.write("".join(line + "\n" for line in lines))
             return
-        with contextlib.suppress(Exception):  # a closed or broken stream: its descriptor says the rest
-            stream.flush()  # what was written through the stream before comes first
+        stream.flush()  # what was written through the stream before comes first
+        if not on_writer:  # one line, on the caller's thread
+            self._write_fd(fd, [(lines[0] + "\n").encode("utf-8", "backslashreplace")], on_writer)
+            return
         chunk: list[bytes] = []
         size = 0
         for line in lines:
             data = (line + "\n").encode("utf-8", "backslashreplace")
-            if chunk and size + len(data) > PIPE_CHUNK_BYTES and pipe_chunks:
-                self._write_fd(fd, chunk)
+            if chunk and size + len(data) > PIPE_CHUNK_BYTES:
+                self._write_fd(fd, chunk, on_writer)
                 chunk, size = [], 0
             chunk.append(data)
             size += len(data)
         if chunk:
-            self._write_fd(fd, chunk)
+            self._write_fd(fd, chunk, on_writer)
 
-    def _write_fd(self, fd: int, chunk: list[bytes]) -> None:
+    def _write_fd(self, fd: int, chunk: list[bytes], on_writer: bool) -> None:
         data = memoryview(chunk[0] if len(chunk) == 1 else b"".join(chunk))
-        on_writer = threading.current_thread() is self._thread
         if on_writer:
             self._writing_since = time.monotonic()
         try:
@@ -247,7 +245,7 @@ class LogWriter:
         count, self._reported = total - self._reported, total
         line = json_line(time.time(), "WARNING", "api.logs", "log lines dropped: stderr was not taking them",
                          {"dropped": count, "dropped_total": total})
-        self._write([line], pipe_chunks=True)
+        self._write([line], on_writer=True)
 
     def _count_dropped(self, n: int) -> None:
         with self._count_lock:
