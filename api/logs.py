@@ -111,11 +111,6 @@ class LogWriter:
         """Lines dropped so far because the queue was full (or stderr refused them)."""
         return self._dropped
 
-    @property
-    def started(self) -> bool:
-        """Whether lines go through the queue (a writer thread runs in this process)."""
-        return self._thread is not None
-
     def start(self) -> LogWriter:
         """Write through the queue from now on, on a new thread (once per process)."""
         if self._thread is None:
@@ -162,6 +157,8 @@ class LogWriter:
             self._count_dropped(len(self._lines))
             self._lines.clear()
         self._thread = None
+        for line in self._take():  # put while the writer was ending: written at once, as lines from now on
+            self.put(line)
 
     def stuck_for_s(self) -> float:
         """How long the writer has been blocked in its current write(), 0 when it is not writing."""
@@ -320,7 +317,9 @@ def log_request(esun_uuid: str, retry: int, path: AnswerPath, latency_ms: float,
                 batch_size: int | None, reason: str | None, queued_ms: float | None = None) -> None:
     """Write the one line that describes an answered inference request.
 
-    `latency_ms` counts from the request's accept (api.accept), `queued_ms` from there to its view's start.
+    `latency_ms` counts from the request's accept (api.accept), `queued_ms` from there to its view's start. A
+    degraded answer's line is a WARNING, but an overload answer's (`AnswerPath.under_load`) is INFO, its WARNING
+    summed with the path's others (`OverloadSums`).
     """
     fields = {"esun_uuid": esun_uuid, "retry": retry, "path": path.value, "latency_ms": round(latency_ms, 2),
               "batch_size": batch_size}

@@ -237,3 +237,22 @@ def test_readyz_names_a_stuck_log_writer_while_answers_go_on(monkeypatch, make_a
         os.close(read_end)  # the stuck write() fails (EPIPE): the writer comes back and stops
         writer.stop(timeout_s=2)
         stderr.close()
+
+
+def test_log_writer_stop_writes_every_queued_line_then_writes_at_once(tmp_path, monkeypatch):
+    """A graceful stop (gunicorn's worker_exit) loses no queued line; lines after it are written on the caller's
+    thread, as before the writer started."""
+    import json
+
+    from api.logs import LogWriter
+
+    path = tmp_path / "stderr.log"
+    with open(path, "w", encoding="utf-8") as stderr:
+        monkeypatch.setattr("sys.stderr", stderr)
+        writer = LogWriter().start()
+        for i in range(1000):
+            writer.put(_line(i))
+        writer.stop()
+        writer.put(_line(1000))
+    assert [json.loads(line)["i"] for line in path.read_text(encoding="utf-8").splitlines()] == list(range(1001))
+    assert writer.dropped == 0
