@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev install-gpu tools image lint corpus train tune evaluate bench adapt standin
+.PHONY: run test install install-dev install-gpu gpu-wheels tools image lint corpus train tune evaluate bench adapt standin
 
 # Python 3.11 or newer (transformers 5 and the pinned wheels need it). A .venv made by an older Python (a first try
 # with Ubuntu 22.04's 3.10, say) is rebuilt with $(PYTHON) instead of being reused broken.
@@ -57,7 +57,12 @@ install-gpu: install
 	$$(grep -m1 '^ERROR' <<<"$$out" || tail -n1 <<<"$$out")" >&2; exit 1; fi
 	@$(PY) -c "$$CUDA_BUILD_CHECK" $(TORCH_INDEX)
 
-## Serve the shipped corrector with gunicorn (one process, gthread) on $(PORT).
+## Wheels for CPython 3.12 of what a GPU machine with torch and transformers but no network lacks, into .whl/ (for
+## testing/gpu_check.sh there; docs/benchmarks.md, "GPU check").
+gpu-wheels: install-dev
+	bash testing/gpu_wheels.sh
+
+## Serve the shipped corrector with gunicorn (gthread; a worker per two cores, WEB_WORKERS) on $(PORT).
 run: install
 	@PORT=$(PORT) $(VENV)/bin/gunicorn -c server/gunicorn_conf.py "api:create_app()"
 

@@ -82,13 +82,20 @@ class Config:
     cache_size: int = 100_000
     cache_ttl_s: float = 3600.0
     redis_url: str = ""
+    # gunicorn worker processes, each with its own thread pool, batcher and model (one process's GIL caps what it
+    # serves). 0: chosen from the machine, one per two cores the process may use (1 on a 2-core machine).
+    web_workers: int = 0
+    # A folder the worker processes of one server share when there are several: the answers kept for retries (a
+    # SQLite file, unless redis_url is set) and each worker's metrics. Empty: gunicorn's master makes one for its
+    # workers and removes it at exit.
+    shared_dir: str = ""
     # 1: batches run on a thread of the server process. More: that many worker processes (service-streamer's
     # Streamer), each with its own model, placed round robin on `cuda_devices` (comma-separated ids, e.g. "0,1").
     batcher_workers: int = 1
     cuda_devices: str = ""
     # Model.
     device: str = "auto"
-    # torch's intra-op CPU threads; 0 keeps torch's default (one per core).
+    # torch's intra-op CPU threads per worker process; 0: the cores it may use shared among the web workers.
     torch_threads: int = 0
     # On CPU, the network's linear layers in int8 (model/corrector.py: torch's dynamic quantization) or fp32.
     # On CUDA it runs in half precision either way.
@@ -102,7 +109,7 @@ class Config:
     captain_email: str = ""
     server_uuid_salt: str = ""
     log_level: str = "INFO"
-    # gunicorn: one process (all requests share one batcher), this many threads.
+    # gunicorn: this many threads in each worker process.
     http_threads: int = 128
     graceful_timeout_s: float = 30.0
     worker_timeout_s: float = 300.0
@@ -118,6 +125,16 @@ class Config:
         loop that reads every request: measured at 3x the closed-loop capacity with 128 threads, a cap of 64
         answered none late, 96 1.5 %, 128 4.8 % (docs/benchmarks.md); the threads above it serve the probes."""
         return self.http_threads // 2
+
+    @property
+    def workers(self) -> int:
+        """gunicorn worker processes: `web_workers`, or when 0 one per two cores this process may use, at least 1."""
+        return self.web_workers or max(1, usable_cores() // 2)
+
+    @property
+    def threads_per_worker(self) -> int:
+        """torch's intra-op threads in each worker: `torch_threads`, or the usable cores shared among the workers."""
+        return self.torch_threads or max(1, usable_cores() // self.workers)
 
     @property
     def budget_s(self) -> float:
@@ -154,7 +171,68 @@ class Config:
                 out[f.name] = str(value) if isinstance(value, Path) else value
         out["budget_s"] = self.budget_s
         out["pool_cap"] = self.pool_cap
+        out["workers"] = self.workers
         return out
+
+
+def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may use, at least 1: those it may run on (its CPU affinity, which a container's cpuset
+    narrows), fewer where its cgroup's CPU quota allows less (a container's or a Kubernetes pod's CPU limit: `cpu.max`
+    holds "quota period", or "max period" for none), rounded up."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text(encoding="ascii").split()[:2]
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no cgroup v2 here, or a file not in its format
+        pass
+    return max(1, cores)
+
+
+# Run in a child process: initializing CUDA in a process that forks afterwards (gunicorn's master) leaves every
+# child unable to use it ("Cannot re-initialize CUDA in forked subprocess"). The child answers what the workers'
+# torch will find: the number of CUDA devices it can initialize, or why not.
+_CUDA_PROBE = """
+import sys
+try:
+    import torch
+except ModuleNotFoundError:
+    sys.exit("torch is not installed")
+if torch.version.cuda is None:
+    sys.exit(f"torch {torch.__version__} is a CPU build (make install-gpu installs the CUDA build)")
+try:
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+except Exception as exc:
+    sys.exit(f"torch {torch.__version__} cannot use CUDA: {exc}")
+if not count:
+    sys.exit(f"torch {torch.__version__} sees no usable CUDA GPU")
+print(count)
+"""
+
+
+def check_device(config: Config, python: str | None = None) -> int:
+    """Stop the start in one line when `device=cuda` is asked for and no worker could use a CUDA GPU; return the
+    number of CUDA devices (0 for cpu and auto, which are never refused).
+
+    The question is asked in a child process, never in this one: this one may be gunicorn's master, which must not
+    initialize CUDA before it forks its workers (it would leave them unable to)."""
+    if config.device != "cuda":
+        return 0
+    import subprocess
+    import sys
+
+    try:
+        probe = subprocess.run([python or sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True,
+                               timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"device=cuda was asked for, but CUDA could not be checked: {exc}") from None
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"]
+        raise ConfigError(f"device must be auto or cpu here: cuda was asked for, but {lines[-1]}")
+    return int(probe.stdout.strip() or 0)
 
 
 def _field_types() -> dict[str, type]:
@@ -182,6 +260,7 @@ def _validate(c: Config) -> None:
     _at_least(c, "port", 0)
     if c.port > 65535:
         raise ConfigError(f"port must be <= 65535, got {c.port}")
+    _at_least(c, "web_workers", 0)
     for name in ("max_batch_size", "max_top1_chars", "max_hypotheses",
                  "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "http_threads", "batcher_workers"):
         _at_least(c, name, 1)
@@ -193,12 +272,6 @@ def _validate(c: Config) -> None:
         _positive(c, name)
     _one_of(c, "batch_policy", BATCH_POLICIES)
     _one_of(c, "device", DEVICES)
-    if c.device == "cuda":
-        import torch  # only when CUDA is asked for: the server imports it anyway, tests and tools need not
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device must be auto or cpu here: cuda was asked for, but torch {torch.__version__} "
-                              f"sees no usable CUDA GPU (make install-gpu installs the CUDA build)")
     _one_of(c, "stage", STAGES)
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
     if not c.weights_dir.is_dir():

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from cli import exit_outside_venv
-from config import Config, ConfigError
+from config import Config, ConfigError, check_device
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Serve until interrupted."""
     try:
         config = parse_config(argv)
+        check_device(config)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 from functools import partial
+from pathlib import Path
 
 from flask import Flask
 
@@ -48,7 +48,7 @@ def create_app(
     """
     config = config or Config.from_env()
     configure_logging(config.log_level)
-    metrics = Metrics()
+    metrics = Metrics(spool_dir=Path(config.shared_dir) / "metrics" if config.shared_dir else None)
     cache = cache or build_cache(config, observer=metrics)
     loader = None
     if corrector is None and batcher is None and config.batcher_workers > 1:
@@ -77,6 +77,8 @@ def create_app(
         # server_uuid is sha256(captain_email + str(int(utc_now)) + salt): without the email it names no team.
         log.warning("CAPTAIN_EMAIL is not set: server_uuid will not identify the team")
     log.info("app ready", extra={"fields": {"config": config.summary()}})
+    if metrics.spool is not None:
+        metrics.spool.start()
     if loader is not None:
         loader.start()  # last: the loading competes for the GIL with whatever this thread still does
     return app
@@ -88,8 +90,8 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Engi
     from batching.process import ImportedModel, ProcessBatcher
 
     devices = _devices(config)
-    # On CPU, share the cores among the workers instead of letting each torch take them all.
-    env = {} if devices else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // config.batcher_workers))}
+    # On CPU, share this worker's cores among its model processes instead of letting each torch take them all.
+    env = {} if devices else {"OMP_NUM_THREADS": str(max(1, config.threads_per_worker // config.batcher_workers))}
     log.info("corrector runs in worker processes", extra={"fields": {
         "workers": config.batcher_workers, "cuda_devices": list(devices), "target": target,
         "batch_window_s": config.max_batch_wait_s}})  # a fixed window: batch_policy applies to one worker thread
@@ -130,7 +132,7 @@ def _load_corrector(config: Config) -> Corrector:
     # Imported here, on the loader's thread: importing torch alone takes seconds. Tests with fakes never do.
     from model.corrector import Corrector
 
-    corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.torch_threads,
+    corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.threads_per_worker,
                           cpu_precision=config.cpu_precision,
                           lm_path=config.lm_path if config.stage != "net" else None, stage=config.stage)
     corrector.setup()

@@ -11,9 +11,11 @@ is always answerable (TOP1), so an answer lives only for `cache_ttl_s`, in at mo
   level of the layered cache);
 - `RedisResultCache` (`cache.redis_cache`): answers shared by every replica behind the load balancer, so a
   retry that lands on another replica than its first attempt still gets the corrected answer;
+- `SqliteResultCache` (`cache.sqlite_cache`): answers shared by the worker processes of one server through a SQLite
+  file in `shared_dir`, when there are several and no Redis (the embedded default: no server to run);
 - `LayeredResultCache` (`cache.layered`): the one the app serves with: the local cache first, then Redis when
-  `redis_url` is set, and it counts hits and misses per level. It writes to Redis through a `WriteBehind`
-  (`cache.write_behind`): one daemon thread.
+  `redis_url` is set (else SQLite when the workers share a folder), and it counts hits and misses per level. It
+  writes to the shared level through a `WriteBehind` (`cache.write_behind`): one daemon thread.
 
 Redis is a help, never a dependency: every Redis call has short socket timeouts and no retries, and a
 `CircuitBreaker` (`cache.breaker`) stops calling a Redis that keeps failing, so a dead or slow Redis costs at
@@ -32,9 +34,10 @@ from cache.layered import LayeredResultCache, build_cache
 from cache.memory import MemoryResultCache
 from cache.protocols import CacheObserver, ResultCache
 from cache.redis_cache import RedisResultCache
+from cache.sqlite_cache import SqliteResultCache
 from cache.write_behind import WriteBehind
 
 __all__ = [
     "CacheObserver", "CircuitBreaker", "LayeredResultCache", "MemoryResultCache", "RedisResultCache",
-    "ResultCache", "WriteBehind", "build_cache",
+    "ResultCache", "SqliteResultCache", "WriteBehind", "build_cache",
 ]

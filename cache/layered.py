@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from cache.breaker import BREAKER_COOLDOWN_S, BREAKER_FAILURES
 from cache.memory import MemoryResultCache
 from cache.protocols import CacheObserver, ResultCache
 from cache.redis_cache import REDIS_KEY_PREFIX, REDIS_TIMEOUT_S, RedisResultCache
+from cache.sqlite_cache import SQLITE_FILE, SqliteResultCache
 from cache.write_behind import WRITE_DRAIN_S, WRITE_QUEUE_SIZE, WriteBehind
 from config import Config
 
@@ -71,9 +73,14 @@ class LayeredResultCache:
 
 
 def build_cache(config: Config, observer: CacheObserver | None = None) -> LayeredResultCache:
-    """Build the result cache the config asks for: in-process, plus Redis when `redis_url` is set."""
+    """Build the result cache the config asks for: in-process, plus Redis when `redis_url` is set, else a SQLite
+    file in `shared_dir` when the server's worker processes share one (several gunicorn workers)."""
     local = MemoryResultCache(max_entries=config.cache_size, ttl_s=config.cache_ttl_s)
-    shared = None
+    shared: ResultCache | None = None
+    if config.shared_dir and not config.redis_url:
+        shared = SqliteResultCache(Path(config.shared_dir) / SQLITE_FILE, ttl_s=config.cache_ttl_s,
+                                   max_entries=config.cache_size, observer=observer)
+        log.info("answers shared by the worker processes through sqlite", extra={"fields": {"path": str(shared.path)}})
     if config.redis_url:
         shared = RedisResultCache.from_url(config.redis_url, ttl_s=config.cache_ttl_s, observer=observer)
         # The URL may hold a password: it is not logged.

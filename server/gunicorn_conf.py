@@ -1,8 +1,15 @@
 """gunicorn settings: `gunicorn -c server/gunicorn_conf.py "api:create_app()"` (what `make run` does).
 
-One worker process, because all requests must share one batcher (several processes would each batch a
-fraction of the traffic and each hold a copy of the model); many threads, because each waiting request
-holds one and a batch fills only when at least `max_batch_size` requests wait at once.
+`Config.workers` worker processes (WEB_WORKERS; by default one per two cores, so one on a 2-core machine), each
+with its own thread pool, admission, batcher and model: one process's GIL caps what it serves (reading requests,
+JSON, features, the language model), so a machine's cores are used only by several. Each worker batches the share
+of the traffic the kernel hands it. Many threads per worker, because each waiting request holds one and a batch
+fills only when at least `max_batch_size` requests wait at once. With several workers, the master makes a folder
+they share (`shared_dir`): a retry finds the answer its first attempt got in whichever worker took it
+(cache.sqlite_cache, unless REDIS_URL is set), and `/metrics` shows every worker's series (api.metrics).
+
+The master never initializes CUDA: it would leave every forked worker unable to (`config.check_device` asks in a
+child process, and the preload touches no device).
 """
 
 from __future__ import annotations
@@ -11,8 +18,10 @@ import errno
 import importlib
 import math
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,10 +31,16 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from config import Config, ConfigError  # noqa: E402
+from config import Config, ConfigError, check_device  # noqa: E402
 
+_made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
 try:
     _config = Config.from_env()
+    if _config.workers > 1 and not _config.shared_dir:
+        # Made here, at the config's first reading, so that every worker's Config.from_env reads the same folder.
+        _made_shared_dir = os.environ["SHARED_DIR"] = tempfile.mkdtemp(prefix="esun-shared-")
+        _config = Config.from_env()
+    check_device(_config)
 except ConfigError as exc:
     # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
     # SystemExit through: one line naming the setting, JSON as every line of the server's, and a non-zero status.
@@ -35,7 +50,7 @@ except ConfigError as exc:
     sys.exit(2)
 
 bind = f"{_config.host}:{_config.port}"
-workers = 1
+workers = _config.workers
 # gthread that reads each request whole in its event loop before a thread serves it, with the time that reading
 # started in its WSGI environ: the start of its budget (server.worker, api.accept).
 worker_class = "server.worker.ReadingThreadWorker"
@@ -123,8 +138,8 @@ def stop_if_port_taken(server: Any) -> None:
 
 
 def worker_exit(server: object, worker: object) -> None:
-    """Stop the batcher's worker thread, then land the cache's queued Redis writes, then the queued log lines, when the
-    worker stops."""
+    """Stop the batcher's worker thread, then land the cache's queued shared writes, then the queued log lines, when
+    the worker stops."""
     from api.logs import LOG_WRITER
     from server.worker import ReadingThreadWorker
 
@@ -133,5 +148,12 @@ def worker_exit(server: object, worker: object) -> None:
         if state is not None:
             state.batcher.close()
             state.cache.close()
+            state.metrics.close()
     finally:
         LOG_WRITER.stop()
+
+
+def on_exit(server: object) -> None:
+    """Remove the folder the master made for its workers (a folder named in SHARED_DIR is the user's: kept)."""
+    if _made_shared_dir:
+        shutil.rmtree(_made_shared_dir, ignore_errors=True)

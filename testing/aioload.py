@@ -1,4 +1,5 @@
-"""The benchmark's open-loop generator: Poisson arrivals on one asyncio (uvloop) event loop, keep-alive HTTP/1.1."""
+"""The benchmark's open-loop generator: Poisson arrivals on one asyncio (uvloop) event loop, keep-alive HTTP/1.1; and
+a closed loop on the same machinery, for machines without wrk (a lent GPU machine)."""
 
 from __future__ import annotations
 
@@ -190,6 +191,7 @@ class Generator:
         self.opening = 0
         self.opened = 0
         self.reused = 0
+        self.after_shot: Callable[[], None] | None = None  # a closed loop's next request, once one has ended
 
     def send(self, due: float, index: int) -> None:
         """Send the request due at `due` (loop clock) on an idle connection, or a new one."""
@@ -240,6 +242,8 @@ class Generator:
         now = self.loop.time()
         self.shots.append(Shot(request.due_wall, now - request.due, status, problem,
                                lag_s=max(0.0, request.sent - request.due), esun_uuid=request.esun_uuid))
+        if self.after_shot is not None:  # soon, not now: an answered connection goes back to the idle ones first
+            self.loop.call_soon(self.after_shot)
 
     async def watchdog(self) -> None:
         """End the requests past their timeout, every WATCHDOG_S."""
@@ -292,6 +296,43 @@ async def _open_loop(target: Target, rate_rps: float, duration_s: float, warmup_
                  "sent_rps": round(sum(1 for s in gen.shots if start <= s.due + s.lag_s < end) / duration_s, 2),
                  "connections_opened": gen.opened, "connections_reused": gen.reused}
     return measured, start, end, generator
+
+
+async def _closed_loop(target: Target, clients: int, duration_s: float, warmup_s: float, templates: list[str],
+                       timeout_s: float) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    gen = Generator(target, templates, timeout_s)
+    watchdog = asyncio.create_task(gen.watchdog())
+    stop_at = gen.t0 + warmup_s + duration_s
+    sent = 0
+
+    def next_request() -> None:
+        nonlocal sent
+        now = gen.loop.time()
+        if now < stop_at:
+            gen.send(now, sent)
+            sent += 1
+
+    gen.after_shot = next_request
+    for _ in range(clients):
+        next_request()
+    await asyncio.sleep(max(0.0, stop_at - gen.loop.time()))
+    await gen.drain()
+    watchdog.cancel()
+    gen.close()
+    start, end = gen.t0_wall + warmup_s, gen.t0_wall + warmup_s + duration_s
+    return ([s for s in gen.shots if start <= s.due < end], start, end,
+            {"generator": f"aioload closed loop ({LOOP_NAME})", "connections_opened": gen.opened,
+             "connections_reused": gen.reused})
+
+
+def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
+                timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
+    """Keep `clients` requests in flight (each sent when one ends) for warmup_s + duration_s, as wrkload's does."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    with asyncio.Runner(loop_factory=_loop_factory) as runner:
+        shots, start, end, generator = runner.run(
+            _closed_loop(Target.from_url(url), clients, duration_s, warmup_s, templates, timeout_s))
+    return shots, start, end, generator | cpu_figures(time.process_time() - cpu0, time.perf_counter() - wall0)
 
 
 def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],

@@ -53,11 +53,12 @@ def batcher_stats(server: ServerProcess) -> dict[str, int]:
 
 
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one closed-loop point against a server with wrk and summarise it, with its raw shots."""
+    """Run one closed-loop point against a server with wrk (aioload's closed loop where there is no wrk) and
+    summarise it, with its raw shots."""
     before = batcher_stats(server)
+    loop = wrkload.closed_loop if wrkload.wrk_path() else aioload.closed_loop
     with server.cpu_clock() as clock:
-        shots, start, end, info = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5),
-                                                      templates)
+        shots, start, end, info = loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates)
     cpu = clock.figures(start, end, sum(s.status == 200 for s in shots))
     return {"clients": clients, "duration_s": duration_s,
             **_summary(server, shots, (start, end), 0.0, before), **info, **cpu}

@@ -1,4 +1,4 @@
-"""Start the service as `make run` does (gunicorn, one process) on a free loopback port, and read its logs."""
+"""Start the service as `make run` does (gunicorn and its workers) on a free loopback port, and read its logs."""
 
 from __future__ import annotations
 
@@ -172,7 +172,8 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
 
 
 def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
-    """Read the samples `names` (series: key) with these labels from a server's /metrics; 0.0 for one not served."""
+    """Read the samples `names` (series: key) with these labels from a server's /metrics, summed over its workers
+    (several gunicorn workers label theirs `worker`); 0.0 for one not served."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with requests.Session() as http:
@@ -182,7 +183,7 @@ def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
-                out[names[sample.name]] = sample.value
+                out[names[sample.name]] += sample.value
     return out
 
 

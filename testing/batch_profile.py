@@ -1,0 +1,73 @@
+"""Where a batch of 64 spends its time: the corrector's three hooks (batch, predict, unbatch), timed apart."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from testing import cli
+from testing.report import table
+from testing.samples import request_bodies
+
+HOOKS = ("batch", "predict", "unbatch")
+
+
+def profile(device: str, rounds: int, size: int, threads: int) -> dict:
+    """Time each hook of `rounds` batches of `size` different real-shaped lists; medians in ms, shares of the sum."""
+    import torch
+
+    from model.corrector import Corrector
+    from preprocess.text import NBest
+
+    corrector = Corrector(device=device, threads=threads)
+    corrector.setup()
+    bodies = request_bodies(size * rounds, seed=1)
+    lists = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in bodies]
+    times: dict[str, list[float]] = {hook: [] for hook in HOOKS}
+    for r in range(rounds):
+        items = lists[r * size : (r + 1) * size]
+        t0 = time.perf_counter()
+        batch = corrector.batch(items)
+        t1 = time.perf_counter()
+        probs = corrector.predict(batch)
+        if corrector.device.type == "cuda":
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        corrector.unbatch(items, batch, probs)
+        t3 = time.perf_counter()
+        for hook, seconds in zip(HOOKS, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            times[hook].append(seconds * 1000)
+    medians = {hook: statistics.median(ms) for hook, ms in times.items()}
+    total = sum(medians.values())
+    return {"device": str(corrector.device), "precision": corrector.precision, "batch_size": size, "rounds": rounds,
+            "torch_threads": torch.get_num_threads(), "median_ms": medians, "total_ms": total,
+            "share": {hook: ms / total for hook, ms in medians.items()}, "machine": platform.processor() or
+            platform.machine(), "cores": os.cpu_count(), "gpu": torch.cuda.get_device_name(0)
+            if corrector.device.type == "cuda" else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m testing.batch_profile", description=__doc__)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: its default)")
+    ap.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = ap.parse_args(argv)
+    result = profile(args.device, args.rounds, args.size, args.threads)
+    rows = [[hook, f"{result['median_ms'][hook]:.1f}", f"{100 * result['share'][hook]:.0f} %"] for hook in HOOKS]
+    print(f"{result['device']} {result['precision']}, {result['torch_threads']} torch threads, batches of "
+          f"{result['batch_size']}, median of {result['rounds']}: {result['total_ms']:.1f} ms a batch")
+    print("\n".join(table("hook | ms | share", rows)))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main, "testing.batch_profile")
