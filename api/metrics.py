@@ -36,9 +36,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from api import logs
 from api.accept import budget_start
 from api.admission import Admission
 from api.interfaces import Engine
+from api.logs import LogWriter
 from api.paths import REJECTED, AnswerPath
 from batching import BatchReport
 
@@ -100,6 +102,7 @@ class Metrics:
         self.spool = MetricsSpool(spool_dir, self.registry) if spool_dir is not None else None
         r = self.registry
         r.register(_GcCollector(GC_PAUSES.install()))
+        r.register(_LogCollector(logs.LOG_WRITER))
         self.request_seconds = Histogram(
             "request_duration_seconds", "Time from accept to answer of /inference, by how it was answered.",
             ["path"], namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
@@ -362,6 +365,17 @@ class _GcCollector(Collector):
             seconds.add_metric([str(generation)], p.seconds[generation])
             longest.add_metric([str(generation)], p.longest[generation])
         yield from (collections, seconds, longest)
+
+
+class _LogCollector(Collector):
+    """The log lines the process's log writer dropped (api.logs.LogWriter: its queue full, stderr not taking them)."""
+
+    def __init__(self, writer: LogWriter) -> None:
+        self._writer = writer
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(f"{NAMESPACE}_log_lines_dropped", "Log lines dropped because stderr did not take "
+                                  "them (the log writer's queue was full).", value=self._writer.dropped)
 
 
 def instrument(app: Flask, endpoint: str = "inference") -> None:

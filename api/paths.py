@@ -38,6 +38,12 @@ class AnswerPath(StrEnum):
         return self.fallback and self not in _TOP1_BY_DESIGN
 
     @property
+    def under_load(self) -> bool:
+        """Whether TOP1 was answered because the service was past its capacity: thousands a second under overload,
+        so their WARNING lines are summed, one a second per path (api.logs.OverloadSums)."""
+        return self in _UNDER_LOAD
+
+    @property
     def reason(self) -> str:
         """Why a question took this path, for the request log."""
         return _REASONS[self]
@@ -45,6 +51,8 @@ class AnswerPath(StrEnum):
 
 _MODEL_ANSWERS = frozenset({AnswerPath.MODEL, AnswerPath.CACHED, AnswerPath.RETRY_CACHED})
 _TOP1_BY_DESIGN = frozenset({AnswerPath.RETRY_TOP1, AnswerPath.TOO_LONG, AnswerPath.NO_HAN})
+_UNDER_LOAD = frozenset({AnswerPath.SHED, AnswerPath.POOL_FULL, AnswerPath.OVERLOAD, AnswerPath.LATE_ACCEPT,
+                         AnswerPath.DEADLINE})
 _REASONS = {
     AnswerPath.MODEL: "the corrector's answer",
     AnswerPath.CACHED: "answered already",

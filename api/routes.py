@@ -23,6 +23,7 @@ from api.accept import budget_start
 from api.errors import PayloadTooLarge
 from api.interfaces import Engine
 from api.loading import corrector_trouble
+from api.logs import log_writer_trouble
 from api.metrics import metrics_view
 from api.state import app_state
 from config import REPO_ROOT
@@ -55,13 +56,16 @@ def healthz() -> dict[str, str]:
 
 
 def readyz() -> tuple[dict[str, Any], int]:
-    """Tell whether the service can answer with the model: corrector loaded and set up, batcher running."""
+    """Tell whether the service can answer with the model (corrector loaded and set up, batcher running) and write
+    its log (the log writer not stuck: answers go on, their lines dropped)."""
     state = app_state()
     reasons = []
     if (trouble := corrector_trouble(state.corrector)) is not None:
         reasons.append(trouble)
     if not state.batcher.alive():
         reasons.append(batcher_trouble(state.batcher))
+    if (trouble := log_writer_trouble()) is not None:
+        reasons.append(trouble)
     return {"ready": not reasons, "reasons": reasons}, 503 if reasons else 200
 
 

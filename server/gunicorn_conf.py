@@ -87,7 +87,8 @@ logconfig_dict = {
         "gunicorn.error": {"level": _config.log_level, "handlers": ["json"], "propagate": False},
         "gunicorn.access": {"level": "INFO", "handlers": ["json"], "propagate": False},
     },
-    "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+    # In the worker through its log writer, never waiting for stderr (api.logs.LogWriter); in the master at once.
+    "handlers": {"json": {"class": "api.logs.StderrHandler", "formatter": "json"}},
     "formatters": {"json": {"()": "api.logs.JsonFormatter", "with_pid": True}},
 }
 # No control socket (gunicornc is not used): by default gunicorn 27 opens one at ~/.gunicorn/gunicorn.ctl, which a
@@ -137,14 +138,19 @@ def stop_if_port_taken(server: Any) -> None:
 
 
 def worker_exit(server: object, worker: object) -> None:
-    """Stop the batcher's worker thread, then land the cache's queued shared writes, when the worker stops."""
+    """Stop the batcher's worker thread, then land the cache's queued shared writes, then the queued log lines, when
+    the worker stops."""
+    from api.logs import LOG_WRITER
     from server.worker import ReadingThreadWorker
 
     state = worker.state if isinstance(worker, ReadingThreadWorker) else None
-    if state is not None:
-        state.batcher.close()
-        state.cache.close()
-        state.metrics.close()
+    try:
+        if state is not None:
+            state.batcher.close()
+            state.cache.close()
+            state.metrics.close()
+    finally:
+        LOG_WRITER.stop()
 
 
 def on_exit(server: object) -> None:

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from gunicorn.config import Config as GunicornConfig
 from gunicorn.http import get_parser
 
+from api.logs import LOG_WRITER
 from api.state import EXTENSION_KEY
 from server.framing import RequestReader
 from testing.samples import real_bodies
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         os.dup2(devnull, 2)
+        LOG_WRITER.start()  # as in gunicorn's worker: the lines go through the log writer's queue and thread
         state = create_fake_app().extensions[EXTENSION_KEY]
         for _ in range(state.config.http_threads):
             state.admission.enter_pool()  # the pool is full: the door answers every question
@@ -63,11 +65,14 @@ def main(argv: list[str] | None = None) -> int:
                 body = state.answers.at_door(bytes(reader.body), time.monotonic())
                 assert body is not None
                 reader.response(200, body, keep_alive=True)
+            LOG_WRITER.flush()  # the round's lines written, on the writer's thread, within the round's CPU
             results.append((time.process_time() - cpu0) / len(requests) * 1e6)
     finally:
+        LOG_WRITER.stop()
         os.dup2(saved, 2)
     print(json.dumps({"us_cpu_per_door_answer": [round(r, 1) for r in results], "answers": args.answers,
                       "us_cpu_per_thread_parse": round(thread_parse_us(requests), 1),
+                      "log_lines_dropped": LOG_WRITER.dropped,
                       "python": sys.version.split()[0]}))
     return 0
 

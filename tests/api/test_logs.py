@@ -68,12 +68,191 @@ def test_a_request_line_is_the_same_written_directly_or_through_a_logging_record
         monkeypatch.setattr("sys.stderr", stderr)
         with monkeypatch.context() as only_ours:  # pytest's own capture handlers off
             only_ours.setattr(root, "handlers", [h for h in root.handlers if isinstance(h.formatter, JsonFormatter)])
-            log_request("q-長", 1, AnswerPath.POOL_FULL, 0.26, None, "the thread pool is full", queued_ms=1.5)
+            log_request("q-長", 1, AnswerPath.MODEL_LOADING, 0.26, None, "the model is loading", queued_ms=1.5)
         assert not caplog.records  # no record was made
         with caplog.at_level(logging.INFO, logger=REQUEST_LOG.name):
-            log_request("q-長", 1, AnswerPath.POOL_FULL, 0.26, None, "the thread pool is full", queued_ms=1.5)
+            log_request("q-長", 1, AnswerPath.MODEL_LOADING, 0.26, None, "the model is loading", queued_ms=1.5)
     direct = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     through_record = json.loads(JsonFormatter().format(caplog.records[0]))
     assert abs(direct.pop("ts") - through_record.pop("ts")) < 5
     assert direct == through_record
-    assert direct["path"] == "pool_full" and direct["level"] == "WARNING" and direct["esun_uuid"] == "q-長"
+    assert direct["path"] == "model_loading" and direct["level"] == "WARNING" and direct["esun_uuid"] == "q-長"
+
+
+def _line(i: int) -> str:
+    from api.logs import json_line
+
+    return json_line(1.0, "INFO", "api.requests", "inference", {"i": i, "pad": "長" * 100})
+
+
+def _read_all(fd: int, into: bytearray) -> None:
+    """Read a pipe until its writers close it (on a thread: the test's reader coming back)."""
+    import os
+
+    while chunk := os.read(fd, 65536):
+        into += chunk
+
+
+def test_log_writer_never_blocks_on_a_pipe_nobody_reads_and_counts_every_line_it_drops(monkeypatch):
+    """Regression (issue 40): with stderr a pipe nobody read, the 329th request's log line blocked in write() and
+    every later request hung. Now `put` returns at once, a full queue drops and counts, the stuck writer is told
+    (/readyz's reason), and once the reader is back every line written is whole JSON, with one line that says how
+    many were dropped: written + dropped = put."""
+    import json
+    import os
+    import threading
+    import time
+
+    from api.logs import LogWriter
+
+    read_end, write_end = os.pipe()
+    stderr = os.fdopen(write_end, "w")
+    monkeypatch.setattr("sys.stderr", stderr)
+    writer = LogWriter(capacity=100, stuck_after_s=0.2).start()
+    put, slowest, deadline = 0, 0.0, time.monotonic() + 5
+    while writer.trouble() is None and time.monotonic() < deadline:  # ~330 bytes a line: the pipe's 64 KiB fill
+        for _ in range(100):
+            started = time.perf_counter()
+            writer.put(_line(put))
+            slowest = max(slowest, time.perf_counter() - started)
+            put += 1
+        time.sleep(0.005)  # the writer's turn
+    assert slowest < 0.05
+    trouble = writer.trouble()
+    assert trouble is not None and "stuck writing to stderr" in trouble and writer.dropped > 0
+    assert writer.flush(timeout_s=0.05) is False  # stuck: flush gives up instead of waiting
+
+    out = bytearray()
+    reader = threading.Thread(target=_read_all, args=(read_end, out))
+    reader.start()
+    assert writer.flush(timeout_s=5)
+    writer.stop()
+    stderr.close()
+    reader.join(timeout=5)
+    os.close(read_end)
+    lines = [json.loads(line) for line in out.decode("utf-8").splitlines()]
+    written = [line["i"] for line in lines if "i" in line]
+    reports = [line for line in lines if line["logger"] == "api.logs"]
+    assert written == sorted(written) and len(written) + writer.dropped == put
+    # one line each time a write goes through after drops (the first may come before the pipe filled)
+    assert reports and {line["level"] for line in reports} == {"WARNING"}
+    assert sum(line["dropped"] for line in reports) == reports[-1]["dropped_total"] == writer.dropped
+    assert writer.trouble() is None
+
+
+def test_request_lines_from_many_threads_through_the_log_writer_reach_a_file_whole_and_all(tmp_path, monkeypatch):
+    """The worker's path: lines queued by many threads, written by one, several to a write(): none lost or cut."""
+    import json
+    import threading
+
+    import api.logs
+    from api.logs import LogWriter, configure_logging, log_request
+    from api.paths import AnswerPath
+
+    configure_logging("INFO")
+    writer = LogWriter(capacity=100_000).start()
+    monkeypatch.setattr(api.logs, "LOG_WRITER", writer)
+    path = tmp_path / "stderr.log"
+    with open(path, "w", encoding="utf-8") as stderr:
+        monkeypatch.setattr("sys.stderr", stderr)
+
+        def answer_many(thread: int) -> None:
+            for i in range(200):
+                log_request(f"uuid-{thread}-{i}-" + "長" * 300, 0, AnswerPath.MODEL, 41.0, 7, None)
+
+        threads = [threading.Thread(target=answer_many, args=(t,)) for t in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        writer.stop()
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert sorted(r["esun_uuid"].split("-長")[0] for r in lines) == sorted(
+        f"uuid-{t}-{i}" for t in range(16) for i in range(200))
+    assert writer.dropped == 0
+
+
+def test_overload_answers_log_one_info_line_each_and_one_summed_warning_a_second_per_path(monkeypatch, caplog):
+    """Issue 40: under overload every shed / pool_full answer wrote a WARNING line, 5,000 a second at 5x. Now the
+    request line is INFO as any answer's, and the WARNING sums a path's answers, at most one line a second."""
+    import logging
+
+    import api.logs
+    from api.logs import OverloadSums, log_request
+    from api.paths import AnswerPath
+
+    now = [100.0]
+    sums = OverloadSums(clock=lambda: now[0])
+    monkeypatch.setattr(api.logs, "OVERLOAD_SUMS", sums)
+    with caplog.at_level(logging.INFO, logger="api.requests"):
+        for i in range(10):  # 10 answers of each path within 0.9 s
+            log_request(f"shed-{i}", 0, AnswerPath.SHED, 1.0, None, None)
+            log_request(f"full-{i}", 0, AnswerPath.POOL_FULL, 1.0, None, None)
+            now[0] += 0.09
+        sums.flush_due()  # the writer's tick: nothing due yet
+        now[0] = 101.0
+        log_request("shed-10", 0, AnswerPath.SHED, 1.0, None, None)  # a second after the first: due
+        now[0] = 102.5
+        sums.flush_due()  # pool_full's 9 left untold since 100.0, shed's none since 101.0
+        log_request("error", 0, AnswerPath.ERROR, 1.0, None, "the model failed")  # not an overload path
+    requests = [r for r in caplog.records if r.name == "api.requests"]
+    summed = [(r.levelname, r.fields["path"], r.fields["answers"], r.fields["since_s"]) for r in caplog.records
+              if r.name == "api.requests.summed"]
+    assert [r.levelname for r in requests] == ["INFO"] * 21 + ["WARNING"]
+    assert summed == [("WARNING", "shed", 1, None), ("WARNING", "pool_full", 1, None),
+                      ("WARNING", "shed", 10, 1.0), ("WARNING", "pool_full", 9, 2.5)]
+    assert all(AnswerPath(p).under_load for p in ("shed", "pool_full", "overload", "late_accept", "deadline"))
+    assert not any(p.under_load for p in AnswerPath if p.value not in (
+        "shed", "pool_full", "overload", "late_accept", "deadline"))
+
+
+def test_readyz_names_a_stuck_log_writer_while_answers_go_on(monkeypatch, make_app, make_body):
+    """Issue 40: /healthz and /readyz answered 200 while every request hung on a full stderr pipe. Now answers go
+    on, /readyz says 503 naming the log writer, and /metrics counts the dropped lines."""
+    import os
+    import time
+
+    import api.logs
+    from api.logs import LogWriter
+
+    read_end, write_end = os.pipe()
+    stderr = os.fdopen(write_end, "w")
+    monkeypatch.setattr("sys.stderr", stderr)
+    writer = LogWriter(capacity=10, stuck_after_s=0.1).start()
+    monkeypatch.setattr(api.logs, "LOG_WRITER", writer)
+    try:
+        writer.put("{" + " " * 70_000 + "}")  # more than the pipe takes
+        client = make_app().test_client()
+        time.sleep(0.2)
+        for i in range(50):
+            answer = client.post("/inference", json=make_body(esun_uuid=f"q-{i}", retry=0))
+            assert answer.status_code == 200
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert any("log writer" in reason for reason in ready.get_json()["reasons"])
+        metrics = client.get("/metrics").get_data(as_text=True)
+        dropped = next(line for line in metrics.splitlines() if line.startswith("esun_log_lines_dropped_total"))
+        assert float(dropped.split()[1]) == writer.dropped > 0
+    finally:
+        os.close(read_end)  # the stuck write() fails (EPIPE): the writer comes back and stops
+        writer.stop(timeout_s=2)
+        stderr.close()
+
+
+def test_log_writer_stop_writes_every_queued_line_then_writes_at_once(tmp_path, monkeypatch):
+    """A graceful stop (gunicorn's worker_exit) loses no queued line; lines after it are written on the caller's
+    thread, as before the writer started."""
+    import json
+
+    from api.logs import LogWriter
+
+    path = tmp_path / "stderr.log"
+    with open(path, "w", encoding="utf-8") as stderr:
+        monkeypatch.setattr("sys.stderr", stderr)
+        writer = LogWriter().start()
+        for i in range(1000):
+            writer.put(_line(i))
+        writer.stop()
+        writer.put(_line(1000))
+    assert [json.loads(line)["i"] for line in path.read_text(encoding="utf-8").splitlines()] == list(range(1001))
+    assert writer.dropped == 0
