@@ -234,6 +234,8 @@ class MetricsSpool:
         """Write this process's series to its file (whole: a temporary file, then renamed) and return them."""
         own = generate_latest(self._registry)
         with self._writing:
+            if self._stop.is_set():  # closed: this worker's series are out of the folder for good
+                return own
             partial = self.own_file.with_suffix(".tmp")
             partial.write_bytes(own)
             os.replace(partial, self.own_file)
@@ -257,8 +259,9 @@ class MetricsSpool:
         return generate_latest(_Families(_labelled(texts)))
 
     def close(self) -> None:
-        self._stop.set()
-        self.own_file.unlink(missing_ok=True)
+        with self._writing:
+            self._stop.set()
+            self.own_file.unlink(missing_ok=True)
 
     def _run(self) -> None:
         while True:
