@@ -31,6 +31,7 @@ from pathlib import Path
 from rapidfuzz.distance import Levenshtein
 
 from model.corrector import WEIGHTS_DIR, Corrector
+from model.weights_meta import WeightsMeta
 from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
 from preprocess.text import NBest, han_only, strip_spaces
 
@@ -204,10 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                 timings(c, d.nbests)))
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     if args.write:
-        cfg_path = args.weights / "config.json"
-        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-        meta["evaluation"] = results.get("full", next(iter(results.values()))) | {"machine": machine}
-        cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+        evaluation = results.get("full", next(iter(results.values()))) | {"machine": machine}
+        WeightsMeta.load(args.weights).replace(evaluation=evaluation).save(args.weights)
     if args.json:
         print(json.dumps(results | {"machine": machine}, indent=1))
         return 0

@@ -54,10 +54,11 @@ from learn.train_data import (
     simulated_examples,
 )
 from learn.train_settings import TrainSettings, parse_args
-from model.contract import check_features, feature_record
+from model.contract import check_features, feature_columns
 from model.corrector import choose
 from model.features import Example, Featurizer, Vocab
 from model.network import CorrectorNet, NetConfig
+from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WEIGHTS_FILES, NetShape, WeightsMeta
 from preprocess.labelled import Labelled, LabelledFormatError, split_dev
 from preprocess.simulate import load_simulator
 from preprocess.text import han_only
@@ -100,11 +101,8 @@ def tune(weights: Path, corpus: Path, n_dev: int, seed: int) -> tuple[float, dic
     dev_sents = read_split(corpus, "dev")[:n_dev]
     dev, truths = simulated_dev(sim, corrector.featurizer, dev_sents, seed + 1)
     threshold, figures = pick_threshold(dev, dev_probs(corrector.net, dev, corrector.device), truths)
-    cfg_path = weights / "config.json"
-    meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-    meta["threshold"] = threshold
-    meta.setdefault("trained", {})["dev"] = figures
-    cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    meta = WeightsMeta.load(weights)
+    meta.replace(threshold=threshold, trained=(meta.trained or {}) | {"dev": figures}).save(weights)
     return threshold, figures
 
 
@@ -120,16 +118,16 @@ class Start:
 
 def shipped_start(weights: Path) -> Start:
     """Load the vocabulary, network shape, weights and threshold of saved weights to fine-tune them."""
-    missing = [n for n in ("config.json", "vocab.json", "model.safetensors") if not (weights / n).is_file()]
+    missing = [n for n in WEIGHTS_FILES if not (weights / n).is_file()]
     if missing:
         raise SystemExit(f"--init shipped: {weights} lacks {', '.join(missing)}")
-    meta = json.loads((weights / "config.json").read_text(encoding="utf-8"))
     try:
-        check_features(meta, source=f"the weights in {weights}")
+        meta = WeightsMeta.load(weights)
+        check_features(meta.features, source=f"the weights in {weights}")
     except ValueError as e:
         raise SystemExit(f"--init shipped: {e}") from None
-    state = {k: v.float() for k, v in load_file(str(weights / "model.safetensors")).items()}
-    return Start(Vocab.load(weights / "vocab.json"), NetConfig(**meta["net"]), state, float(meta["threshold"]))
+    state = {k: v.float() for k, v in load_file(str(weights / NETWORK_FILE)).items()}
+    return Start(Vocab.load(weights / VOCAB_FILE), NetConfig(**asdict(meta.net)), state, float(meta.threshold))
 
 
 def scratch_start(vocab: Vocab, settings: TrainSettings) -> Start:
@@ -189,21 +187,12 @@ def labelled_data(settings: TrainSettings, items: list[Labelled]) -> tuple[Start
 def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: dict[str, Any]) -> None:
     """Write model.safetensors, vocab.json and config.json (keeping the evaluation figures already there)."""
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
-              str(out / "model.safetensors"))
-    start.vocab.save(out / "vocab.json")
-    meta = {
-        "name": "nbest-candidate-corrector",
-        "version": time.strftime("%Y.%m.%d"),
-        "net": start.net_cfg.to_dict(),
-        "features": feature_record(),
-        "threshold": threshold,
-        "trained": trained,
-    }
-    cfg_path = out / "config.json"
-    if cfg_path.exists():  # keep the evaluation figures written by learn.evaluate, if any
-        meta["evaluation"] = json.loads(cfg_path.read_text(encoding="utf-8")).get("evaluation")
-    cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, str(out / NETWORK_FILE))
+    start.vocab.save(out / VOCAB_FILE)
+    # keep the evaluation figures written by learn.evaluate, if any
+    evaluation = WeightsMeta.load(out).evaluation if (out / CONFIG_FILE).exists() else None
+    WeightsMeta(net=NetShape(**start.net_cfg.to_dict()), features=feature_columns(), threshold=threshold,
+                version=time.strftime("%Y.%m.%d"), trained=trained, evaluation=evaluation).save(out)
 
 
 def main(argv: list[str] | None = None) -> None:

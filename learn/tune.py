@@ -25,6 +25,7 @@ from rapidfuzz.distance import Levenshtein
 from model.adaptation import Adaptation
 from model.corrector import WEIGHTS_DIR, Corrector
 from model.rerank import Features, Reranker, RerankWeights
+from model.weights_meta import RerankStage, WeightsMeta
 from preprocess.simulate import load_simulator
 from preprocess.text import NBest
 
@@ -219,10 +220,8 @@ def main() -> None:
     weights, figures = fit(corrector, nbests, truths, args.variant, args.max_worse, args.max_right_changed)
     print(json.dumps({"weights": weights.to_dict(), "dev": figures}, indent=1))
     if args.write:
-        cfg_path = args.weights / "config.json"
-        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-        meta.setdefault("rerank", {})[args.variant] = {"weights": weights.to_dict(), "dev": figures}
-        cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+        meta = WeightsMeta.load(args.weights)
+        meta.with_stage(args.variant, RerankStage(weights.to_dict(), figures)).save(args.weights)
 
 
 if __name__ == "__main__":
