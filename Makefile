@@ -94,13 +94,15 @@ tune: install-dev
 	$(PY) -m learn.tune --variant lm --write
 
 ## Adapt the shipped corrector to your recogniser's labelled lists (README, "Train on your own labelled lists"):
-## make adapt DATA=train_all.json OUT=weights-mine [CKPT_DIR=checkpoints]  (DATA may name several files,
-## space-separated; a name holding spaces is quoted inside it: DATA="'my file.json' other.json")
+## make adapt DATA=train_all.json [OUT=adapted/mine] [CKPT_DIR=checkpoints]  (DATA may name several files,
+## space-separated; a name holding spaces is quoted inside it: DATA="'my file.json' other.json"). adapted/ is a team's
+## folders' home: git and the image's build leave it out (.gitignore, .dockerignore); WEIGHTS_DIR=adapted/mine serves one.
+adapt: OUT ?= adapted/mine
 adapt: export ADAPT_DATA = $(DATA)
 adapt: export ADAPT_OUT = $(OUT)
 adapt: export ADAPT_CKPT = $(CKPT_DIR)
 adapt: install-dev
-	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE OUT=DIR [CKPT_DIR=DIR]" >&2; exit 2; }
+	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE [OUT=DIR] [CKPT_DIR=DIR]" >&2; exit 2; }
 	bash learn/install_irstlm.sh
 	$(PY) -m learn.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT")
 
