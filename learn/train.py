@@ -54,6 +54,7 @@ from learn.train_data import (
     simulated_examples,
 )
 from learn.train_settings import TrainSettings, parse_args
+from learn.written import wrote
 from model.contract import check_features, feature_columns
 from model.corrector import choose
 from model.features import Example, Featurizer, Vocab
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     if settings.tune_only:
         threshold, figures = tune(settings.out, settings.corpus, settings.dev_sentences, settings.seed)
         print(f"threshold {threshold:.2f} on dev: {json.dumps(figures)}")
+        print(wrote(settings.out / CONFIG_FILE))
         return
     try:
         items = read_data(settings.data)
@@ -233,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     if items:
         trained["data"] = data.made_of
     save(settings.out, net, start, threshold, trained)
-    print(f"wrote {settings.out}")
+    for name in WEIGHTS_FILES:
+        print(wrote(settings.out / name))
 
 
 if __name__ == "__main__":

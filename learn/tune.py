@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from rapidfuzz.distance import Levenshtein
 
+from learn.written import wrote
 from model.adaptation import Adaptation
 from model.corrector import WEIGHTS_DIR, Corrector
 from model.rerank import Features, Reranker, RerankWeights
@@ -206,7 +207,8 @@ def main() -> None:
     ap.add_argument("--max-worse", type=float, default=0.003)
     ap.add_argument("--max-right-changed", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=21)
-    ap.add_argument("--write", action="store_true", help="store the weights in the weights' config.json")
+    ap.add_argument("--write", action="store_true",
+                    help="store the weights in --weights' config.json (the shipped one unless named)")
     args = ap.parse_args()
     corrector = Corrector(args.weights, device="cpu")
     corrector.setup()
@@ -221,7 +223,7 @@ def main() -> None:
     print(json.dumps({"weights": weights.to_dict(), "dev": figures}, indent=1))
     if args.write:
         meta = WeightsMeta.load(args.weights)
-        meta.with_stage(args.variant, RerankStage(weights.to_dict(), figures)).save(args.weights)
+        print(wrote(meta.with_stage(args.variant, RerankStage(weights.to_dict(), figures)).save(args.weights)))
 
 
 if __name__ == "__main__":
