@@ -55,6 +55,7 @@ from learn.train_data import MAX_HYPOTHESES, labelled_examples
 from learn.train_settings import TrainSettings
 from learn.tune import DevList, described_lists, dev_lists, fit_lists
 from learn.tune import fit as fit_stage
+from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
 from model.contract import sha256
 from model.corrector import Corrector
@@ -259,7 +260,7 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
                      "serves them learned from every list",
         "dev_note": "rerank.*.dev are the dev lists the stage was fitted on",
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - wall0, 1),
-        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: str(v) for k, v in asdict(args).items()},
+        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: portable(v) for k, v in asdict(args).items()},
     }
     # the shipped model's evaluation figures are not this folder's
     WeightsMeta.load(build).replace(adaptation=adaptation_record(build, provenance), evaluation=None).save(build)

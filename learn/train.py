@@ -54,7 +54,7 @@ from learn.train_data import (
     simulated_examples,
 )
 from learn.train_settings import TrainSettings, parse_args
-from learn.written import wrote
+from learn.written import portable, wrote
 from model.contract import check_features, feature_columns
 from model.corrector import choose
 from model.features import Example, Featurizer, Vocab
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         threshold, dev_figures = start.threshold, None
         print(f"no dev list: keeping threshold {threshold:.2f}")
     trained: dict[str, Any] = {"steps": step, "examples": len(data.train),
-                               "args": {k: str(v) for k, v in asdict(settings).items()}, "dev": dev_figures}
+                               "args": {k: portable(v) for k, v in asdict(settings).items()}, "dev": dev_figures}
     if items:
         trained["data"] = data.made_of
     save(settings.out, net, start, threshold, trained)

@@ -1,14 +1,17 @@
-"""What a `learn` command says of what it wrote.
+"""What a `learn` command records of where it ran, and says of what it wrote.
 
 A command writes where its user named, or says what it wrote over and how to get it back: `wrote` names the file
 and, where git tracks it (the shipped `model/weights/config.json`, `docs/bench/`), the command that restores the
 committed version.
+`portable` records a path as the project's relative one (or a file's bare name outside it), so that a weights
+folder's provenance does not carry one machine's absolute paths.
 """
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,3 +33,13 @@ def _tracked(path: Path) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return run.returncode == 0
+
+
+def portable(value: Any) -> str:
+    """A setting as provenance records it: a path inside the project relative to it, one outside by its name alone."""
+    if isinstance(value, tuple | list):
+        return ", ".join(portable(v) for v in value)
+    if not isinstance(value, Path):
+        return str(value)
+    absolute = value.resolve()
+    return absolute.relative_to(PROJECT_ROOT).as_posix() if absolute.is_relative_to(PROJECT_ROOT) else value.name
