@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -197,8 +198,19 @@ def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Train (or with --tune-only re-choose the threshold) as the command line says."""
+    """Train (or with --tune-only re-choose the threshold) as the command line says; Ctrl-C stops it in one line."""
     settings = parse_args(argv)
+    try:
+        run(settings)
+    except KeyboardInterrupt:
+        resume = "" if settings.tune_only else (f"; rerun the same command to resume from the last checkpoint in "
+                                                f"{settings.ckpt_dir}")
+        print(f"train: interrupted; {settings.out} was not written{resume}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def run(settings: TrainSettings) -> None:
+    """Train, or re-choose the threshold, and write the weights."""
     if settings.tune_only:
         threshold, figures = tune(settings.out, settings.corpus, settings.dev_sentences, settings.seed)
         print(f"threshold {threshold:.2f} on dev: {json.dumps(figures)}")
