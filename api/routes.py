@@ -111,7 +111,7 @@ def register_routes(app: Flask) -> SpecTree:
     add("/", index, "GET", resp=Response(HTTP_200=schemas.InfoBody), tags=["ops"])
     spec.register(app)  # /docs/openapi.json, /docs/swagger/, /docs/redoc/, ...
     app.add_url_rule("/openapi.json", "spec_json", lambda: spec.spec)
-    app.add_url_rule("/docs", "docs_index", docs)
+    app.add_url_rule("/docs", "docs_index", docs, strict_slashes=False)  # /docs/ too
     # Prometheus text, not JSON: served outside the OpenAPI document.
     app.add_url_rule("/metrics", "metrics", metrics_view)
     return spec
