@@ -1,6 +1,6 @@
 """The HTTP routes. `/inference` reads as the chain of one request:
 
-`schemas.parse_request` → `answers.in_view` (the rules without the model, `admission.admit`, then
+`schemas.parse_request` → `answers.in_view` (the rules without the model, `admission.refusal`, then
 `batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) → `answers.respond` (`schemas.build_response`,
 one log line, the request's metrics). The deadline counts from the request's accept (`api.accept`), not from the
 view's start; the time between the two is what the overload control watches.
