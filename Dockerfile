@@ -5,7 +5,7 @@
 #                   docker run --gpus all -e DEVICE=cuda -p 8080:8080 esun-asr:cuda
 #
 # The CUDA image needs no CUDA base: torch's CUDA wheels bring the CUDA runtime, cuDNN and NCCL (nvidia-* wheels);
-# the host needs only the NVIDIA driver (README, "Docker"). An Ubuntu base (nvidia/cuda:...) works too: Python 3.11
+# the host needs only the NVIDIA driver (docs/deploy.md, "Docker"). An Ubuntu base (nvidia/cuda:...) works too: Python 3.11
 # is then installed from its archive.
 #
 # Dependencies are installed by `make install` from requirements.txt, the same path `make run` and `make test`

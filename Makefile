@@ -30,7 +30,7 @@ install: $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev
 
-## The CUDA build of the pinned torch into .venv, replacing the CPU build (README, "Running on a GPU"):
+## The CUDA build of the pinned torch into .venv, replacing the CPU build (docs/deploy.md, "Running on a GPU"):
 ## make install-gpu [TORCH_INDEX=https://download.pytorch.org/whl/cu128]
 ## It fails, in one line saying why, unless the torch it leaves is a CUDA build (torch.version.cuda): pip also looks
 ## in its other sources (pip.conf's find-links, extra-index-url), which may hold the CPU build of the same version.
@@ -78,7 +78,7 @@ test: install-dev tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -rs
 
-## Build the service's image with docker or podman (README, "Docker"; podman installed from Debian where neither
+## Build the service's image with docker or podman (docs/deploy.md, "Docker"; podman installed from Debian where neither
 ## runs): make image [IMAGE=esun-asr] [BASE_IMAGE=...] [TORCH_INDEX=...] [WHEELS=DIR]. The settings are read from the
 ## command line or the environment by deploy/image.sh (install-gpu's default TORCH_INDEX, set in this file, is not).
 image:
@@ -98,14 +98,16 @@ tune: install-dev
 	$(PY) -m learn.tune --variant full --write
 	$(PY) -m learn.tune --variant lm --write
 
-## Adapt the shipped corrector to your recogniser's labelled lists (README, "Train on your own labelled lists"):
-## make adapt DATA=train_all.json OUT=weights-mine [CKPT_DIR=checkpoints]  (DATA may name several files,
-## space-separated; a name holding spaces is quoted inside it: DATA="'my file.json' other.json")
+## Adapt the shipped corrector to your recogniser's labelled lists (README, "Your own labelled lists"):
+## make adapt DATA=train_all.json [OUT=adapted/mine] [CKPT_DIR=checkpoints]  (DATA may name several files,
+## space-separated; a name holding spaces is quoted inside it: DATA="'my file.json' other.json"). adapted/ is a team's
+## folders' home: git and the image's build leave it out (.gitignore, .dockerignore); WEIGHTS_DIR=adapted/mine serves one.
+adapt: OUT ?= adapted/mine
 adapt: export ADAPT_DATA = $(DATA)
 adapt: export ADAPT_OUT = $(OUT)
 adapt: export ADAPT_CKPT = $(CKPT_DIR)
 adapt: install-dev
-	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE OUT=DIR [CKPT_DIR=DIR]" >&2; exit 2; }
+	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE [OUT=DIR] [CKPT_DIR=DIR]" >&2; exit 2; }
 	bash learn/install_irstlm.sh
 	$(PY) -m learn.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT")
 

@@ -1,9 +1,9 @@
-"""What the project's command lines share: the one line a command ends with when run by the wrong Python.
+"""The one line `python -m api` ends with when run by the wrong Python (`exit_outside_venv`).
 
-Every command runs in the project's environment (`make install` builds .venv). Run by another Python, a system
-one without the project's packages, its first import of one would end in a traceback; a command's entry point
-imports them in a `try` and, on ModuleNotFoundError, calls `exit_outside_venv`. Standard library only, so that
-it imports anywhere.
+The service runs in the project's environment (`make install` builds .venv). Run by another Python, a system one
+without the project's packages, its first import of one would end in a traceback; `api/__main__.py` imports them in
+a `try` and, on ModuleNotFoundError, calls `exit_outside_venv` (the load tools have their own, `testing.cli`'s
+`dev_requirements`, which names `make install-dev`). Standard library only, so that it imports anywhere.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The HTTP routes. `/inference` reads as the chain of one request:
 
-`schemas.parse_request` → `answers.in_view` (the rules without the model, `admission.admit`, then
+`schemas.parse_request` → `answers.in_view` (the rules without the model, `admission.refusal`, then
 `batcher.submit(nbest, deadline)` ⇒ worker: `corrector.predict_batch`) → `answers.respond` (`schemas.build_response`,
 one log line, the request's metrics). The deadline counts from the request's accept (`api.accept`), not from the
 view's start; the time between the two is what the overload control watches.
@@ -115,7 +115,7 @@ def register_routes(app: Flask) -> SpecTree:
     add("/", index, "GET", resp=Response(HTTP_200=schemas.InfoBody), tags=["ops"])
     spec.register(app)  # /docs/openapi.json, /docs/swagger/, /docs/redoc/, ...
     app.add_url_rule("/openapi.json", "spec_json", lambda: spec.spec)
-    app.add_url_rule("/docs", "docs_index", docs)
+    app.add_url_rule("/docs", "docs_index", docs, strict_slashes=False)  # /docs/ too
     # Prometheus text, not JSON: served outside the OpenAPI document.
     app.add_url_rule("/metrics", "metrics", metrics_view)
     return spec

@@ -4,7 +4,8 @@
 (``batching.policy``); ``ProcessBatcher`` (``batching.process``, imported on demand: it spawns processes) runs a
 model class in worker processes. Both share one lifecycle (``batching.core``): admission up to ``max_in_flight``,
 deadlines, one ``on_batch(BatchReport)`` hook per batch, ``stats()``, ``alive()``, ``describe()`` and ``close()``.
-Both are service-streamer 0.1.2 underneath, with its defects made harmless (README: "service-streamer's defects").
+Both are service-streamer 0.1.2 underneath, with its defects made harmless (docs/architecture.md,
+"service-streamer's defects").
 """
 
 from batching.errors import (

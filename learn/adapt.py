@@ -45,7 +45,7 @@ import torch
 from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
-from learn.adapt_folder import building, check_destination, read_meta, run_key, write_meta
+from learn.adapt_folder import adaptation_record, building, check_destination, run_key
 from learn.adapt_settings import AdaptSettings, parse_args
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
@@ -55,12 +55,14 @@ from learn.train_data import MAX_HYPOTHESES, labelled_examples
 from learn.train_settings import TrainSettings
 from learn.tune import DevList, described_lists, dev_lists, fit_lists
 from learn.tune import fit as fit_stage
+from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
 from model.contract import sha256
 from model.corrector import Corrector
 from model.features import Featurizer
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
+from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankStage, WeightsMeta
 from preprocess.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
 from preprocess.rules import Confusions
 from preprocess.text import NBest, han_only
@@ -228,7 +230,7 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
         _copy_network(args, build)
     print(f"    kept: {network['network']}; {network.get('left_out', 0)} train lists left out of fine-tuning (TOP1 or "
           f"truth without Han characters: the service answers such a TOP1 as it is)")
-    write_meta(build, {"adaptation": {"files": Adaptation.files_record(build)}})
+    WeightsMeta.load(build).replace(adaptation=adaptation_record(build)).save(build)
 
     adapted = Corrector(build, device=args.device, stage="net")  # the stage is what is being fitted
     adapted.setup()
@@ -237,7 +239,7 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
     print(f"4/6 refitting the second stage on {len(split.dev)} dev lists and, cross-fitted in {args.folds} folds, "
           f"the {len(split.train)} train lists")
     stages = refit(args, adapted, split)
-    write_meta(build, {"rerank": stages})
+    WeightsMeta.load(build).replace(rerank=stages).save(build)
 
     print(f"5/6 the held-out test split ({len(split.test)} lists)")
     figures = test_figures(args, build, split.test)
@@ -258,23 +260,21 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
                      "serves them learned from every list",
         "dev_note": "rerank.*.dev are the dev lists the stage was fitted on",
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - wall0, 1),
-        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: str(v) for k, v in asdict(args).items()},
+        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: portable(v) for k, v in asdict(args).items()},
     }
-    meta = read_meta(build)
-    meta["adaptation"] = {"files": Adaptation.files_record(build), "provenance": provenance}
-    meta.pop("evaluation", None)  # the shipped model's figures are not this folder's
-    (build / "config.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    # the shipped model's evaluation figures are not this folder's
+    WeightsMeta.load(build).replace(adaptation=adaptation_record(build, provenance), evaluation=None).save(build)
     return provenance
 
 
-def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> dict[str, Any]:
+def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> dict[str, RerankStage]:
     """Fit the second stage's two variants on the dev lists and the cross-fitted train lists."""
     dev_nb, dev_truths = nbests(split.dev), [han_only(it.truth) for it in split.dev]
     lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
     lists += cross_fitted_lists(args, split.train, adapted)
-    shipped_stages = read_meta(args.init_from).get("rerank", {})
-    priors = {v: RerankWeights.from_dict(shipped_stages[v]["weights"]) if v in shipped_stages else None
-              for v in ("full", "lm")}
+    shipped_stages = WeightsMeta.load(args.init_from).rerank
+    priors = {v: RerankWeights.from_dict(shipped_stages[v].weights) if v in shipped_stages else None
+              for v in RERANK_STAGES}
     full, full_figures = fit_lists(lists, "full", args.max_worse, args.max_right_changed, priors["full"],
                                    args.prior_lists)
     lm_only, lm_figures = fit_stage(adapted, dev_nb, dev_truths, "lm", args.max_worse, args.max_right_changed,
@@ -282,8 +282,8 @@ def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> dict[str, An
     fitted_on = "fitted on these lists (dev, and the train lists cross-fitted), not held out"
     print(f"    the lists fitted on (not held out): CER {full_figures['top1_cer']:.2%} (TOP1) -> "
           f"{full_figures['cer']:.2%}; weights {json.dumps(full.to_dict())}")
-    return {"full": {"weights": full.to_dict(), "dev": full_figures | {"note": fitted_on}},
-            "lm": {"weights": lm_only.to_dict(), "dev": lm_figures | {"note": "fitted on the dev lists"}}}
+    return {"full": RerankStage(full.to_dict(), full_figures | {"note": fitted_on}),
+            "lm": RerankStage(lm_only.to_dict(), lm_figures | {"note": "fitted on the dev lists"})}
 
 
 def test_figures(args: AdaptSettings, build: Path, test: list[Labelled]) -> dict[str, Any]:
@@ -317,10 +317,10 @@ def test_figures(args: AdaptSettings, build: Path, test: list[Labelled]) -> dict
 
 
 def _copy_network(args: AdaptSettings, out: Path) -> dict[str, Any]:
-    """--epochs 0: the shipped network, vocabulary and config, as they are."""
-    for name in ("model.safetensors", "vocab.json", "config.json"):
+    """--epochs 0: the shipped network, vocabulary and config, as they are (the second stage is fitted again)."""
+    for name in (NETWORK_FILE, VOCAB_FILE):
         shutil.copyfile(args.init_from / name, out / name)
-    write_meta(out, {"rerank": {}})
+    WeightsMeta.load(args.init_from).replace(rerank={}).save(out)
     return {"network": "shipped (--epochs 0)"}
 
 

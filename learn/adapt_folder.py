@@ -1,6 +1,7 @@
 """Where `learn.adapt` writes, whole or not at all: the folder it builds beside `--out` (`building`), renamed into
 place when every step is done (`publish`) and removed if any fails; what `--out` may replace (`check_destination`);
-the folder's config.json (`read_meta`, `write_meta`); and the name of a fine-tuning run's checkpoints (`run_key`).
+what its config.json records of the adaptation (`adaptation_record`); and the name of a fine-tuning run's checkpoints
+(`run_key`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from learn.adapt_settings import AdaptSettings
-from model.adaptation import AdaptationError
+from model.adaptation import Adaptation, AdaptationError
 from model.contract import sha256
 from model.corrector import WEIGHTS_DIR
+from model.weights_meta import AdaptationRecord, PartFile, WeightsMeta, WeightsMetaError
 
 
 @contextmanager
@@ -60,26 +62,23 @@ def check_destination(out: Path, init_from: Path) -> None:
             raise AdaptationError(f"--out {out} is {name}: choose another folder (nothing was written)")
     if target.exists() and not target.is_dir():
         raise AdaptationError(f"--out {out} is a file: choose a folder (nothing was written)")
-    if target.is_dir() and any(target.iterdir()) and "adaptation" not in read_meta(target):
+    if target.is_dir() and any(target.iterdir()) and not is_adapted(target):
         raise AdaptationError(f"--out {out} holds something other than an adapted weights folder: choose an empty or "
                               f"new folder (nothing was written)")
 
 
-def read_meta(folder: Path) -> dict[str, Any]:
-    """A weights folder's config.json, or {} where it is missing or not a JSON object."""
+def is_adapted(folder: Path) -> bool:
+    """Tell whether `folder`'s config.json records an adaptation, finished or not."""
     try:
-        meta = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
+        return WeightsMeta.load(folder).adaptation is not None
+    except WeightsMetaError:
+        return False
 
 
-def write_meta(out: Path, update: dict[str, Any]) -> None:
-    """Update the top-level entries of a weights folder's config.json."""
-    path = out / "config.json"
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    meta.update(update)
-    path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+def adaptation_record(folder: Path, provenance: dict[str, Any] | None = None) -> AdaptationRecord:
+    """What config.json records of the parts adapt saved in `folder` (names and sha256), and of the run."""
+    files = {part: PartFile(**entry) for part, entry in Adaptation.files_record(folder).items()}
+    return AdaptationRecord(files, provenance)
 
 
 def run_key(args: AdaptSettings, files: list[dict[str, Any]]) -> str:

@@ -10,7 +10,8 @@ chance on a set is why the second stage cannot close that set's gap. Also printe
 the best candidate of each list (what a perfect second stage would reach).
 
 Run it on the competition's labelled file (`--data FILE`) to see which signals carry over to real lists before
-refitting the weights on it (`python -m learn.tune --data FILE --write`).
+refitting the weights on it in a copy of the shipped ones (`python -m learn.tune --weights COPY --data FILE --write`;
+the command it ends with says how).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from learn.evaluate import SIM_SETS, LabelledSet, file_set, simulated_set
 from learn.tune import DevList, dev_lists
 from model.corrector import WEIGHTS_DIR, Corrector
 from model.rerank import Features
+
+TUNED_COPY = "adapted/tuned"  # where the suggested refit copies the shipped weights (adapted/: git- and docker-ignored)
 
 
 @dataclass(frozen=True)
@@ -124,14 +127,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def next_command(data: list[Path], weights: Path = WEIGHTS_DIR) -> str:
-    """Name what to run once the signals are known: refit the second stage on what was diagnosed."""
-    where = "" if weights == WEIGHTS_DIR else f" --weights {shlex.quote(str(weights))}"
+    """Name what to run once the signals are known: refit the second stage on what was diagnosed, in a folder of the
+    user's (a copy of the shipped weights, never over them)."""
+    copy = ""
+    if weights == WEIGHTS_DIR:
+        copy, weights = f"mkdir -p adapted && cp -r model/weights {TUNED_COPY} && ", Path(TUNED_COPY)
+    where = f"--weights {shlex.quote(str(weights))}"
     if not data:
-        return f".venv/bin/python -m learn.tune{where} --variant full --write refits the second stage's weights"
+        return (f"{copy}.venv/bin/python -m learn.tune {where} --variant full --write refits the second stage's "
+                f"weights in {weights}")
     files = " ".join(f"--data {shlex.quote(str(p))}" for p in data)
     names = " ".join(shlex.quote(str(p)) for p in data)
-    return (f".venv/bin/python -m learn.tune{where} {files} --write refits the second stage's weights on it, or "
-            f"make adapt DATA=\"{names}\" OUT=DIR adapts the whole model to it")
+    return (f"{copy}.venv/bin/python -m learn.tune {where} {files} --write refits the second stage's weights on it "
+            f"in {weights}, or make adapt DATA=\"{names}\" OUT=adapted/NAME adapts the whole model to it")
 
 
 if __name__ == "__main__":

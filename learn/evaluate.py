@@ -30,7 +30,9 @@ from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
+from learn.written import wrote
 from model.corrector import WEIGHTS_DIR, Corrector
+from model.weights_meta import WeightsMeta
 from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
 from preprocess.text import NBest, han_only, strip_spaces
 
@@ -203,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
         results[stage] = evaluate(sets, lambda d, c=corrector: (local_answers(c, d.nbests),
                                                                 timings(c, d.nbests)))
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    written = ""
     if args.write:
-        cfg_path = args.weights / "config.json"
-        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-        meta["evaluation"] = results.get("full", next(iter(results.values()))) | {"machine": machine}
-        cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+        evaluation = results.get("full", next(iter(results.values()))) | {"machine": machine}
+        written = wrote(WeightsMeta.load(args.weights).replace(evaluation=evaluation).save(args.weights))
     if args.json:
         print(json.dumps(results | {"machine": machine}, indent=1))
+        if written:
+            print(written, file=sys.stderr)  # stdout is the JSON
         return 0
     extra = [("ms_per_batch_64", "{:.1f}"), ("ms_per_batch_1", "{:.1f}"), ("peak_rss_mib", "{:.0f}")]
     for stage, by_set in results.items():
@@ -221,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | " + " | ".join(f"{r[name]['answer_cer']:.2%} ({_share(r[name]['gap_closed'])})"
                                               for r in results.values()) + " |")
     print(f"\nmachine: {machine}")
+    if written:
+        print(written)
     return 0
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,10 +55,12 @@ from learn.train_data import (
     simulated_examples,
 )
 from learn.train_settings import TrainSettings, parse_args
-from model.contract import check_features, feature_record
+from learn.written import portable, wrote
+from model.contract import check_features, feature_columns
 from model.corrector import choose
 from model.features import Example, Featurizer, Vocab
 from model.network import CorrectorNet, NetConfig
+from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WEIGHTS_FILES, NetShape, WeightsMeta
 from preprocess.labelled import Labelled, LabelledFormatError, split_dev
 from preprocess.simulate import load_simulator
 from preprocess.text import han_only
@@ -100,11 +103,8 @@ def tune(weights: Path, corpus: Path, n_dev: int, seed: int) -> tuple[float, dic
     dev_sents = read_split(corpus, "dev")[:n_dev]
     dev, truths = simulated_dev(sim, corrector.featurizer, dev_sents, seed + 1)
     threshold, figures = pick_threshold(dev, dev_probs(corrector.net, dev, corrector.device), truths)
-    cfg_path = weights / "config.json"
-    meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-    meta["threshold"] = threshold
-    meta.setdefault("trained", {})["dev"] = figures
-    cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    meta = WeightsMeta.load(weights)
+    meta.replace(threshold=threshold, trained=(meta.trained or {}) | {"dev": figures}).save(weights)
     return threshold, figures
 
 
@@ -120,16 +120,16 @@ class Start:
 
 def shipped_start(weights: Path) -> Start:
     """Load the vocabulary, network shape, weights and threshold of saved weights to fine-tune them."""
-    missing = [n for n in ("config.json", "vocab.json", "model.safetensors") if not (weights / n).is_file()]
+    missing = [n for n in WEIGHTS_FILES if not (weights / n).is_file()]
     if missing:
         raise SystemExit(f"--init shipped: {weights} lacks {', '.join(missing)}")
-    meta = json.loads((weights / "config.json").read_text(encoding="utf-8"))
     try:
-        check_features(meta, source=f"the weights in {weights}")
+        meta = WeightsMeta.load(weights)
+        check_features(meta.features, source=f"the weights in {weights}")
     except ValueError as e:
         raise SystemExit(f"--init shipped: {e}") from None
-    state = {k: v.float() for k, v in load_file(str(weights / "model.safetensors")).items()}
-    return Start(Vocab.load(weights / "vocab.json"), NetConfig(**meta["net"]), state, float(meta["threshold"]))
+    state = {k: v.float() for k, v in load_file(str(weights / NETWORK_FILE)).items()}
+    return Start(Vocab.load(weights / VOCAB_FILE), NetConfig(**asdict(meta.net)), state, float(meta.threshold))
 
 
 def scratch_start(vocab: Vocab, settings: TrainSettings) -> Start:
@@ -189,29 +189,32 @@ def labelled_data(settings: TrainSettings, items: list[Labelled]) -> tuple[Start
 def save(out: Path, net: CorrectorNet, start: Start, threshold: float, trained: dict[str, Any]) -> None:
     """Write model.safetensors, vocab.json and config.json (keeping the evaluation figures already there)."""
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
-              str(out / "model.safetensors"))
-    start.vocab.save(out / "vocab.json")
-    meta = {
-        "name": "nbest-candidate-corrector",
-        "version": time.strftime("%Y.%m.%d"),
-        "net": start.net_cfg.to_dict(),
-        "features": feature_record(),
-        "threshold": threshold,
-        "trained": trained,
-    }
-    cfg_path = out / "config.json"
-    if cfg_path.exists():  # keep the evaluation figures written by learn.evaluate, if any
-        meta["evaluation"] = json.loads(cfg_path.read_text(encoding="utf-8")).get("evaluation")
-    cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, str(out / NETWORK_FILE))
+    start.vocab.save(out / VOCAB_FILE)
+    # keep the evaluation figures written by learn.evaluate, if any
+    evaluation = WeightsMeta.load(out).evaluation if (out / CONFIG_FILE).exists() else None
+    WeightsMeta(net=NetShape(**start.net_cfg.to_dict()), features=feature_columns(), threshold=threshold,
+                version=time.strftime("%Y.%m.%d"), trained=trained, evaluation=evaluation).save(out)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Train (or with --tune-only re-choose the threshold) as the command line says."""
+    """Train (or with --tune-only re-choose the threshold) as the command line says; Ctrl-C stops it in one line."""
     settings = parse_args(argv)
+    try:
+        run(settings)
+    except KeyboardInterrupt:
+        resume = "" if settings.tune_only else (f"; rerun the same command to resume from the last checkpoint in "
+                                                f"{settings.ckpt_dir}")
+        print(f"train: interrupted; {settings.out} was not written{resume}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def run(settings: TrainSettings) -> None:
+    """Train, or re-choose the threshold, and write the weights."""
     if settings.tune_only:
         threshold, figures = tune(settings.out, settings.corpus, settings.dev_sentences, settings.seed)
         print(f"threshold {threshold:.2f} on dev: {json.dumps(figures)}")
+        print(wrote(settings.out / CONFIG_FILE))
         return
     try:
         items = read_data(settings.data)
@@ -240,11 +243,12 @@ def main(argv: list[str] | None = None) -> None:
         threshold, dev_figures = start.threshold, None
         print(f"no dev list: keeping threshold {threshold:.2f}")
     trained: dict[str, Any] = {"steps": step, "examples": len(data.train),
-                               "args": {k: str(v) for k, v in asdict(settings).items()}, "dev": dev_figures}
+                               "args": {k: portable(v) for k, v in asdict(settings).items()}, "dev": dev_figures}
     if items:
         trained["data"] = data.made_of
     save(settings.out, net, start, threshold, trained)
-    print(f"wrote {settings.out}")
+    for name in WEIGHTS_FILES:
+        print(wrote(settings.out / name))
 
 
 if __name__ == "__main__":

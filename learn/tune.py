@@ -22,9 +22,11 @@ import numpy as np
 import torch
 from rapidfuzz.distance import Levenshtein
 
+from learn.written import wrote
 from model.adaptation import Adaptation
 from model.corrector import WEIGHTS_DIR, Corrector
 from model.rerank import Features, Reranker, RerankWeights
+from model.weights_meta import RerankStage, WeightsMeta
 from preprocess.simulate import load_simulator
 from preprocess.text import NBest
 
@@ -205,7 +207,8 @@ def main() -> None:
     ap.add_argument("--max-worse", type=float, default=0.003)
     ap.add_argument("--max-right-changed", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=21)
-    ap.add_argument("--write", action="store_true", help="store the weights in the weights' config.json")
+    ap.add_argument("--write", action="store_true",
+                    help="store the weights in --weights' config.json (the shipped one unless named)")
     args = ap.parse_args()
     corrector = Corrector(args.weights, device="cpu")
     corrector.setup()
@@ -219,10 +222,8 @@ def main() -> None:
     weights, figures = fit(corrector, nbests, truths, args.variant, args.max_worse, args.max_right_changed)
     print(json.dumps({"weights": weights.to_dict(), "dev": figures}, indent=1))
     if args.write:
-        cfg_path = args.weights / "config.json"
-        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-        meta.setdefault("rerank", {})[args.variant] = {"weights": weights.to_dict(), "dev": figures}
-        cfg_path.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+        meta = WeightsMeta.load(args.weights)
+        print(wrote(meta.with_stage(args.variant, RerankStage(weights.to_dict(), figures)).save(args.weights)))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """What the shipped weights and this code must agree on: the network's feature columns, by name and scale.
 
 `model.features` computes the columns in this order and `model.network` reads them by name; training records
-the names in the weights' `config.json` (`features`), and loading checks them, so a reordered, added or
-removed column stops start-up with one line instead of giving wrong answers. Pure: no numpy, no torch, so
-that `config.py` can check a weights folder before anything heavy is imported.
+the names in the weights' `config.json` (`features`; the file is read and written by `model.weights_meta`), and
+loading checks them, so a reordered, added or removed column stops start-up with one line instead of giving wrong
+answers. `check_weights_dir` is the start-up check of a whole folder. Pure: no numpy, no torch, so that `config.py`
+can check a weights folder before anything heavy is imported.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import NamedTuple
+
+from model.weights_meta import WEIGHTS_FILES, FeatureColumns, WeightsMeta, WeightsMetaError
 
 # Scales that bring each column near [-1, 1] (their units in the names of the columns they divide).
 LOG_FREQ_SCALE = 16.0  # natural log of a character's corpus frequency
@@ -68,26 +70,23 @@ def feature_names() -> dict[str, list[str]]:
     return {"candidate": list(CANDIDATE_FEATURES), "position": list(POSITION_FEATURES)}
 
 
-def feature_record() -> dict:
-    """Return what training writes to the weights' config.json under `features`: columns and scales."""
-    return feature_names() | {"scales": dict(SCALES)}
+def feature_columns() -> FeatureColumns:
+    """Return the columns and scales this code computes, as the weights' config records them."""
+    return FeatureColumns(CANDIDATE_FEATURES, POSITION_FEATURES, dict(SCALES))
 
 
-def check_features(meta: dict, source: str = "weights") -> None:
+def check_features(recorded: FeatureColumns, source: str = "weights") -> None:
     """Raise FeatureContractError when a weights config names other columns than the code computes."""
-    recorded = meta.get("features")
-    if recorded is None:
-        raise FeatureContractError(f"{source} do not record their feature columns (config.json has no 'features')")
     for kind, names in feature_names().items():
-        theirs = list(recorded.get(kind, []))
+        theirs = list(getattr(recorded, kind))
         if theirs != names:
             missing = [n for n in names if n not in theirs]
             extra = [n for n in theirs if n not in names]
             detail = f"missing {missing}, unknown {extra}" if missing or extra else "same names in another order"
             raise FeatureContractError(f"{source} were trained on other {kind} features than this code computes:"
                                        f" {detail}")
-    if recorded.get("scales") != SCALES:
-        raise FeatureContractError(f"{source} were trained with feature scales {recorded.get('scales')},"
+    if recorded.scales != SCALES:
+        raise FeatureContractError(f"{source} were trained with feature scales {recorded.scales},"
                                    f" this code uses {SCALES}")
 
 
@@ -95,34 +94,33 @@ class IncompleteWeightsError(FeatureContractError):
     """A weights folder lacks a part its config names, or holds a part of another run."""
 
 
-NETWORK_FILES = ("config.json", "vocab.json", "model.safetensors")
-
-
-def check_weights_dir(weights_dir: Path) -> None:
-    """Check a weights folder before anything loads it: its files, its feature columns and, for an adapted folder,
-    that every part `adaptation.files` names is there with the recorded sha256 (raises FeatureContractError)."""
+def check_weights_dir(weights_dir: Path) -> WeightsMeta:
+    """Check a weights folder before anything loads it: its files, every field of its config, its feature columns
+    and, for an adapted folder, that every part `adaptation.files` names is there with the recorded sha256 (raises
+    FeatureContractError). Return its config."""
     weights_dir = Path(weights_dir)
-    missing = [name for name in NETWORK_FILES if not (weights_dir / name).is_file()]
+    missing = [name for name in WEIGHTS_FILES if not (weights_dir / name).is_file()]
     if missing:
         raise IncompleteWeightsError(f"{weights_dir} is incomplete: {', '.join(missing)} missing")
-    path = weights_dir / "config.json"
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise FeatureContractError(f"cannot read {path}: {e}") from None
-    check_features(meta, source=f"the weights in {weights_dir}")
-    adaptation = meta.get("adaptation")
-    if adaptation is not None and "provenance" not in adaptation:
+        meta = WeightsMeta.load(weights_dir)
+    except WeightsMetaError as e:
+        raise FeatureContractError(str(e)) from None
+    check_features(meta.features, source=f"the weights in {weights_dir}")
+    if meta.adaptation is None:
+        return meta
+    if meta.adaptation.provenance is None:
         raise IncompleteWeightsError(f"{weights_dir} is an unfinished adapted folder: no provenance, which "
                                      f"learn.adapt writes last (re-run python -m learn.adapt)")
-    for part, entry in (adaptation or {}).get("files", {}).items():
-        file = weights_dir / str(entry.get("name", ""))
-        if not entry.get("name") or not file.is_file():
+    for part, entry in meta.adaptation.files.items():
+        file = weights_dir / entry.name
+        if not file.is_file():
             raise IncompleteWeightsError(f"{weights_dir} is an incomplete adapted folder: its {part} file "
-                                         f"{entry.get('name')!r} is missing (re-run python -m learn.adapt)")
-        if sha256(file) != entry.get("sha256"):
-            raise IncompleteWeightsError(f"{weights_dir} is inconsistent: {entry['name']} is not the {part} this "
+                                         f"{entry.name!r} is missing (re-run python -m learn.adapt)")
+        if sha256(file) != entry.sha256:
+            raise IncompleteWeightsError(f"{weights_dir} is inconsistent: {entry.name} is not the {part} this "
                                          f"folder was adapted with (sha256 differs; re-run python -m learn.adapt)")
+    return meta
 
 
 def sha256(path: Path) -> str:

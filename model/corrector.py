@@ -15,9 +15,9 @@ fp32, with the same sentences made worse (6 / 8 / 13). `cpu_precision="fp32"` ke
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import inspect
-import json
 import logging
 import random
 import warnings
@@ -36,6 +36,7 @@ from model.features import Example, Featurizer, Vocab, collate
 from model.lm import DEFAULT_LM_PATH, LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
+from model.weights_meta import DEFAULT_NAME, NETWORK_FILE, VOCAB_FILE, WeightsMeta
 from preprocess.confusion import ConfusionSet
 from preprocess.text import NBest, top1_answer
 
@@ -136,7 +137,7 @@ def _shared(kind: str, path: Path, build: Callable[[], Any]) -> Any:
 
 
 def _vocab(weights_dir: Path) -> Vocab:
-    return _shared("vocab", weights_dir, lambda: Vocab.load(weights_dir / "vocab.json"))
+    return _shared("vocab", weights_dir, lambda: Vocab.load(weights_dir / VOCAB_FILE))
 
 
 def _confusion(weights_dir: Path) -> ConfusionSet:
@@ -170,7 +171,16 @@ class Corrector:
         self.lm_path = lm_path
         self.stage = stage  # "full" (network + LM), "lm" (LM over the n-best), "net" (the network alone)
         self.ready = False
-        self.meta: dict = {}
+        # filled by setup(), None until then
+        self.meta: WeightsMeta | None = None
+        self.device: torch.device | None = None
+        self.vocab: Vocab | None = None
+        self.featurizer: Featurizer | None = None
+        self.threshold: float | None = None
+        self.net: torch.nn.Module | None = None
+        self.dtype: torch.dtype | None = None
+        self.n_parameters: int | None = None
+        self.precision: str | None = None  # "fp16", "int8" or "fp32"
         self.lm: LanguageModel | None = None
         self.adaptation: Adaptation | None = None  # what learn.adapt learned, when the folder holds it
         self.reranker: Reranker | None = None
@@ -180,13 +190,13 @@ class Corrector:
         self.device = resolve_device(self.device_name)
         if self.threads:
             torch.set_num_threads(self.threads)
-        self.meta = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
-        check_features(self.meta, source=f"the weights in {self.weights_dir}")
+        self.meta = WeightsMeta.load(self.weights_dir)
+        check_features(self.meta.features, source=f"the weights in {self.weights_dir}")
         self.vocab = _vocab(self.weights_dir)
         self.featurizer = Featurizer(self.vocab, _confusion(self.weights_dir))
-        self.threshold = float(self.meta["threshold"])
-        net = CorrectorNet(NetConfig(**self.meta["net"]))
-        state = load_file(str(self.weights_dir / "model.safetensors"))
+        self.threshold = float(self.meta.threshold)
+        net = CorrectorNet(NetConfig(**dataclasses.asdict(self.meta.net)))
+        state = load_file(str(self.weights_dir / NETWORK_FILE))
         net.load_state_dict({k: v.float() for k, v in state.items()})
         net.eval()
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
@@ -198,8 +208,8 @@ class Corrector:
             self.precision = "int8" if self.net is not net else "fp32"
         if self.lm_path is not None:
             self.lm = LanguageModel(Path(self.lm_path), lexicon=_lexicon())
-        if "adaptation" in self.meta and self.lm is not None:
-            self.adaptation = Adaptation.load(self.weights_dir, self.meta["adaptation"], self.lm.to_simplified)
+        if self.meta.adaptation is not None and self.lm is not None:
+            self.adaptation = Adaptation.load(self.weights_dir, self.meta.adaptation.to_dict(), self.lm.to_simplified)
         self.reranker = self._reranker()
         warm = self._warm_up_lists()
         if self.device.type == "cpu":  # measured there; on CUDA the network runs as before (no device to check it)
@@ -227,7 +237,8 @@ class Corrector:
 
     def _reranker(self) -> Reranker | None:
         """The second stage the weights' config describes for `stage`, or None for the network alone."""
-        fitted = self.meta.get("rerank", {}).get(self.stage)
+        assert self.meta is not None  # set up first
+        fitted = self.meta.rerank.get(self.stage)
         if self.stage == "net":
             return None
         if fitted is None:
@@ -236,7 +247,7 @@ class Corrector:
             return None
         if self.lm is None:
             raise ValueError(f"stage {self.stage!r} needs the language model, but no LM_PATH was given")
-        return Reranker(self.lm, RerankWeights.from_dict(fitted["weights"]), self.adaptation)
+        return Reranker(self.lm, RerankWeights.from_dict(fitted.weights), self.adaptation)
 
     def batch(self, items: list[NBest]) -> Batch:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
@@ -285,16 +296,17 @@ class Corrector:
     @property
     def info(self) -> dict:
         """Describe the loaded model for `GET /`: name, version, size, settings and evaluation figures."""
+        meta = self.meta
         return {
-            "name": self.meta.get("name", "nbest-candidate-corrector"),
-            "version": self.meta.get("version"),
-            "device": str(getattr(self, "device", self.device_name)),
+            "name": meta.name if meta is not None else DEFAULT_NAME,
+            "version": meta.version if meta is not None else None,
+            "device": str(self.device or self.device_name),
             "parameters": self.n_parameters if self.ready else None,
             "precision": self.precision if self.ready else None,
-            "threshold": self.meta.get("threshold"),
+            "threshold": meta.threshold if meta is not None else None,
             "stage": self.stage if self.reranker is not None else "net",
             "language_model": str(self.lm.path) if self.lm is not None else None,
-            "trained": self.meta.get("trained"),
-            "adapted": self.meta.get("adaptation", {}).get("provenance"),
-            "evaluation": self.meta.get("evaluation"),
+            "trained": meta.trained if meta is not None else None,
+            "adapted": meta.adaptation.provenance if meta is not None and meta.adaptation is not None else None,
+            "evaluation": meta.evaluation if meta is not None else None,
         }

@@ -1,4 +1,4 @@
-"""Text normalisation shared by the corpus builder, the corrector and the API guards.
+"""Text normalisation shared by the corpus builder, the corrector and the answers without the model (`api.answers`).
 
 The judge's ground truths hold Chinese characters only (non-Chinese characters were removed by the
 competition rules), so an answer keeps the Han characters of a hypothesis and drops spaces, `<htr>`

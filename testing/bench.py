@@ -22,6 +22,7 @@ from testing import cli
 
 with cli.dev_requirements("testing.bench"):
     from config import Config
+    from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
     from testing import aioload, slow_clients, wrkload
     from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    print(f"bench: the results go to {out} (--out DIR writes them elsewhere)", flush=True)
     started = time.time()
     results: dict[str, Any] = {
         "command": shlex.join([Path(sys.executable).relative_to(REPO_ROOT).as_posix()
@@ -289,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(results)
     (out / "bench.md").write_text(text + "\n", encoding="utf-8")
     print(text)
-    print(f"bench: wrote bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s) to {out}")
+    print(f"bench: bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s): {wrote(out)}")
     return 0
 
 

@@ -21,8 +21,9 @@ import numpy as np
 import psutil
 import requests
 
+from model.weights_meta import WEIGHTS_FILES
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-WEIGHTS_FILES = ("model.safetensors", "config.json", "vocab.json")
 APP = "api:create_app()"
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 180.0

@@ -1,9 +1,9 @@
 """Shared fixtures: `config`, `app`, `client` (Flask test client) and `live_server` (real HTTP on loopback).
 
 Every app here serves a `FakeCorrector` (tests/fakes.py, where the fakes the tests and the load tools share
-live): these tests cover the plumbing (HTTP, guards, batching, cache), not the model, and need no weights. The
-served default is always the real corrector. Only fixtures live here (and the hook that marks the tests
-using the live ones `live`).
+live): these tests cover the plumbing (HTTP, the answers without the model, batching, cache), not the model, and
+need no weights. The served default is always the real corrector. Only fixtures live here (and the hook that marks
+the tests using the live ones `live`).
 """
 
 from __future__ import annotations

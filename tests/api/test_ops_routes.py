@@ -64,8 +64,10 @@ def test_openapi_documents_inference_from_the_validating_schemas(client):
     assert {"/healthz", "/readyz", "/"} <= set(spec["paths"])
 
 
-def test_docs_serves_a_browsable_page_of_the_spec(client):
-    response = client.get("/docs", follow_redirects=True)
+@pytest.mark.parametrize("path", ["/docs", "/docs/"])
+def test_docs_serves_a_browsable_page_of_the_spec(client, path):
+    """/docs/ was a 404 while /docs worked (issue 41)."""
+    response = client.get(path, follow_redirects=True)
     assert response.status_code == 200
     assert response.mimetype == "text/html"
     assert "/docs/openapi.json" in response.get_data(as_text=True)

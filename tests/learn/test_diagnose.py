@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from config import REPO_ROOT
-from learn.diagnose import diagnose, main
+from learn.diagnose import diagnose, main, next_command
 from learn.tune import DevList
 from model.rerank import Features
 from preprocess.labelled import Labelled, write_labelled
@@ -58,8 +59,15 @@ def test_diagnose_ends_its_tables_by_naming_the_command_to_run_next(tmp_path, ca
     write_labelled([Labelled("q0", "股價上漲", NBest(("故價 上漲", "股價 上漲")))], path)
     assert main(["--data", str(path)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("next: .venv/bin/python -m learn.tune --data ") and str(path) in last
-    assert f'make adapt DATA="{path}" OUT=DIR' in last
+    assert last.startswith("next: mkdir -p adapted && cp -r model/weights adapted/tuned && .venv/bin/python -m "
+                           "learn.tune --weights adapted/tuned --data ") and str(path) in last
+    assert f'make adapt DATA="{path}" OUT=adapted/NAME' in last
+
+
+def test_diagnose_never_suggests_writing_over_the_shipped_weights():
+    """Its last line suggested `learn.tune --write` on model/weights, the shipped config (issue 41)."""
+    assert "--weights adapted/tuned" in next_command([])
+    assert next_command([], Path("mine")).startswith(".venv/bin/python -m learn.tune --weights mine --variant full")
 
 
 def test_diagnose_run_by_a_python_without_the_project_packages_stops_in_one_line():

@@ -115,3 +115,21 @@ def test_train_reports_malformed_labelled_file_in_one_line(tmp_path: Path):
     assert done.stderr.strip() == (f"{data}: line {len(ROWS) + 1} (id 'bad'): sentence_list must be a non-empty "
                                    f"list of strings, got []")
     assert not out.exists()
+
+
+def test_train_stopped_by_ctrl_c_says_so_in_one_line_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during `make train` printed a KeyboardInterrupt traceback (issue 41); `make adapt` printed one line."""
+    import learn.train
+
+    def interrupted(settings: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(learn.train, "run", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        main(["--out", str(tmp_path / "out"), "--ckpt-dir", str(tmp_path / "ckpt")])
+
+    assert stopped.value.code == 130
+    err = capsys.readouterr().err
+    assert err == (f"train: interrupted; {tmp_path / 'out'} was not written; rerun the same command to resume from "
+                   f"the last checkpoint in {tmp_path / 'ckpt'}\n")
+    assert not (tmp_path / "out").exists()

@@ -17,10 +17,11 @@ from model.contract import (
     FeatureContractError,
     check_features,
     check_weights_dir,
-    feature_record,
+    feature_columns,
 )
 from model.corrector import WEIGHTS_DIR, Corrector
 from model.features import N_CAND_FEATS
+from model.weights_meta import WeightsMeta
 
 
 def _weights_with(tmp_path: Path, features: dict | None) -> Path:
@@ -35,8 +36,12 @@ def _weights_with(tmp_path: Path, features: dict | None) -> Path:
     return out
 
 
+def _feature_record() -> dict:
+    return feature_columns().to_dict()
+
+
 def _reordered() -> dict:
-    record = feature_record()
+    record = _feature_record()
     record["candidate"] = record["candidate"][1:] + record["candidate"][:1]
     return record
 
@@ -47,16 +52,20 @@ def test_contract_names_every_column_the_featurizer_fills():
 
 
 @pytest.mark.parametrize(("features", "message"), [
-    (None, "do not record their feature columns"),
     (_reordered(), "same names in another order"),
-    (feature_record() | {"candidate": [*CANDIDATE_FEATURES, "acoustic"]}, "unknown ['acoustic']"),
-    (feature_record() | {"position": ["agreement"]}, "missing ['alternatives'"),
-    (feature_record() | {"scales": {"log_freq": 8.0}}, "feature scales"),
+    (_feature_record() | {"candidate": [*CANDIDATE_FEATURES, "acoustic"]}, "unknown ['acoustic']"),
+    (_feature_record() | {"position": ["agreement"]}, "missing ['alternatives'"),
+    (_feature_record() | {"scales": {"log_freq": 8.0}}, "feature scales"),
 ])
 def test_check_features_names_what_differs(features, message):
-    meta = {} if features is None else {"features": features}
+    meta = WeightsMeta.load(WEIGHTS_DIR).to_dict() | {"features": features}
     with pytest.raises(FeatureContractError, match=message.replace("[", r"\[").replace("(", r"\(")):
-        check_features(meta)
+        check_features(WeightsMeta.from_dict(meta).features)
+
+
+def test_check_weights_dir_refuses_weights_that_record_no_feature_columns(tmp_path):
+    with pytest.raises(FeatureContractError, match="config.json: features is missing"):
+        check_weights_dir(_weights_with(tmp_path, None))
 
 
 @pytest.mark.real_model

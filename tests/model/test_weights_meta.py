@@ -1,0 +1,146 @@
+"""model.weights_meta: a weights folder's config.json read whole, checked field by field, and written whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config import REPO_ROOT, Config, ConfigError
+from model.contract import check_weights_dir
+from model.corrector import WEIGHTS_DIR, Corrector
+from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, RerankStage, WeightsMeta, WeightsMetaError
+from preprocess.text import NBest
+
+# config.json, confusions.json and domain_lm.arpa of a folder `python -m learn.adapt` wrote at 427ba62 (the
+# 10-hypothesis file of tests/learn/test_adapt.py, --epochs 1): its network has the shipped one's shape, so the tests
+# pair these with the shipped model.safetensors and vocab.json
+ADAPTED_427BA62 = Path(__file__).parent / "fixtures" / "adapted_427ba62"
+
+
+def _raw(folder: Path) -> dict:
+    return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def adapted(tmp_path: Path) -> Path:
+    """The 427ba62 adapted folder, whole."""
+    out = tmp_path / "adapted"
+    shutil.copytree(ADAPTED_427BA62, out)
+    for name in (NETWORK_FILE, VOCAB_FILE):
+        (out / name).symlink_to(WEIGHTS_DIR / name)
+    return out
+
+
+def _shipped_with(tmp_path: Path, **fields: object) -> Path:
+    """The shipped folder with config.json's top-level `fields` replaced (a field set to None is removed)."""
+    out = tmp_path / "weights"
+    out.mkdir()
+    for name in (NETWORK_FILE, VOCAB_FILE):
+        (out / name).symlink_to(WEIGHTS_DIR / name)
+    raw = _raw(WEIGHTS_DIR) | fields
+    (out / CONFIG_FILE).write_text(json.dumps({k: v for k, v in raw.items() if v is not None}), encoding="utf-8")
+    return out
+
+
+def test_weights_meta_reads_the_shipped_folder_and_writes_back_the_same_json(tmp_path):
+    meta = WeightsMeta.load(WEIGHTS_DIR)
+
+    assert meta.threshold == 0.98 and meta.net.hidden == 256 and set(meta.rerank) == {"full", "lm"}
+    assert meta.adaptation is None and meta.evaluation is not None
+    meta.save(tmp_path)
+    assert (tmp_path / CONFIG_FILE).read_text(encoding="utf-8") == (WEIGHTS_DIR / CONFIG_FILE).read_text("utf-8")
+
+
+def test_a_folder_adapted_at_427ba62_loads_and_passes_the_start_up_check(adapted, tmp_path):
+    meta = check_weights_dir(adapted)
+
+    assert meta.adaptation is not None and meta.adaptation.provenance is not None
+    assert set(meta.adaptation.files) == {"domain_lm", "confusions"}
+    assert meta.evaluation is None and set(meta.rerank) == {"full", "lm"}
+    assert meta.to_dict() == _raw(adapted)  # nothing read is dropped or changed
+    Config.from_env({"WEIGHTS_DIR": str(adapted)})
+
+
+@pytest.mark.real_model
+def test_a_folder_adapted_at_427ba62_is_served_with_its_adaptation(adapted):
+    corrector = Corrector(adapted, device="cpu")
+    corrector.setup()
+
+    assert corrector.adaptation is not None and corrector.adaptation.conventions.allows("台", "臺")
+    assert corrector.info["adapted"]["split"]["seed"] == 7
+    assert corrector.predict_batch([NBest(("我 想 申請 貸款",))]) == ["我想申請貸款"]
+
+
+def test_a_folder_trained_at_427ba62_without_a_second_stage_loads(tmp_path):
+    """learn.train wrote no `rerank` and, where a folder had no figures, `"evaluation": null`."""
+    meta = WeightsMeta.load(_shipped_with(tmp_path, rerank=None, evaluation=None))
+
+    assert meta.rerank == {} and meta.evaluation is None
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"threshold": "high"}, "threshold must be a number, got 'high'"),
+    ({"threshold": None}, "threshold is missing"),
+    ({"net": {"n_chars": 4598, "n_syllables": 398, "hidden": 256.0, "layers": 3, "heads": 4, "ffn": 1024,
+              "dropout": 0.1}}, "net.hidden must be a whole number >= 1, got 256.0"),
+    ({"features": {"candidate": "keep", "position": [], "scales": {}}},
+     "features.candidate must be a list of strings, got 'keep'"),
+    ({"rerank": {"full": {"weights": {"lm": "0.6"}}}}, "rerank.full.weights.lm must be a number, got '0.6'"),
+    ({"rerank": {"fast": {"weights": {}}}}, "rerank.fast is not a field this code knows"),
+    ({"trained": ["steps"]}, "trained must be a JSON object or null, got ['steps']"),
+    ({"adaptation": {"files": {"confusions": {"name": "../c.json", "sha256": "0" * 64}}, "provenance": {}}},
+     "adaptation.files.confusions.name must be a file name inside the folder, got '../c.json'"),
+    ({"adaptation": {"files": {"confusions": {"name": "c.json", "sha256": "XY"}}}},
+     "adaptation.files.confusions.sha256 must be 64 lowercase hex digits, got 'XY'"),
+    ({"thresold": 0.9}, "thresold is not a field this code knows"),
+])
+def test_weights_meta_names_the_bad_field_in_one_line(tmp_path, fields, message):
+    with pytest.raises(WeightsMetaError) as raised:
+        WeightsMeta.load(_shipped_with(tmp_path, **fields))
+
+    assert str(raised.value).startswith(f"{tmp_path / 'weights' / CONFIG_FILE}: {message}")
+    assert "\n" not in str(raised.value)
+
+
+def test_a_wrong_typed_field_stops_start_up_in_one_line_naming_it(tmp_path):
+    weights = _shipped_with(tmp_path, threshold="high")
+
+    with pytest.raises(ConfigError, match=r"^weights_dir: .*config\.json: threshold must be a number, got 'high'$"):
+        Config.from_env({"WEIGHTS_DIR": str(weights)})
+    run = subprocess.run([sys.executable, "-m", "api"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(weights)})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "threshold must be a number" in run.stderr
+
+
+def test_weights_meta_save_replaces_the_file_whole_keeping_its_permissions(tmp_path):
+    folder = _shipped_with(tmp_path)
+    (folder / CONFIG_FILE).chmod(0o644)
+    meta = WeightsMeta.load(folder)
+
+    meta.with_stage("lm", RerankStage({"lm": 1.0, "margin": 2.0})).save(folder)
+
+    assert WeightsMeta.load(folder).rerank["lm"] == RerankStage({"lm": 1.0, "margin": 2.0})
+    assert WeightsMeta.load(folder).rerank["full"] == meta.rerank["full"]
+    assert (folder / CONFIG_FILE).stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in folder.iterdir()) == sorted([CONFIG_FILE, NETWORK_FILE, VOCAB_FILE])
+
+
+def test_weights_meta_save_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path, monkeypatch):
+    folder = _shipped_with(tmp_path)
+    before = (folder / CONFIG_FILE).read_text(encoding="utf-8")
+
+    def fail(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        WeightsMeta.load(folder).replace(threshold=0.5).save(folder)
+
+    assert (folder / CONFIG_FILE).read_text(encoding="utf-8") == before
+    assert sorted(p.name for p in folder.iterdir()) == sorted([CONFIG_FILE, NETWORK_FILE, VOCAB_FILE])
