@@ -15,13 +15,11 @@ from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger("api.errors")
 
+# The statuses gunicorn's event loop refuses a request with before the app (server.framing; counted by api.metrics),
+# and the error code of each.
+REFUSAL_CODES = {400: "bad_request", 413: "payload_too_large", 431: "header_fields_too_large", 501: "not_implemented"}
 # Codes for HTTP errors raised by Flask/werkzeug themselves (routing, body size).
-_HTTP_CODES = {
-    400: "bad_request",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-}
+_HTTP_CODES = {400: REFUSAL_CODES[400], 404: "not_found", 405: "method_not_allowed", 413: REFUSAL_CODES[413]}
 
 
 class ApiError(Exception):

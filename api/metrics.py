@@ -39,6 +39,7 @@ from prometheus_client.samples import Sample
 from api import logs
 from api.accept import budget_start
 from api.admission import Admission
+from api.errors import REFUSAL_CODES
 from api.interfaces import Engine
 from api.logs import LogWriter
 from api.paths import REJECTED, AnswerPath
@@ -50,7 +51,6 @@ METRICS_KEY = "asr_correction_metrics"
 NAMESPACE = "esun"
 
 CACHE_LEVELS = ("local", "redis", "sqlite")
-REFUSAL_STATUSES = ("400", "413", "431", "501")
 CACHE_RESULTS = ("hit", "miss", "error", "skipped")
 # Around the judge's 1 s timeout and the 0.75 s default budget.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0)
@@ -140,8 +140,8 @@ class Metrics:
         self._request_seconds_of = {path: self.request_seconds.labels(path.value) for path in AnswerPath}
         self._fallbacks_of = {path: self.fallbacks.labels(path.value) for path in AnswerPath if path.fallback}
         self.request_seconds.labels(REJECTED)
-        for status in REFUSAL_STATUSES:
-            self.requests_refused.labels(status)
+        for status in REFUSAL_CODES:
+            self.requests_refused.labels(str(status))
         self._cache_lookups_of = {(level, result): self.cache_lookups.labels(level, result)
                                   for level in CACHE_LEVELS for result in CACHE_RESULTS}
 

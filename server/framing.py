@@ -29,11 +29,11 @@ from http import HTTPStatus
 
 import httptools
 
+from api.errors import REFUSAL_CODES
+
 # A request's head (request line and headers) may be this long; nginx's default buffers hold as much
 # (large_client_header_buffers 4 8k). The judge's heads are a few hundred bytes.
 MAX_HEAD_BYTES = 32 * 1024
-# The error codes of the JSON body, as the app names them (api/errors.py).
-_CODES = {400: "bad_request", 413: "payload_too_large", 431: "header_fields_too_large", 501: "not_implemented"}
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 CONTINUE_100 = b"HTTP/1.1 100 Continue\r\n\r\n"
 # The header fields the reader acts on (the rest are read by gunicorn's parser on the thread, and by llhttp).
@@ -56,7 +56,7 @@ class Refusal:
 
     @property
     def code(self) -> str:
-        return _CODES.get(self.status, f"http_{self.status}")
+        return REFUSAL_CODES.get(self.status, f"http_{self.status}")
 
 
 class _Refused(Exception):
