@@ -25,7 +25,8 @@ DEVICES = ("auto", "cpu", "cuda")
 STAGES = ("full", "lm", "net")
 CPU_PRECISIONS = ("int8", "fp32")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
+# Settings no log, summary or --help shows.
+SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
 # Choice settings are matched case-insensitively: LOG_LEVEL=info and DEVICE=CPU both work.
 _CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower, "stage": str.lower,
                "cpu_precision": str.lower}
@@ -165,7 +166,7 @@ class Config:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in _SECRET_FIELDS:
+            if f.name in SECRET_FIELDS:
                 out[f.name] = "<set>" if value else ""
             else:
                 out[f.name] = str(value) if isinstance(value, Path) else value

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from cli import exit_outside_venv
-from config import Config, ConfigError, check_device
+from config import SECRET_FIELDS, Config, ConfigError, check_device
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(
             "--" + f.name.replace("_", "-"), dest=f.name, metavar=f.name.upper(), default=None,
             help=f"env {f.name.upper()}, default {getattr(defaults, f.name)!s}"
-            if f.name not in ("server_uuid_salt", "redis_url") else f"env {f.name.upper()}",
+            if f.name not in SECRET_FIELDS else f"env {f.name.upper()}",
         )
     return parser
 

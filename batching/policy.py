@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 __all__ = [
-    "POLICIES",
     "RunTimes",
     "Traffic",
     "Window",
@@ -45,7 +44,6 @@ PATIENCE_RUN_SHARE = 0.25
 RATE_MIN_ITEMS = 3
 # The peak number of items in the batcher is taken over the last one to two windows of this length.
 PEAK_WINDOW_S = 1.0
-POLICIES = ("adaptive", "fixed")
 
 
 class RunTimes:

@@ -59,8 +59,9 @@ from service_streamer.service_streamer import ThreadedStreamer
 
 from batching.core import Core, Job, settle, validate_limits
 from batching.errors import BatcherStats, BatchFailed, BatchReport
-from batching.policy import POLICIES, RunTimes, Traffic
+from batching.policy import RunTimes, Traffic
 from batching.threaded_worker import BatchRunner, BatchWorker, WorkerConfig, serve
+from config import BATCH_POLICIES
 
 __all__ = ["Batcher"]
 
@@ -242,7 +243,7 @@ class Batcher(Generic[T, R]):
 def _validate(max_batch_size: int, max_wait_s: float, max_in_flight: int, policy: str, stuck_after_s: float) -> None:
     """Reject settings the batcher cannot honour."""
     validate_limits(max_batch_size, max_wait_s, max_in_flight)
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if policy not in BATCH_POLICIES:
+        raise ValueError(f"policy must be one of {BATCH_POLICIES}, got {policy!r}")
     if stuck_after_s <= 0:
         raise ValueError(f"stuck_after_s must be > 0, got {stuck_after_s}")

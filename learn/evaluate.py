@@ -30,13 +30,15 @@ from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
+from config import DEFAULT_WEIGHTS_DIR, STAGES
 from learn.written import wrote
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import Corrector
 from model.weights_meta import WeightsMeta
 from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
 from preprocess.text import NBest, han_only, strip_spaces
 
-STAGES = ("net", "lm", "full")
+# The ablation table's rows: the network alone first, the whole corrector last.
+ABLATION = STAGES[::-1]
 SHOWN_MALFORMED = 20
 SIM_SETS = ("test", "reviews", "decoded")
 
@@ -166,13 +168,13 @@ def evaluate(sets: list[LabelledSet], answer: Callable[[LabelledSet], tuple[list
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Score the corrector on labelled n-best lists.")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    ap.add_argument("--weights", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS_DIR)
     ap.add_argument("--data", type=Path, action="append", default=[], help="labelled file(s) to score")
     ap.add_argument("--sets", default=None, help=f"simulated sets, comma-separated (default {','.join(SIM_SETS)};"
                     " none when --data is given)")
     ap.add_argument("--limit", type=int, default=None,
                     help="lists per set (default: 3,000 per simulated set, all of a --data file)")
-    ap.add_argument("--stage", choices=(*STAGES, "all"), default="full", help="all: the ablation table")
+    ap.add_argument("--stage", choices=(*ABLATION, "all"), default="full", help="all: the ablation table")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     ap.add_argument("--write", action="store_true", help="store the figures in the weights' config.json")
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     results = {}
-    for stage in STAGES if args.stage == "all" else (args.stage,):
+    for stage in ABLATION if args.stage == "all" else (args.stage,):
         corrector = Corrector(args.weights, device=args.device, stage=stage)
         corrector.setup()
         results[stage] = evaluate(sets, lambda d, c=corrector: (local_answers(c, d.nbests),

@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from config import STAGES
+
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 NETWORK_FILE = "model.safetensors"
 WEIGHTS_FILES = (CONFIG_FILE, VOCAB_FILE, NETWORK_FILE)  # what every weights folder holds
-RERANK_STAGES = ("full", "lm")  # the second stage's fitted variants (the "net" stage is the network alone)
+# The second stage's fitted variants: every stage but "net", the network alone.
+RERANK_STAGES = tuple(stage for stage in STAGES if stage != "net")
 DEFAULT_NAME = "nbest-candidate-corrector"
 _SHOWN_CHARS = 60  # of a bad value, in the error's one line
 
