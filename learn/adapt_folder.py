@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from config import DEFAULT_WEIGHTS_DIR
 from learn.adapt_settings import AdaptSettings
 from model.adaptation import Adaptation, AdaptationError
 from model.contract import sha256
-from model.corrector import WEIGHTS_DIR
 from model.weights_meta import AdaptationRecord, PartFile, WeightsMeta, WeightsMetaError
 
 
@@ -57,7 +57,8 @@ def check_destination(out: Path, init_from: Path) -> None:
     """Refuse an OUT that would overwrite the weights adapt starts from, the shipped model, or a folder that is not an
     earlier adapted one (raises AdaptationError)."""
     target = out.resolve()
-    for name, folder in (("the weights it starts from (--init-from)", init_from), ("the shipped model", WEIGHTS_DIR)):
+    starts_from = ("the weights it starts from (--init-from)", init_from)
+    for name, folder in (starts_from, ("the shipped model", DEFAULT_WEIGHTS_DIR)):
         if target == Path(folder).resolve():
             raise AdaptationError(f"--out {out} is {name}: choose another folder (nothing was written)")
     if target.exists() and not target.is_dir():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from model.corrector import WEIGHTS_DIR
+from config import DEFAULT_WEIGHTS_DIR
 
 # The train lists' folds, each described by rules learned from the others: 5 folds learn each from 80 % of the train
 # lists, close to the rules the folder serves (learned from every list), so the stage is fitted on evidence as strong
@@ -24,7 +24,7 @@ class AdaptSettings:
 
     data: tuple[Path, ...]
     out: Path
-    init_from: Path = WEIGHTS_DIR
+    init_from: Path = DEFAULT_WEIGHTS_DIR
     dev_share: float = 0.15
     test_share: float = 0.15
     seed: int = 7

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from config import DEFAULT_WEIGHTS_DIR
 from learn.evaluate import SIM_SETS, LabelledSet, file_set, simulated_set
 from learn.tune import DevList, dev_lists
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import Corrector
 from model.rerank import Features
 
 TUNED_COPY = "adapted/tuned"  # where the suggested refit copies the shipped weights (adapted/: git- and docker-ignored)
@@ -96,7 +97,7 @@ def table(name: str, result: SetDiagnosis) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Tell which second-stage feature prefers the better sentence.")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    ap.add_argument("--weights", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS_DIR)
     ap.add_argument("--data", type=Path, action="append", default=[], help="labelled file(s) to diagnose")
     ap.add_argument("--sets", default=None, help=f"simulated sets (default {','.join(SIM_SETS)}; none with --data)")
     ap.add_argument("--limit", type=int, default=None, help="lists per set (default 3,000; all of a --data file)")
@@ -126,11 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def next_command(data: list[Path], weights: Path = WEIGHTS_DIR) -> str:
+def next_command(data: list[Path], weights: Path = DEFAULT_WEIGHTS_DIR) -> str:
     """Name what to run once the signals are known: refit the second stage on what was diagnosed, in a folder of the
     user's (a copy of the shipped weights, never over them)."""
     copy = ""
-    if weights == WEIGHTS_DIR:
+    if weights == DEFAULT_WEIGHTS_DIR:
         copy, weights = f"mkdir -p adapted && cp -r model/weights {TUNED_COPY} && ", Path(TUNED_COPY)
     where = f"--weights {shlex.quote(str(weights))}"
     if not data:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from model.corrector import WEIGHTS_DIR
+from config import DEFAULT_WEIGHTS_DIR
 
 DEFAULT_LR = {"scratch": 5e-4, "shipped": 1e-4}
 Init = Literal["shipped", "scratch"]
@@ -25,8 +25,8 @@ class TrainSettings:
     sim_ratio: float = 1.0
     dev_share: float = 0.05
     init: Init | None = None
-    init_from: Path = WEIGHTS_DIR
-    out: Path = WEIGHTS_DIR
+    init_from: Path = DEFAULT_WEIGHTS_DIR
+    out: Path = DEFAULT_WEIGHTS_DIR
     ckpt_dir: Path = Path("checkpoints")
     seed: int = 7
     variants: int = 3

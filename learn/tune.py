@@ -22,9 +22,10 @@ import numpy as np
 import torch
 from rapidfuzz.distance import Levenshtein
 
+from config import DEFAULT_WEIGHTS_DIR
 from learn.written import wrote
 from model.adaptation import Adaptation
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import Corrector
 from model.rerank import Features, Reranker, RerankWeights
 from model.weights_meta import RerankStage, WeightsMeta
 from preprocess.simulate import load_simulator
@@ -200,7 +201,7 @@ def fit_lists(lists: list[DevList], variant: str, max_worse: float, max_right_ch
 def main() -> None:
     ap = argparse.ArgumentParser(description="Fit the reranker's weights and margin on dev lists.")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    ap.add_argument("--weights", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS_DIR)
     ap.add_argument("--dev-sentences", type=int, default=3000)
     ap.add_argument("--data", type=Path, action="append", default=[], help="labelled dev file(s), added")
     ap.add_argument("--variant", choices=("full", "lm"), default="full")

@@ -30,17 +30,17 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from config import DEFAULT_LM_PATH, DEFAULT_WEIGHTS_DIR
 from model.adaptation import Adaptation
 from model.contract import check_features
 from model.features import Example, Featurizer, Vocab, collate
-from model.lm import DEFAULT_LM_PATH, LanguageModel, TaiwanLexicon, taiwan_lexicon_path
+from model.lm import LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
 from model.weights_meta import DEFAULT_NAME, NETWORK_FILE, VOCAB_FILE, WeightsMeta
 from preprocess.confusion import ConfusionSet
 from preprocess.text import NBest, top1_answer
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 WARM_UP_LISTS = 256  # four full batches: about 1 s of start-up on 2 cores
 NET_INPUTS = tuple(inspect.signature(CorrectorNet.forward).parameters)[1:]  # the forward's tensors, in order
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ def _lexicon() -> TaiwanLexicon:
 def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
     """Read the vocabulary, its bigram model, its confusion set and the Taiwan lexicon now, for the workers a fork will
     start."""
-    weights_dir = Path(weights_dir or WEIGHTS_DIR)
+    weights_dir = Path(weights_dir or DEFAULT_WEIGHTS_DIR)
     _vocab(weights_dir).bigram_lm()
     _confusion(weights_dir)
     if with_lm:
@@ -164,7 +164,7 @@ class Corrector:
 
     def __init__(self, weights_dir: Path | None = None, device: str = "auto", threads: int = 0,
                  lm_path: Path | None = DEFAULT_LM_PATH, stage: str = "full", cpu_precision: str = "int8") -> None:
-        self.weights_dir = Path(weights_dir or WEIGHTS_DIR)
+        self.weights_dir = Path(weights_dir or DEFAULT_WEIGHTS_DIR)
         self.device_name = device
         self.threads = threads
         self.cpu_precision = cpu_precision  # "int8" or "fp32": how the network runs on CPU (module docstring)

@@ -26,8 +26,8 @@ from pathlib import Path
 import kenlm
 import opencc
 
-LM_DIR = Path(__file__).resolve().parent / "lm"
-DEFAULT_LM_PATH = LM_DIR / "zh_CN.lm"
+from config import DEFAULT_LM_PATH
+
 MAX_WORD = 6  # the longest word the segmenter tries, in characters
 MAX_CACHED_WORDS = 1_000_000  # about 150 MB of cached substrings
 # most substrings of a sentence are no word: they all share one entry in the word cache (about 60 bytes each)

@@ -21,6 +21,7 @@ import numpy as np
 import psutil
 import requests
 
+from config import DEFAULT_WEIGHTS_DIR
 from model.weights_meta import WEIGHTS_FILES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +30,7 @@ LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
 
 
-def missing_weights(weights_dir: Path = REPO_ROOT / "model" / "weights") -> list[str]:
+def missing_weights(weights_dir: Path = DEFAULT_WEIGHTS_DIR) -> list[str]:
     """Name the files of the shipped corrector that are not in weights_dir."""
     return [name for name in WEIGHTS_FILES if not (weights_dir / name).is_file()]
 

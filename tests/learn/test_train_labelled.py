@@ -12,8 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from config import DEFAULT_WEIGHTS_DIR
 from learn.train import main
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import Corrector
 from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
@@ -52,7 +53,7 @@ def _write_rows(path: Path) -> Path:
 def test_train_fine_tunes_shipped_weights_on_labelled_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     data = _write_rows(tmp_path / "labelled.jsonl")
     out = tmp_path / "weights"
-    shipped = (WEIGHTS_DIR / "model.safetensors").read_bytes()
+    shipped = (DEFAULT_WEIGHTS_DIR / "model.safetensors").read_bytes()
 
     main(["--data", str(data), "--sim-ratio", "0", "--init", "shipped", "--steps", "3", "--batch-size", "8",
           "--warmup", "1", "--dev-share", "0.3", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")])
@@ -60,14 +61,14 @@ def test_train_fine_tunes_shipped_weights_on_labelled_file(tmp_path: Path, capsy
     printed = capsys.readouterr().out
     assert f"{data}: {len(ROWS)} labelled rows" in printed
     assert {p.name for p in out.iterdir()} == {"config.json", "vocab.json", "model.safetensors"}
-    assert (WEIGHTS_DIR / "model.safetensors").read_bytes() == shipped
-    assert (out / "vocab.json").read_bytes() == (WEIGHTS_DIR / "vocab.json").read_bytes()
+    assert (DEFAULT_WEIGHTS_DIR / "model.safetensors").read_bytes() == shipped
+    assert (out / "vocab.json").read_bytes() == (DEFAULT_WEIGHTS_DIR / "vocab.json").read_bytes()
     meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
     made_of = meta["trained"]["data"]
     assert meta["trained"]["steps"] == 3
     assert made_of["labelled_train"] + made_of["labelled_dev"] == len(ROWS)
     assert made_of["labelled_dev"] > 0 and meta["trained"]["dev"] is not None
-    before, after = load_file(str(WEIGHTS_DIR / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    before, after = load_file(str(DEFAULT_WEIGHTS_DIR / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k].float(), after[k].float()) for k in before)
 
@@ -85,7 +86,7 @@ def test_train_keeps_initial_threshold_without_dev_lists(tmp_path: Path):
           "--ckpt-dir", str(tmp_path / "ckpt")])
 
     meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    shipped = json.loads((WEIGHTS_DIR / "config.json").read_text(encoding="utf-8"))
+    shipped = json.loads((DEFAULT_WEIGHTS_DIR / "config.json").read_text(encoding="utf-8"))
     assert meta["threshold"] == shipped["threshold"]
     assert meta["trained"]["dev"] is None
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from config import REPO_ROOT, Config, ConfigError
+from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT, Config, ConfigError
 from model.contract import (
     CANDIDATE_FEATURES,
     FeatureContractError,
@@ -19,7 +19,7 @@ from model.contract import (
     check_weights_dir,
     feature_columns,
 )
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import Corrector
 from model.features import N_CAND_FEATS
 from model.weights_meta import WeightsMeta
 
@@ -27,7 +27,7 @@ from model.weights_meta import WeightsMeta
 def _weights_with(tmp_path: Path, features: dict | None) -> Path:
     """Copy the shipped weights folder, with `features` (None: none recorded) in its config."""
     out = tmp_path / "weights"
-    shutil.copytree(WEIGHTS_DIR, out)
+    shutil.copytree(DEFAULT_WEIGHTS_DIR, out)
     meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
     meta.pop("features")
     if features is not None:
@@ -48,7 +48,7 @@ def _reordered() -> dict:
 
 def test_contract_names_every_column_the_featurizer_fills():
     assert len(CANDIDATE_FEATURES) == N_CAND_FEATS
-    check_weights_dir(WEIGHTS_DIR)  # the shipped weights agree with the code
+    check_weights_dir(DEFAULT_WEIGHTS_DIR)  # the shipped weights agree with the code
 
 
 @pytest.mark.parametrize(("features", "message"), [
@@ -58,7 +58,7 @@ def test_contract_names_every_column_the_featurizer_fills():
     (_feature_record() | {"scales": {"log_freq": 8.0}}, "feature scales"),
 ])
 def test_check_features_names_what_differs(features, message):
-    meta = WeightsMeta.load(WEIGHTS_DIR).to_dict() | {"features": features}
+    meta = WeightsMeta.load(DEFAULT_WEIGHTS_DIR).to_dict() | {"features": features}
     with pytest.raises(FeatureContractError, match=message.replace("[", r"\[").replace("(", r"\(")):
         check_features(WeightsMeta.from_dict(meta).features)
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.corrector import WEIGHTS_DIR, Corrector, choose
+from config import DEFAULT_WEIGHTS_DIR
+from model.corrector import Corrector, choose
 from model.features import Featurizer, Vocab
 from preprocess.text import NBest, is_han
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.real_model
 
 @pytest.fixture(scope="module")
 def corrector() -> Corrector:
-    c = Corrector(WEIGHTS_DIR, device="cpu")
+    c = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu")
     c.setup()
     return c
 
@@ -26,7 +27,7 @@ def _samples(rows: list[dict]) -> list[NBest]:
 
 
 def test_corrector_ships_small_weights_with_vocab_and_config():
-    files = {p.name: p.stat().st_size for p in WEIGHTS_DIR.iterdir()}
+    files = {p.name: p.stat().st_size for p in DEFAULT_WEIGHTS_DIR.iterdir()}
     assert {"model.safetensors", "vocab.json", "config.json"} <= set(files)
     assert sum(files.values()) <= 30 * 1024 * 1024
 
@@ -38,7 +39,7 @@ def test_corrector_setup_loads_and_warms_up(corrector):
 
 
 def test_on_cpu_the_network_runs_in_int8_by_default_and_answers_as_in_fp32(corrector, real_requests):
-    fp32 = Corrector(WEIGHTS_DIR, device="cpu", cpu_precision="fp32")
+    fp32 = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu", cpu_precision="fp32")
     fp32.setup()
     assert (corrector.info["precision"], fp32.info["precision"]) == ("int8", "fp32")
     assert corrector.info["parameters"] == fp32.info["parameters"]  # the same network, stored smaller
@@ -76,7 +77,7 @@ def test_corrector_falls_back_to_top1_without_chinese(corrector):
 def test_the_network_alone_keeps_top1_where_it_would_delete_every_character():
     """A hypothesis with no Han character offers a deletion at every position of TOP1; taken everywhere, it would
     leave an empty answer: TOP1 is kept instead, so the corrector never answers empty."""
-    example = Featurizer(Vocab.load(WEIGHTS_DIR / "vocab.json")).featurize(NBest(("的 的", "<htr>")))
+    example = Featurizer(Vocab.load(DEFAULT_WEIGHTS_DIR / "vocab.json")).featurize(NBest(("的 的", "<htr>")))
     assert [cands[1] for cands in example.candidates] == ["", ""]
     deletion_everywhere = np.array([[0.0, 1.0]] * 2)
     assert choose(example, deletion_everywhere, threshold=0.5) == "的的"
@@ -99,8 +100,8 @@ def test_corrector_never_answers_a_variant_form_of_top1(corrector):
 def test_corrector_answers_with_the_stage_it_was_asked_for():
     items = [NBest(("今天 故價 上漲", "今天 股價 上漲", "今天 股價 上漲"))]
     for stage in ("net", "lm", "full"):
-        c = Corrector(WEIGHTS_DIR, device="cpu", stage=stage, lm_path=None if stage == "net" else
-                      Corrector(WEIGHTS_DIR).lm_path)
+        c = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu", stage=stage, lm_path=None if stage == "net" else
+                      Corrector(DEFAULT_WEIGHTS_DIR).lm_path)
         c.setup()
         assert (c.reranker is None) == (stage == "net")
         assert c.predict_batch(items)[0]
@@ -111,9 +112,9 @@ def test_corrector_setup_reuses_what_preload_read_before_a_fork():
     worker's loading thread then skips that Python (0.34 s idle, more under load)."""
     from model.corrector import _SHARED, preload
 
-    preload(WEIGHTS_DIR)
-    key = str(WEIGHTS_DIR.resolve())
-    c = Corrector(WEIGHTS_DIR, device="cpu")
+    preload(DEFAULT_WEIGHTS_DIR)
+    key = str(DEFAULT_WEIGHTS_DIR.resolve())
+    c = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu")
     c.setup()
     assert c.vocab is _SHARED[("vocab", key)]
     assert c.featurizer.confusion is _SHARED[("confusion", key)]
@@ -127,7 +128,7 @@ def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the
     import torch
 
     monkeypatch.setattr("model.corrector.traced", lambda net, example: net)
-    eager = Corrector(WEIGHTS_DIR, device="cpu")
+    eager = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu")
     eager.setup()
     assert isinstance(corrector.net, torch.jit.ScriptModule)
     assert not isinstance(eager.net, torch.jit.ScriptModule)

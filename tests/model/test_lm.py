@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from model.lm import DEFAULT_LM_PATH, LanguageModel, LanguageModelError, kenlm_words, word_suffixes
+from config import DEFAULT_LM_PATH
+from model.lm import LanguageModel, LanguageModelError, kenlm_words, word_suffixes
 from preprocess.text import han_only
 
 pytestmark = pytest.mark.real_model

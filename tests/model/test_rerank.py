@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from model.corrector import WEIGHTS_DIR
+from config import DEFAULT_WEIGHTS_DIR
 from model.features import Featurizer, Vocab
 from model.lm import LanguageModel
 from model.rerank import Features, Reranker, RerankWeights, candidates, protected_positions
@@ -16,7 +16,7 @@ LM_ONLY = RerankWeights(lm=1.0, rank=-0.1, margin=0.5)
 
 @pytest.fixture(scope="module")
 def featurizer() -> Featurizer:
-    return Featurizer(Vocab.load(WEIGHTS_DIR / "vocab.json"))
+    return Featurizer(Vocab.load(DEFAULT_WEIGHTS_DIR / "vocab.json"))
 
 
 @pytest.fixture(scope="module")

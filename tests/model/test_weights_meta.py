@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from config import REPO_ROOT, Config, ConfigError
+from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT, Config, ConfigError
 from model.contract import check_weights_dir
-from model.corrector import WEIGHTS_DIR, Corrector
+from model.corrector import Corrector
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, RerankStage, WeightsMeta, WeightsMetaError
 from preprocess.text import NBest
 
@@ -33,7 +33,7 @@ def adapted(tmp_path: Path) -> Path:
     out = tmp_path / "adapted"
     shutil.copytree(ADAPTED_427BA62, out)
     for name in (NETWORK_FILE, VOCAB_FILE):
-        (out / name).symlink_to(WEIGHTS_DIR / name)
+        (out / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
     return out
 
 
@@ -42,19 +42,20 @@ def _shipped_with(tmp_path: Path, **fields: object) -> Path:
     out = tmp_path / "weights"
     out.mkdir()
     for name in (NETWORK_FILE, VOCAB_FILE):
-        (out / name).symlink_to(WEIGHTS_DIR / name)
-    raw = _raw(WEIGHTS_DIR) | fields
+        (out / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
+    raw = _raw(DEFAULT_WEIGHTS_DIR) | fields
     (out / CONFIG_FILE).write_text(json.dumps({k: v for k, v in raw.items() if v is not None}), encoding="utf-8")
     return out
 
 
 def test_weights_meta_reads_the_shipped_folder_and_writes_back_the_same_json(tmp_path):
-    meta = WeightsMeta.load(WEIGHTS_DIR)
+    meta = WeightsMeta.load(DEFAULT_WEIGHTS_DIR)
 
     assert meta.threshold == 0.98 and meta.net.hidden == 256 and set(meta.rerank) == {"full", "lm"}
     assert meta.adaptation is None and meta.evaluation is not None
     meta.save(tmp_path)
-    assert (tmp_path / CONFIG_FILE).read_text(encoding="utf-8") == (WEIGHTS_DIR / CONFIG_FILE).read_text("utf-8")
+    shipped = (DEFAULT_WEIGHTS_DIR / CONFIG_FILE).read_text("utf-8")
+    assert (tmp_path / CONFIG_FILE).read_text(encoding="utf-8") == shipped
 
 
 def test_a_folder_adapted_at_427ba62_loads_and_passes_the_start_up_check(adapted, tmp_path):
