@@ -51,7 +51,7 @@ from api.schemas import Question, build_response, read_at_door
 from batching import DeadlineExceeded, Overloaded
 from cache import LayeredResultCache
 from config import Config
-from preprocess.text import han_only, strip_spaces, top1_answer
+from preprocess.text import han_chars, has_han, strip_spaces, top1_answer
 
 logger = logging.getLogger("api")
 
@@ -152,7 +152,7 @@ class AnswerPolicy:
             return Outcome(answer, AnswerPath.RETRY_CACHED) if answer else top1(req, AnswerPath.RETRY_TOP1)
         if len(strip_spaces(req.sentence_list[0])) > self._config.max_top1_chars:
             return top1(req, AnswerPath.TOO_LONG)
-        if not han_only(req.sentence_list[0]):
+        if not has_han(req.sentence_list[0]):
             return top1(req, AnswerPath.NO_HAN)
         cached = self._cache.get_local(key)
         if cached:
@@ -209,7 +209,7 @@ def usable_answer(answer: object) -> str | None:
     if not isinstance(answer, str):
         return None
     answer = strip_spaces(answer)
-    if not answer or len(answer) > MAX_ANSWER_CHARS or han_only(answer) != answer:
+    if not answer or len(answer) > MAX_ANSWER_CHARS or han_chars(answer) != answer:
         return None
     return answer
 

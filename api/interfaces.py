@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from batching import BatcherStats
-from preprocess.text import NBest, han_only
+from preprocess.text import NBest, han_chars
 
 
 class Corrector(Protocol):
@@ -96,4 +96,4 @@ def batch_fn(corrector: Corrector) -> Callable[[list[NBest]], list[Prediction]]:
 
 def size_of(item: NBest) -> int:
     """Measure a question as the corrector pads it: the Han characters of TOP1 (`model.features`)."""
-    return len(han_only(item.top1))
+    return len(han_chars(item.top1))

@@ -65,7 +65,7 @@ from model.rerank import RerankWeights
 from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankStage, WeightsMeta
 from preprocess.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
 from preprocess.rules import Confusions
-from preprocess.text import NBest, han_only
+from preprocess.text import NBest, han_chars
 
 SHOWN_MALFORMED = 20
 # Fewer lists leave the split's parts a handful each, and too little text for the domain LM's estimate.
@@ -142,9 +142,9 @@ def fine_tune(args: AdaptSettings, train: list[Labelled], dev: list[Labelled], d
 
 def learn(items: list[Labelled], out: Path, min_count: int) -> tuple[dict[str, int], Confusions]:
     """Build the domain LM and learn the confusions of `items` into `out`."""
-    truths = [han_only(it.truth) for it in items]
+    truths = [han_chars(it.truth) for it in items]
     lm_counts = build_domain_lm(truths, out / DOMAIN_LM_FILE)
-    pairs = [(han_only(it.nbest.top1), truth) for it, truth in zip(items, truths, strict=True)]
+    pairs = [(han_chars(it.nbest.top1), truth) for it, truth in zip(items, truths, strict=True)]
     confusions = Confusions.learn([p for p in pairs if p[0] and p[1]], min_count=min_count)
     save_confusions(confusions, out / CONFUSIONS_FILE)
     return lm_counts, confusions
@@ -170,7 +170,7 @@ def cross_fitted_lists(args: AdaptSettings, train: list[Labelled], corrector: Co
             assert corrector.lm is not None
             adaptation = Adaptation(DomainLM(part / DOMAIN_LM_FILE), confusions,
                                     Conventions.from_confusions(confusions, corrector.lm.to_simplified))
-            out += dev_lists(corrector, nbests(held), [han_only(it.truth) for it in held], use_net=True,
+            out += dev_lists(corrector, nbests(held), [han_chars(it.truth) for it in held], use_net=True,
                              adaptation=adaptation)
     return out
 
@@ -269,7 +269,7 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
 
 def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> dict[str, RerankStage]:
     """Fit the second stage's two variants on the dev lists and the cross-fitted train lists."""
-    dev_nb, dev_truths = nbests(split.dev), [han_only(it.truth) for it in split.dev]
+    dev_nb, dev_truths = nbests(split.dev), [han_chars(it.truth) for it in split.dev]
     lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
     lists += cross_fitted_lists(args, split.train, adapted)
     shipped_stages = WeightsMeta.load(args.init_from).rerank
@@ -293,12 +293,12 @@ def test_figures(args: AdaptSettings, build: Path, test: list[Labelled]) -> dict
     adapted.setup()
     shipped = Corrector(args.init_from, device=args.device)
     shipped.setup()
-    lists, truths = nbests(test), [han_only(it.truth) for it in test]
+    lists, truths = nbests(test), [han_chars(it.truth) for it in test]
     figures = {name: asdict(cer_score(lists, truths, answers(corrector, lists, name)))
                for name, corrector in (("shipped", shipped), ("adapted", adapted))}
     described = described_lists(adapted, lists, truths, use_net=True, adaptation=adapted.adaptation)
     total = max(1, sum(len(t) for t in truths))
-    best = sum(int(d.errors.min()) if d is not None else Levenshtein.distance(han_only(nb.top1), t)
+    best = sum(int(d.errors.min()) if d is not None else Levenshtein.distance(han_chars(nb.top1), t)
                for d, nb, t in zip(described, lists, truths, strict=True))
     top1 = figures["adapted"]["top1_cer"]
     ceiling = {"candidates_cer": best / total}

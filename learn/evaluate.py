@@ -35,7 +35,7 @@ from learn.written import wrote
 from model.corrector import Corrector
 from model.weights_meta import WeightsMeta
 from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
-from preprocess.text import NBest, han_only, strip_spaces
+from preprocess.text import NBest, han_chars, strip_spaces
 
 # The ablation table's rows: the network alone first, the whole corrector last.
 ABLATION = STAGES[::-1]
@@ -72,7 +72,7 @@ def cer_score(nbests: list[NBest], truths: list[str], answers: list[str]) -> Set
     total = max(1, sum(map(len, truths)))
     top1_e = ans_e = oracle_e = better = worse = right = right_changed = 0
     for nb, ans, ref in zip(nbests, answers, truths, strict=True):
-        hyps = [han_only(h) or strip_spaces(h) for h in nb.sentences] or [""]
+        hyps = [han_chars(h) or strip_spaces(h) for h in nb.sentences] or [""]
         t1 = Levenshtein.distance(hyps[0], ref)
         a = Levenshtein.distance(ans, ref)
         top1_e += t1

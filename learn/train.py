@@ -63,7 +63,7 @@ from model.network import CorrectorNet, NetConfig
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WEIGHTS_FILES, NetShape, WeightsMeta
 from preprocess.labelled import Labelled, LabelledFormatError, split_dev
 from preprocess.simulate import load_simulator
-from preprocess.text import han_only
+from preprocess.text import han_chars
 
 DEFAULT_THRESHOLD = 0.98
 
@@ -160,7 +160,7 @@ def labelled_data(settings: TrainSettings, items: list[Labelled]) -> tuple[Start
     if settings.init == "shipped":
         start = shipped_start(settings.init_from)
     else:
-        truths = [han_only(i.truth) for i in train_items]
+        truths = [han_chars(i.truth) for i in train_items]
         start = scratch_start(Vocab.from_sentences(read_split(settings.corpus, "train") + truths), settings)
     feat = Featurizer(start.vocab)
     train, _, left_train = labelled_examples(feat, train_items)

@@ -18,7 +18,7 @@ from config import Config
 from model.features import Example, Featurizer
 from preprocess.labelled import Labelled, read_labelled
 from preprocess.simulate import DEFAULT, SimConfig, Simulator
-from preprocess.text import NBest, han_only
+from preprocess.text import NBest, han_chars
 
 MAX_HYPOTHESES = Config.max_hypotheses  # the service reads no more
 
@@ -85,7 +85,7 @@ def labelled_examples(feat: Featurizer, items: list[Labelled]) -> tuple[list[Exa
     examples: list[Example] = []
     truths: list[str] = []
     for item in items:
-        truth = han_only(item.truth)  # the judge scores Han characters only
+        truth = han_chars(item.truth)  # the judge scores Han characters only
         nbest = NBest(item.nbest.sentences[:MAX_HYPOTHESES], item.nbest.phonemes[:MAX_HYPOTHESES])
         example = feat.featurize(nbest, truth) if truth else None
         if example is not None:

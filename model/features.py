@@ -33,7 +33,7 @@ from model.unanimous import Pending, UnanimousRows
 from preprocess.align import align_nbest, align_to
 from preprocess.confusion import NEAR, OTHER_TONE, SAME_TONE, VARIANTS, ConfusionSet
 from preprocess.phones import char_syllable
-from preprocess.text import NBest, han_only
+from preprocess.text import NBest, han_chars
 
 PAD, UNK, EMPTY = 0, 1, 2
 MAX_LEN = 64
@@ -144,7 +144,7 @@ def boundary_tags(top1_words: list[str]) -> list[int]:
     """Tag each Han character of TOP1 as word begin / middle / end / single."""
     tags: list[int] = []
     for word in top1_words:
-        n = len(han_only(word))
+        n = len(han_chars(word))
         if n == 1:
             tags.append(BOUNDARY["S"])
         elif n > 1:
@@ -280,10 +280,10 @@ class Featurizer:
 
     def _featurize(self, nbest: NBest, truth: str | None, pending: list[Pending]) -> Example | None:
         """One list's Example, its unanimous positions' rows left to `UnanimousRows.fill` (appended to `pending`)."""
-        top1 = han_only(nbest.sentences[0])[:MAX_LEN]
+        top1 = han_chars(nbest.sentences[0])[:MAX_LEN]
         if not top1:
             return None
-        others = [han_only(s) for s in nbest.sentences[1:]]
+        others = [han_chars(s) for s in nbest.sentences[1:]]
         n_hyps = 1 + len(others)
         rows = align_nbest(top1, others)
         tags = boundary_tags(nbest.sentences[0].split())[: len(top1)]

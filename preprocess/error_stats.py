@@ -1,6 +1,6 @@
 """Aggregate error statistics of a recogniser's TOP1 against the truths: `python -m preprocess.standin --stats FILE`.
 
-Everything is measured on the Han characters only (`han_only` of TOP1 and of the truth), as the judge scores.
+Everything is measured on the Han characters only (`han_chars` of TOP1 and of the truth), as the judge scores.
 
 - **TOP1 right**: share of lists whose TOP1 equals the truth.
 - **TOP1 CER**, pooled: the sum over lists of Levenshtein(TOP1, truth) / the sum of the truths' lengths.
@@ -42,7 +42,7 @@ from rapidfuzz.distance import Levenshtein
 from preprocess.confusion import near_toneless
 from preprocess.phones import char_syllable
 from preprocess.rules import edit_spans
-from preprocess.text import SPOKEN_FILLERS, han_only
+from preprocess.text import SPOKEN_FILLERS, han_chars
 
 SPAN_CLASSES = ("filler", "variant", "homophone", "near", "other", "added", "dropped", "other_length")
 REAL_LISTS = 2562  # the real figures' file: distinct rewrites are compared at this size
@@ -146,7 +146,7 @@ class ErrorStats:
 
 def error_stats(pairs: Sequence[tuple[str, str]]) -> ErrorStats:
     """Measure (TOP1, truth) pairs; both are reduced to their Han characters first."""
-    pairs = [(han_only(top1), han_only(truth)) for top1, truth in pairs]
+    pairs = [(han_chars(top1), han_chars(truth)) for top1, truth in pairs]
     if not pairs:
         raise ValueError("error_stats needs at least one list")
     edits = truth_chars = right = wrong = single = 0
@@ -199,7 +199,7 @@ def _seen(keys: Counter[tuple[str, str]], other: Iterable[tuple[str, str]]) -> t
 
 def against(stats: ErrorStats, other_pairs: Sequence[tuple[str, str]]) -> Against:
     """Measure the share of `other_pairs`' spans whose rewrite `stats`' file already holds."""
-    other = [[key for key in span_keys(han_only(t), han_only(g))] for t, g in other_pairs]
+    other = [[key for key in span_keys(han_chars(t), han_chars(g))] for t, g in other_pairs]
     spans, seen, twice = _seen(stats.keys, (k for keys in other for k in keys))
     if stats.rewrites_at_real is None or len(other) < REAL_HELD_OUT:
         return Against(spans, seen, twice, None, None)

@@ -39,9 +39,14 @@ def is_han(char: str) -> bool:
     return bool(_HAN.fullmatch(char))
 
 
-def han_only(text: str) -> str:
+def han_chars(text: str) -> str:
     """Keep only the Han characters of a hypothesis (drops spaces, <htr>, Latin, digits, punctuation)."""
     return _NON_HAN.sub("", text.replace(HTR, ""))
+
+
+def has_han(text: str) -> bool:
+    """Tell whether a text holds at least one Han character."""
+    return _HAN.search(text) is not None
 
 
 def strip_spaces(text: str) -> str:
@@ -54,4 +59,4 @@ def top1_answer(sentences: tuple[str, ...] | list[str]) -> str:
     if not sentences:
         return ""
     first = sentences[0]
-    return han_only(first) or strip_spaces(first)
+    return han_chars(first) or strip_spaces(first)

@@ -69,12 +69,12 @@ def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0,
     TOP1s at most `max_chars` characters when given)."""
     from config import Config
     from preprocess.simulate import load_simulator
-    from preprocess.text import han_only, strip_spaces
+    from preprocess.text import has_han, strip_spaces
 
     limit = min(Config().max_top1_chars, max_chars or sys.maxsize)
 
     def model_takes(top1: str) -> bool:
-        return bool(han_only(top1)) and len(strip_spaces(top1)) <= limit
+        return has_han(top1) and len(strip_spaces(top1)) <= limit
 
     bodies = [body for body in start or [] if model_takes(body["sentence_list"][0])][:n]
     corpus = REPO_ROOT / "data" / "corpus"

@@ -37,7 +37,7 @@ from flask import Flask, Response
 from api import create_app
 from api.loading import LoadingCorrector
 from config import Config
-from preprocess.text import NBest, han_only
+from preprocess.text import NBest, han_chars
 
 
 class FakeCorrector:
@@ -63,7 +63,7 @@ class FakeCorrector:
     @classmethod
     def expected(cls, item: NBest) -> str:
         """Return the answer this fake gives to an n-best list."""
-        return cls.MARK + han_only(item.top1)
+        return cls.MARK + han_chars(item.top1)
 
     def predict_batch(self, items: list[NBest]) -> list[Any]:
         with self._lock:
@@ -158,7 +158,7 @@ class FaultCorrector:
     @classmethod
     def expected(cls, item: NBest) -> str:
         """Return the answer this corrector gives when no fault is armed."""
-        return cls.MARK + han_only(item.top1)
+        return cls.MARK + han_chars(item.top1)
 
     def arm(self, *faults: Fault) -> None:
         """Make the next batches fail, one fault per batch, in this order."""

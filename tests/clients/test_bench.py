@@ -96,12 +96,12 @@ def test_ab_memory_reads_the_worker_s_rss_after_set_up_and_after_each_chunk_of_n
 
 
 def test_distinct_simulated_bodies_are_lists_the_model_takes():
-    from preprocess.text import han_only
+    from preprocess.text import has_han
     from testing.samples import simulated_bodies
 
     bodies = simulated_bodies(300, ("train", "reviews"), distinct=True)
     assert len({tuple(b["sentence_list"]) for b in bodies}) == 300
-    assert all(han_only(b["sentence_list"][0]) for b in bodies)
+    assert all(has_han(b["sentence_list"][0]) for b in bodies)
 
 
 def test_bench_short_lists_keep_only_top1s_of_at_most_max_chars():

@@ -16,7 +16,7 @@ from flask import Flask, jsonify, request
 from api.metrics import METRICS_KEY
 from config import Config
 from preprocess.labelled import Labelled, read_labelled, write_labelled
-from preprocess.text import NBest, han_only
+from preprocess.text import NBest, han_chars
 from testing.judge import MAX_RESPONSE_CHARS, judge, main, valid_answer
 
 pytestmark = pytest.mark.live
@@ -63,7 +63,7 @@ def _contract_app(answer: Callable[[dict[str, Any]], tuple[Any, int]]) -> tuple[
 
 def _good(body: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"esun_uuid": body["esun_uuid"], "server_uuid": "s", "server_timestamp": time.time(),
-            "answer": han_only(body["sentence_list"][0]), **extra}
+            "answer": han_chars(body["sentence_list"][0]), **extra}
 
 
 def test_judge_answers_every_item_in_input_order_from_live_service(live_server: str, items: list[Labelled],
@@ -98,7 +98,7 @@ def test_judge_counts_late_first_attempt_and_takes_the_retrys_answer(
 
     assert all(a.outcomes == ("late", "answered") for a in run.answers)
     # the retry is answered at once by the service's retry guard: TOP1, the model has not answered yet
-    assert [a.answer for a in run.answers] == [han_only(i.nbest.top1) for i in items]
+    assert [a.answer for a in run.answers] == [han_chars(i.nbest.top1) for i in items]
     assert all(a.latency_s < 0.2 for a in run.answers)
     assert (run.failed("late"), run.unanswered) == (len(items), 0)
 
@@ -116,7 +116,7 @@ def test_judge_resends_after_non_200_with_retry_counting_down(make_live_server: 
     assert all(b["sentence_list"] == list(item.nbest.sentences) for b in seen)
     assert all(b["phoneme_sequence_list"] == list(item.nbest.phonemes) for b in seen)
     assert run.answers[0].outcomes == ("non_200", "non_200", "answered")
-    assert run.answers[0].answer == han_only(item.nbest.top1)
+    assert run.answers[0].answer == han_chars(item.nbest.top1)
     assert (run.failed("non_200"), run.unanswered) == (2, 0)
 
 

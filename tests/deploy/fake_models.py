@@ -12,7 +12,7 @@ from typing import Any
 
 from service_streamer.managed_model import ManagedModel
 
-from preprocess.text import NBest, han_only
+from preprocess.text import NBest, han_chars
 
 
 class EchoModel(ManagedModel):
@@ -71,7 +71,7 @@ class PicklableCorrector:
         self.ready = True
 
     def predict_batch(self, items: list[NBest]) -> list[str]:
-        return [self.MARK + han_only(item.top1) for item in items]
+        return [self.MARK + han_chars(item.top1) for item in items]
 
 
 class SlowSetupCorrector(PicklableCorrector):

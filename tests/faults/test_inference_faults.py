@@ -19,7 +19,7 @@ import pytest
 import batching.core
 from api.state import EXTENSION_KEY
 from config import Config
-from preprocess.text import han_only
+from preprocess.text import han_chars
 from tests.fakes import FaultCorrector, Hang, KillWorker, Raise, WorkerKilled
 from tests.faults.judge import Answer, CountingBatcher, JudgeClient, question, request_lines, top1_of, wait_until
 
@@ -48,7 +48,7 @@ def assert_model_answers(answers: list[Answer]) -> None:
 
 def hit_by_fault(corrector: FaultCorrector) -> set[str]:
     """Return the TOP1 answers of the questions in the batches a fault hit."""
-    return {han_only(item.top1) for item in corrector.faulted_items}
+    return {han_chars(item.top1) for item in corrector.faulted_items}
 
 
 def test_inference_answers_top1_when_batch_function_raises(
@@ -123,7 +123,7 @@ def test_inference_answers_top1_while_a_batch_hangs_past_the_deadline(
     wait_until(lambda: not fault_corrector.hanging.is_set(), timeout_s=HANG_S + 1)
     wait_until(lambda: client.ready() == (200, READY), timeout_s=1.0)
     assert_model_answers([client.post(question(i)) for i in range(100, 104)])
-    ran_after_hang = {han_only(item.top1) for batch in fault_corrector.batches[1:] for item in batch}
+    ran_after_hang = {han_chars(item.top1) for batch in fault_corrector.batches[1:] for item in batch}
     assert not ran_after_hang & {top1_of(a.body) for a in during}, "questions nobody waited for were run"
     # The hung batch's late answer was kept for the judge's retry of that question.
     retry = client.post({**first.body, "retry": 1})

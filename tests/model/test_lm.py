@@ -6,7 +6,7 @@ import pytest
 
 from config import DEFAULT_LM_PATH
 from model.lm import LanguageModel, LanguageModelError, kenlm_words, word_suffixes
-from preprocess.text import han_only
+from preprocess.text import han_chars
 
 pytestmark = pytest.mark.real_model
 
@@ -75,7 +75,7 @@ def test_lm_prunes_a_new_window_to_the_same_words_as_looking_every_substring_up(
     unpruned = LanguageModel(DEFAULT_LM_PATH, lexicon=lm.lexicon)
     unpruned._suffixes = None
     assert lm._suffixes is not None
-    sentences = {han_only(s) for body in real_requests for s in body["sentence_list"]}
+    sentences = {han_chars(s) for body in real_requests for s in body["sentence_list"]}
     sentences |= {"臺灣的捷運站在哪裡", "我要對統一發票", "今天故價上漲", "𠀋一下", "欸我想問一下信用卡帳單"}
     for sentence in sorted(sentences):
         assert lm.segment(sentence) == unpruned.segment(sentence)

@@ -24,10 +24,10 @@ def test_align_to_handles_unequal_length_replacement():
 
 
 def test_align_nbest_treats_segmentation_only_differences_as_equal():
-    from preprocess.text import han_only
+    from preprocess.text import han_chars
 
-    top1 = han_only("央行 進場 買 回調 接")
-    rows = align_nbest(top1, [han_only("央行 進場 買回 調 接"), han_only("央 行 進 場 買 回 調 接")])
+    top1 = han_chars("央行 進場 買 回調 接")
+    rows = align_nbest(top1, [han_chars("央行 進場 買回 調 接"), han_chars("央 行 進 場 買 回 調 接")])
     assert rows == [list(top1), list(top1)]
 
 

@@ -1,5 +1,5 @@
 from preprocess.phones import char_syllable, text_phones
-from preprocess.text import han_only, top1_answer
+from preprocess.text import han_chars, has_han, top1_answer
 
 
 def test_top1_answer_removes_spaces_and_non_chinese_tokens():
@@ -19,7 +19,7 @@ def test_top1_answer_of_empty_list_is_empty():
 
 
 def test_han_only_drops_punctuation_and_digits():
-    assert han_only("好 . 123 abc 的") == "好的"
+    assert han_chars("好 . 123 abc 的") == "好的"
 
 
 def test_text_phones_spells_the_judges_notation():
@@ -36,5 +36,10 @@ def test_char_syllable_is_none_for_non_chinese():
 
 
 def test_han_only_keeps_ling_zero_and_extension_b_characters():
-    assert han_only("二〇二二 年") == "二〇二二年"
-    assert han_only("𠀋 好") == "𠀋好"  # U+2000B, CJK extension B
+    assert han_chars("二〇二二 年") == "二〇二二年"
+    assert han_chars("𠀋 好") == "𠀋好"  # U+2000B, CJK extension B
+
+
+def test_has_han_says_whether_any_han_character_is_left_by_han_chars():
+    for text in ("好 . 123", "<htr> abc 1", "", "二〇", "𠀋", "ok"):
+        assert has_han(text) == bool(han_chars(text))
