@@ -18,7 +18,7 @@ def test_top1_answer_of_empty_list_is_empty():
     assert top1_answer([]) == ""
 
 
-def test_han_only_drops_punctuation_and_digits():
+def test_han_chars_drops_punctuation_and_digits():
     assert han_chars("好 . 123 abc 的") == "好的"
 
 
@@ -35,7 +35,7 @@ def test_char_syllable_is_none_for_non_chinese():
     assert char_syllable("a") is None
 
 
-def test_han_only_keeps_ling_zero_and_extension_b_characters():
+def test_han_chars_keeps_ling_zero_and_extension_b_characters():
     assert han_chars("二〇二二 年") == "二〇二二年"
     assert han_chars("𠀋 好") == "𠀋好"  # U+2000B, CJK extension B
 
