@@ -104,10 +104,13 @@ class AnswerPolicy:
         req = read_at_door(body)
         if req is None:
             return None
-        outcome = self._without_model(req, at_door=True)
-        if outcome is _LEAVE:
-            return None
-        response = self.respond(req, outcome or top1(req, refusal), accepted_at)
+        if req.is_retry:
+            outcome = self._retry(req, read_shared=False)
+            if outcome is None:
+                return None
+        else:
+            outcome = self._first_attempt(req) or top1(req, refusal)
+        response = self.respond(req, outcome, accepted_at)
         return orjson.dumps(response)
 
     def in_view(self, req: Question, accepted_at: float, view_start: float) -> Outcome:
@@ -115,8 +118,7 @@ class AnswerPolicy:
         self._admission.observe_queued(view_start - accepted_at)
         deadline = accepted_at + self._budget_s
         try:
-            outcome = self._without_model(req, at_door=False)
-            assert outcome is not _LEAVE
+            outcome = self._retry(req, read_shared=True) if req.is_retry else self._first_attempt(req)
             if outcome is not None:
                 return outcome
             refusal = self._admission.refusal(deadline, time.monotonic())
@@ -140,21 +142,24 @@ class AnswerPolicy:
             self._admission.count_shed()
         return body
 
-    def _without_model(self, req: Question, at_door: bool) -> Outcome | None | object:
-        """Rules 1-4; None: the question may go on to admission; `_LEAVE`: the event loop cannot answer alike."""
+    def _retry(self, req: Question, read_shared: bool) -> Outcome | None:
+        """Rule 1, for a retry. None only when not `read_shared` (the event loop, which makes no network call) and
+        the answer may be on the shared level: the door cannot answer alike, a thread does."""
         key = cache_key(req)
-        if req.is_retry:
-            answer = self._cache.get_local(key)
-            if answer is None and self._cache.shared is not None:
-                if at_door:
-                    return _LEAVE
-                answer = self._cache.get_shared(key)
-            return Outcome(answer, AnswerPath.RETRY_CACHED) if answer else top1(req, AnswerPath.RETRY_TOP1)
+        answer = self._cache.get_local(key)
+        if answer is None and self._cache.shared is not None:
+            if not read_shared:
+                return None
+            answer = self._cache.get_shared(key)
+        return Outcome(answer, AnswerPath.RETRY_CACHED) if answer else top1(req, AnswerPath.RETRY_TOP1)
+
+    def _first_attempt(self, req: Question) -> Outcome | None:
+        """Rules 2-4, for a first attempt; None: the question may go on to admission."""
         if len(strip_spaces(req.sentence_list[0])) > self._config.max_top1_chars:
             return top1(req, AnswerPath.TOO_LONG)
         if not has_han(req.sentence_list[0]):
             return top1(req, AnswerPath.NO_HAN)
-        cached = self._cache.get_local(key)
+        cached = self._cache.get_local(cache_key(req))
         if cached:
             return Outcome(cached, AnswerPath.CACHED)
         trouble = corrector_trouble(self._corrector)
@@ -193,10 +198,6 @@ class AnswerPolicy:
         # Also stored by _remember, but that callback may run after this thread has answered.
         self._cache.put(key, answer)
         return Outcome(answer, AnswerPath.MODEL, prediction.batch_size)
-
-
-# `_without_model` at the event loop: the answer needs a cache level the event loop does not read.
-_LEAVE = object()
 
 
 def usable_answer(answer: object) -> str | None:
