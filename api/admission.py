@@ -108,12 +108,15 @@ class _Minimum:
 class Admission:
     """Decides whether a question may go to the model (module docstring: the gates, in order).
 
-    Thread safety: every method may be called from any thread (the event loop, request threads). `clock` is
-    `time.monotonic` in service and a fake clock in tests; every decision depends only on it and on the calls made.
+    `on_model` counts the questions on the model: the engine's `in_flight` in service (`create_app` builds the
+    admission with it), a fake count in tests. Thread safety: every method may be called from any thread (the event
+    loop, request threads). `clock` is `time.monotonic` in service and a fake clock in tests; every decision depends
+    only on it, on `on_model` and on the calls made.
     """
 
     def __init__(self, pool_cap: int, min_model_budget_s: float, target_s: float, model_target_s: float,
-                 interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 interval_s: float = INTERVAL_S, *, on_model: Callable[[], int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if pool_cap < 1:
             raise ValueError(f"pool_cap must be >= 1, got {pool_cap}")
         if target_s < 0:
@@ -121,7 +124,7 @@ class Admission:
         if interval_s <= 0 or model_target_s <= 0:
             raise ValueError(f"interval_s and model_target_s must be > 0, got {interval_s}, {model_target_s}")
         self.pool_cap = pool_cap
-        self._on_model: Callable[[], int] = _nothing_counted
+        self._on_model = on_model
         self.min_model_budget_s = min_model_budget_s
         self.interval_s = interval_s
         self.enabled = target_s > 0
@@ -136,13 +139,11 @@ class Admission:
         self._step = max(1, math.ceil(pool_cap / RECOVERY_STEPS))
 
     @classmethod
-    def from_config(cls, config: Config, clock: Callable[[], float] = time.monotonic) -> Admission:
+    def from_config(cls, config: Config, on_model: Callable[[], int],
+                    clock: Callable[[], float] = time.monotonic) -> Admission:
+        """Build the admission `config` sets, counting the questions on the model with `on_model`."""
         return cls(config.pool_cap, config.min_model_budget_s, config.overload_target_s,
-                   MODEL_SHARE * config.budget_s, clock=clock)
-
-    def count_with(self, on_model: Callable[[], int]) -> None:
-        """Read the questions on the model from `on_model` (the engine's `in_flight`; the app sets it once)."""
-        self._on_model = on_model
+                   MODEL_SHARE * config.budget_s, on_model=on_model, clock=clock)
 
     # --- the thread pool (counted by the worker's event loop and its threads) ---------------------------------
 
@@ -236,10 +237,6 @@ class Admission:
             self._limit = int(self._limit * DECREASE_FACTOR)
         elif not (queued_over or wait_over):
             self._limit = min(self.pool_cap, self._limit + self._step)
-
-
-def _nothing_counted() -> int:
-    return 0
 
 
 def _level(limit: int, pool_cap: int) -> int:

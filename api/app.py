@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def create_app(
     config: Config | None = None,
     corrector: Corrector | None = None,
     batcher: Engine | None = None,
-    admission: Admission | None = None,
+    make_admission: Callable[[Callable[[], int]], Admission] | None = None,
     cache: LayeredResultCache | None = None,
 ) -> Flask:
     """Build the Flask app with its corrector, batcher, answer cache and metrics.
@@ -42,8 +43,9 @@ def create_app(
     must be set up already, or be a started `LoadingCorrector`. An injected batcher replaces the one built around
     the corrector. With `batcher_workers` > 1 and no injected corrector, the corrector is built in that many
     worker processes instead (`batching.process`), before this returns; the app then holds no corrector of its
-    own (`AppState.corrector` is None) and the engine describes the model. The admission (`api.admission`) and
-    the answer cache are built from the config unless injected (tests inject an admission on a fake clock, a
+    own (`AppState.corrector` is None) and the engine describes the model. The admission (`api.admission`) is
+    built by `make_admission` from the engine's count of questions on the model (by default `Admission.from_config`;
+    tests build one on a fake clock); the answer cache is built from the config unless injected (tests inject a
     cache on a fake Redis).
     """
     config = config or Config.from_env()
@@ -62,8 +64,7 @@ def create_app(
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False  # answers in UTF-8: shorter, and readable in logs
-    admission = admission or Admission.from_config(config)
-    admission.count_with(batcher.in_flight)
+    admission = (make_admission or partial(Admission.from_config, config))(batcher.in_flight)
     metrics.watch_admission(admission)
     metrics.watch_engine(batcher)
     answers = AnswerPolicy(config, cache, corrector, batcher, admission, metrics)

@@ -6,6 +6,7 @@ their view or on the model, recovers by itself, never sheds on a server that is 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -46,9 +47,7 @@ def control(clock: FakeClock) -> Admission:
 
 
 def make(clock: FakeClock, pool_cap: int = POOL_CAP, target_s: float = TARGET_S) -> Admission:
-    control = Admission(pool_cap, MIN_BUDGET_S, target_s, MODEL_TARGET_S, INTERVAL_S, clock=clock)
-    control.count_with(OnModel())
-    return control
+    return Admission(pool_cap, MIN_BUDGET_S, target_s, MODEL_TARGET_S, INTERVAL_S, on_model=OnModel(), clock=clock)
 
 
 def on_model(control: Admission) -> OnModel:
@@ -183,13 +182,13 @@ def test_each_change_of_level_is_logged_once_as_a_json_line(control, clock, capl
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="interval_s"):
-        Admission(2, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, 0.0)
+        Admission(2, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, 0.0, on_model=OnModel())
     with pytest.raises(ValueError, match="target_s"):
-        Admission(2, MIN_BUDGET_S, -1.0, MODEL_TARGET_S, INTERVAL_S)
+        Admission(2, MIN_BUDGET_S, -1.0, MODEL_TARGET_S, INTERVAL_S, on_model=OnModel())
     with pytest.raises(ValueError, match="model_target_s"):
-        Admission(2, MIN_BUDGET_S, TARGET_S, 0.0, INTERVAL_S)
+        Admission(2, MIN_BUDGET_S, TARGET_S, 0.0, INTERVAL_S, on_model=OnModel())
     with pytest.raises(ValueError, match="pool_cap"):
-        Admission(0, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, INTERVAL_S)
+        Admission(0, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, INTERVAL_S, on_model=OnModel())
     with pytest.raises(ConfigError, match="overload_target_s must be < budget_s"):
         Config(overload_target_s=0.75)
 
@@ -227,8 +226,11 @@ def test_the_count_of_questions_on_the_model_is_the_engines(clock):
 
 @pytest.fixture
 def app(clock: FakeClock) -> Flask:
-    control = make(clock, pool_cap=8)
-    app = create_app(Config(http_threads=16, max_batch_size=8), corrector=FaultCorrector(), admission=control)
+    def make_admission(on_model: Callable[[], int]) -> Admission:
+        return Admission(8, MIN_BUDGET_S, TARGET_S, MODEL_TARGET_S, INTERVAL_S, on_model=on_model, clock=clock)
+
+    app = create_app(Config(http_threads=16, max_batch_size=8), corrector=FaultCorrector(),
+                     make_admission=make_admission)
     yield app
     app.extensions[EXTENSION_KEY].batcher.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from flask import Flask
@@ -35,17 +35,37 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def admission(clock: FakeClock) -> Admission:
-    return Admission(POOL_CAP, 0.1, 0.05, 0.4, INTERVAL_S, clock=clock)
+class OnModel:
+    """The engine's count of questions on the model, unless a test sets `fixed`."""
+
+    def __init__(self) -> None:
+        self.engine: Callable[[], int] = lambda: 0
+        self.fixed: int | None = None
+
+    def __call__(self) -> int:
+        return self.engine() if self.fixed is None else self.fixed
 
 
 @pytest.fixture
-def app(admission: Admission) -> Iterator[Flask]:
+def on_model() -> OnModel:
+    return OnModel()
+
+
+@pytest.fixture
+def app(clock: FakeClock, on_model: OnModel) -> Iterator[Flask]:
+    def make_admission(engine_count: Callable[[], int]) -> Admission:
+        on_model.engine = engine_count
+        return Admission(POOL_CAP, 0.1, 0.05, 0.4, INTERVAL_S, on_model=on_model, clock=clock)
+
     app = create_app(Config(http_threads=2 * POOL_CAP, max_batch_size=POOL_CAP), corrector=FaultCorrector(),
-                     admission=admission)
+                     make_admission=make_admission)
     yield app
     app.extensions[EXTENSION_KEY].batcher.close()
+
+
+@pytest.fixture
+def admission(app: Flask) -> Admission:
+    return app.extensions[EXTENSION_KEY].admission
 
 
 @pytest.fixture
@@ -110,20 +130,21 @@ def test_while_the_overload_control_sheds_model_work_new_questions_are_shed_at_t
     assert admission.state().shed_total == 1
 
 
-def test_under_a_reduced_share_the_door_sheds_only_what_the_model_limit_has_no_room_for(state, admission, clock):
+def test_under_a_reduced_share_the_door_sheds_only_what_the_model_limit_has_no_room_for(state, admission, clock,
+                                                                                        on_model):
     for _ in range(12):  # three intervals of a standing queue: the limit halves
         admission.observe_queued(0.3)
         clock.advance(INTERVAL_S / 4)
     limit = admission.state().limit
     assert 0 < limit < POOL_CAP
     assert at_door(state, question()) is None  # room: a thread serves it
-    admission.count_with(lambda: limit)  # the engine holds as many questions as the share allows
+    on_model.fixed = limit  # the engine holds as many questions as the share allows
     assert answered(at_door(state, question()))["answer"] == TOP1
 
 
 def test_with_the_engine_full_the_door_leaves_the_question_to_a_thread_which_hears_the_engines_refusal(
-        app, state, admission, caplog):
-    admission.count_with(lambda: POOL_CAP)  # questions whose requests gave up, not yet expired by the engine
+        app, state, admission, on_model, caplog):
+    on_model.fixed = POOL_CAP  # questions whose requests gave up, not yet expired by the engine
     assert at_door(state, question("full")) is None  # the admission keeps no bound of its own
     with caplog.at_level(logging.INFO, logger="api.requests"):
         state.batcher.submit = _refuse  # the engine's bound
