@@ -73,7 +73,6 @@ class AdmissionState:
     limit: int
     on_model: int
     in_pool: int
-    shed_total: int
     # The signals: the smallest queued time and model wait of the last closed interval (0.0: no sample).
     queued_min_s: float
     model_wait_min_s: float
@@ -132,7 +131,6 @@ class Admission:
         self._lock = threading.Lock()
         self._limit = pool_cap
         self._in_pool = 0
-        self._shed_total = 0
         self._interval_end = clock() + interval_s
         self._queued = _Minimum(target_s)
         self._model_wait = _Minimum(model_target_s)
@@ -188,11 +186,6 @@ class Admission:
             self._queued.add(queued_s)
         _log_change(change)
 
-    def count_shed(self) -> None:
-        """Count a question answered `shed` (by either door)."""
-        with self._lock:
-            self._shed_total += 1
-
     def state(self) -> AdmissionState:
         """Return the state now (closing intervals that ended)."""
         with self._lock:
@@ -212,7 +205,7 @@ class Admission:
 
     def _snapshot(self) -> AdmissionState:
         return AdmissionState(_level(self._limit, self.pool_cap), self._limit, self._on_model(), self._in_pool,
-                              self._shed_total, self._queued.last_s, self._model_wait.last_s, self.enabled)
+                              self._queued.last_s, self._model_wait.last_s, self.enabled)
 
     def _roll(self, now: float) -> tuple[AdmissionState, AdmissionState] | None:
         """Close every interval that ended by `now` (caller holds the lock); return (before, after) on a level
@@ -255,4 +248,4 @@ def _log_change(change: tuple[AdmissionState, AdmissionState] | None) -> None:
         "overload_level": after.level_name, "overload_level_before": before.level_name,
         "model_limit": after.limit, "queued_min_ms": round(after.queued_min_s * 1000, 1),
         "model_wait_min_ms": round(after.model_wait_min_s * 1000, 1),
-        "model_in_flight": after.on_model, "shed_total": after.shed_total}})
+        "model_in_flight": after.on_model}})

@@ -138,8 +138,6 @@ class AnswerPolicy:
         log_request(req.esun_uuid, req.retry, outcome.path, latency_s * 1000, outcome.batch_size, outcome.reason,
                     queued_ms=queued_ms)
         self._metrics.observe_request(outcome.path, latency_s)
-        if outcome.path is AnswerPath.SHED:
-            self._admission.count_shed()
         return body
 
     def _retry(self, req: Question, read_shared: bool) -> Outcome | None:

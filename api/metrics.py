@@ -108,9 +108,9 @@ class Metrics:
             ["path"], namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
         self.in_flight = Gauge(
             "requests_in_flight", "/inference requests being answered now.", namespace=NAMESPACE, registry=r)
-        self.fallbacks = Counter(
-            "fallbacks", "Answers that are TOP1 instead of the model's, by reason.", ["reason"],
-            namespace=NAMESPACE, registry=r)
+        # Each answer is counted once, by its path, in request_seconds; the fallbacks and the overload control's
+        # shed count are read from there at each scrape.
+        r.register(_FallbacksCollector(self))
         self.batch_size = Histogram(
             "batch_size", "Questions per call of the corrector.", namespace=NAMESPACE,
             buckets=BATCH_SIZE_BUCKETS, registry=r)
@@ -138,7 +138,6 @@ class Metrics:
         # Every label value exists from the start, so rates and alerts see zeros instead of missing series; each
         # path's series is looked up here once (`labels` costs a lock and a dict per call).
         self._request_seconds_of = {path: self.request_seconds.labels(path.value) for path in AnswerPath}
-        self._fallbacks_of = {path: self.fallbacks.labels(path.value) for path in AnswerPath if path.fallback}
         self.request_seconds.labels(REJECTED)
         for status in REFUSAL_CODES:
             self.requests_refused.labels(str(status))
@@ -146,10 +145,17 @@ class Metrics:
                                   for level in CACHE_LEVELS for result in CACHE_RESULTS}
 
     def observe_request(self, path: AnswerPath, seconds: float) -> None:
-        """Record one answered /inference request and, for a TOP1 answer, its fallback."""
+        """Record one answered /inference request: its path (the one count of each path's answers) and latency."""
         self._request_seconds_of[path].observe(seconds)
-        if path.fallback:
-            self._fallbacks_of[path].inc()
+
+    def answered(self) -> dict[str, float]:
+        """The /inference requests answered so far, by path (request_seconds' counts)."""
+        counts = dict.fromkeys((path.value for path in AnswerPath), 0.0)
+        for family in self.request_seconds.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_count"):
+                    counts[sample.labels["path"]] = sample.value
+        return counts
 
     def observe_batch(self, report: BatchReport) -> None:
         """Record one call of the corrector and each of its questions' wait for it (the engine's on_batch hook)."""
@@ -176,7 +182,7 @@ class Metrics:
 
     def watch_admission(self, admission: Admission) -> None:
         """Expose the admission's state (its overload control), read at each scrape."""
-        self.registry.register(_AdmissionCollector(admission))
+        self.registry.register(_AdmissionCollector(admission, self))
 
     def watch_engine(self, engine: Engine) -> None:
         """Expose the batching engine's readiness and its replaced workers, read at each scrape."""
@@ -296,8 +302,9 @@ def _labelled(texts: dict[str, str]) -> Iterator[Metric]:
 class _AdmissionCollector(Collector):
     """The admission's series, from one snapshot of its state per scrape."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, metrics: Metrics) -> None:
         self._admission = admission
+        self._metrics = metrics
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         state = self._admission.state()
@@ -319,7 +326,23 @@ class _AdmissionCollector(Collector):
                                 "the least wait on the model (admission to answer or deadline) of any request "
                                 "answered in its last interval.", value=state.model_wait_min_s)
         yield CounterMetricFamily(f"{NAMESPACE}_overload_shed", "Requests answered TOP1 by the overload control "
-                                  "(path shed).", value=state.shed_total)
+                                  "(path shed).", value=self._metrics.answered()[AnswerPath.SHED.value])
+
+
+class _FallbacksCollector(Collector):
+    """The answers that are TOP1 instead of the model's, by reason (their path), from the count of each path."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(f"{NAMESPACE}_fallbacks", "Answers that are TOP1 instead of the model's, by "
+                                     "reason.", labels=["reason"])
+        answered = self._metrics.answered()
+        for path in AnswerPath:
+            if path.fallback:
+                family.add_metric([path.value], answered[path.value])
+        yield family
 
 
 # The batching engine's counters (batching.BatcherStats), each an `esun_batcher_<name>_total` series.

@@ -127,7 +127,7 @@ def test_while_the_overload_control_sheds_model_work_new_questions_are_shed_at_t
     with caplog.at_level(logging.INFO, logger="api.requests"):
         assert answered(at_door(state, question("shed")))["answer"] == TOP1
     assert paths_logged(caplog) == ["shed"]
-    assert admission.state().shed_total == 1
+    assert state.metrics.answered()["shed"] == 1
 
 
 def test_under_a_reduced_share_the_door_sheds_only_what_the_model_limit_has_no_room_for(state, admission, clock,
@@ -151,7 +151,7 @@ def test_with_the_engine_full_the_door_leaves_the_question_to_a_thread_which_hea
         response = app.test_client().post("/inference", data=question("full"))
     assert response.get_json()["answer"] == TOP1
     assert paths_logged(caplog) == ["overload"]
-    assert admission.state().shed_total == 0
+    assert state.metrics.answered()["shed"] == 0
 
 
 def _refuse(*_args: object) -> None:
