@@ -31,17 +31,17 @@ CORRECTOR_TARGET = "model.corrector:Corrector"
 def create_app(
     config: Config | None = None,
     corrector: Corrector | None = None,
-    batcher: Engine | None = None,
+    engine: Engine | None = None,
     make_admission: Callable[[Callable[[], int]], Admission] | None = None,
     cache: LayeredResultCache | None = None,
 ) -> Flask:
-    """Build the Flask app with its corrector, batcher, answer cache and metrics.
+    """Build the Flask app with its corrector, engine (a batcher), answer cache and metrics.
 
     By default the config comes from the environment and the corrector is the real one from
     `model.corrector`, imported, loaded and warmed up (`setup()`) on a thread (`api.loading`): the app serves at
     once, answering TOP1 and `/readyz` 503 until the model is ready. An injected corrector (tests inject fakes)
-    must be set up already, or be a started `LoadingCorrector`. An injected batcher replaces the one built around
-    the corrector. With `batcher_workers` > 1 and no injected corrector, the corrector is built in that many
+    must be set up already, or be a started `LoadingCorrector`. An injected engine replaces the batcher built
+    around the corrector. With `batcher_workers` > 1 and no injected corrector, the corrector is built in that many
     worker processes instead (`batching.process`), before this returns; the app then holds no corrector of its
     own (`AppState.corrector` is None) and the engine describes the model. The admission (`api.admission`) is
     built by `make_admission` from the engine's count of questions on the model (by default `Admission.from_config`;
@@ -53,22 +53,22 @@ def create_app(
     metrics = Metrics(spool_dir=Path(config.shared_dir) / "metrics" if config.shared_dir else None)
     cache = cache or build_cache(config, observer=metrics)
     loader = None
-    if corrector is None and batcher is None and config.batcher_workers > 1:
-        batcher = build_process_batcher(config, metrics, target=CORRECTOR_TARGET)
+    if corrector is None and engine is None and config.batcher_workers > 1:
+        engine = build_process_batcher(config, metrics, target=CORRECTOR_TARGET)
     else:
         if corrector is None:
             corrector = loader = LoadingCorrector(partial(_load_corrector, config))
-        if batcher is None:
-            batcher = _build_batcher(config, corrector, metrics)
+        if engine is None:
+            engine = _build_batcher(config, corrector, metrics)
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False  # answers in UTF-8: shorter, and readable in logs
-    admission = (make_admission or partial(Admission.from_config, config))(batcher.in_flight)
+    admission = (make_admission or partial(Admission.from_config, config))(engine.in_flight)
     metrics.watch_admission(admission)
-    metrics.watch_engine(batcher)
-    answers = AnswerPolicy(config, cache, corrector, batcher, admission, metrics)
-    app.extensions[EXTENSION_KEY] = AppState(config=config, corrector=corrector, batcher=batcher, cache=cache,
+    metrics.watch_engine(engine)
+    answers = AnswerPolicy(config, cache, corrector, engine, admission, metrics)
+    app.extensions[EXTENSION_KEY] = AppState(config=config, corrector=corrector, engine=engine, cache=cache,
                                              admission=admission, answers=answers, metrics=metrics)
     app.extensions[METRICS_KEY] = metrics
     register_error_handlers(app)

@@ -62,16 +62,16 @@ def readyz() -> tuple[dict[str, Any], int]:
     reasons = []
     if (trouble := corrector_trouble(state.corrector)) is not None:
         reasons.append(trouble)
-    if not state.batcher.alive():
-        reasons.append(batcher_trouble(state.batcher))
+    if not state.engine.alive():
+        reasons.append(engine_trouble(state.engine))
     if (trouble := log_writer_trouble()) is not None:
         reasons.append(trouble)
     return {"ready": not reasons, "reasons": reasons}, 503 if reasons else 200
 
 
-def batcher_trouble(batcher: Engine) -> str:
-    """Say why the batcher is not alive: a batch running too long, or no worker running."""
-    snapshot = batcher.stats()
+def engine_trouble(engine: Engine) -> str:
+    """Say why the engine is not alive: a batch running too long, or no worker running."""
+    snapshot = engine.stats()
     if snapshot.worker_alive and snapshot.running_for_s > 0:
         return f"a batch has been running for {snapshot.running_for_s:.1f} s"
     return "batcher worker is not running"
@@ -81,7 +81,7 @@ def index() -> dict[str, Any]:
     """Describe the service: name, version, model and settings."""
     state = app_state()
     name, version = _project()
-    model = state.batcher.describe() if state.corrector is None else state.corrector.info
+    model = state.engine.describe() if state.corrector is None else state.corrector.info
     return {"name": name, "version": version, "model": _json_safe(model),
             "config": state.config.summary()}
 

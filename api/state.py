@@ -19,7 +19,7 @@ EXTENSION_KEY = "asr_correction"
 @dataclass
 class AppState:
     """What the doors of one app share (the views, and the worker's event loop through `api.state.serving_state`):
-    its config, corrector, batcher (the engine), answer cache, admission, answer policy and metrics.
+    its config, corrector, engine (a `batching` batcher), answer cache, admission, answer policy and metrics.
 
     corrector is None when the model runs in the engine's worker processes (`batching.process`), which set it up
     before the engine was built; the engine then describes it (`Engine.describe`).
@@ -27,7 +27,7 @@ class AppState:
 
     config: Config
     corrector: Corrector | None
-    batcher: Engine
+    engine: Engine
     cache: LayeredResultCache
     admission: Admission
     answers: AnswerPolicy

@@ -146,7 +146,7 @@ def worker_exit(server: object, worker: object) -> None:
     state = worker.state if isinstance(worker, ReadingThreadWorker) else None
     try:
         if state is not None:
-            state.batcher.close()
+            state.engine.close()
             state.cache.close()
             state.metrics.close()
     finally:

@@ -58,17 +58,17 @@ def fake_corrector() -> type[FakeCorrector]:
 
 @pytest.fixture
 def make_app(config: Config) -> Iterator[Callable[..., Flask]]:
-    """Build apps (default: the `config` fixture and a new FakeCorrector); close their batchers after."""
+    """Build apps (default: the `config` fixture and a new FakeCorrector); close their engines after."""
     apps: list[Flask] = []
 
-    def make(config: Config = config, corrector: Any = None, batcher: Any = None, cache: Any = None) -> Flask:
-        app = create_app(config, corrector=corrector or FakeCorrector(), batcher=batcher, cache=cache)
+    def make(config: Config = config, corrector: Any = None, engine: Any = None, cache: Any = None) -> Flask:
+        app = create_app(config, corrector=corrector or FakeCorrector(), engine=engine, cache=cache)
         apps.append(app)
         return app
 
     yield make
     for app in apps:
-        app.extensions[EXTENSION_KEY].batcher.close(timeout=2.0)
+        app.extensions[EXTENSION_KEY].engine.close(timeout=2.0)
 
 
 @pytest.fixture

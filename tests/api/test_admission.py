@@ -232,7 +232,7 @@ def app(clock: FakeClock) -> Flask:
     app = create_app(Config(http_threads=16, max_batch_size=8), corrector=FaultCorrector(),
                      make_admission=make_admission)
     yield app
-    app.extensions[EXTENSION_KEY].batcher.close()
+    app.extensions[EXTENSION_KEY].engine.close()
 
 
 def ask(app: Flask, n: int) -> dict[str, Any]:
@@ -303,8 +303,8 @@ def test_a_model_that_answers_within_its_target_keeps_the_full_share_whatever_th
 
 def test_the_app_counts_questions_on_the_model_with_its_engine(app):
     state = app.extensions[EXTENSION_KEY]
-    assert state.admission.state().on_model == state.batcher.in_flight() == 0
-    assert state.batcher.describe()["max_in_flight"] == state.config.pool_cap
+    assert state.admission.state().on_model == state.engine.in_flight() == 0
+    assert state.engine.describe()["max_in_flight"] == state.config.pool_cap
 
 
 def test_the_readme_gates_table_names_the_gates_the_code_has():

@@ -60,7 +60,7 @@ def app(clock: FakeClock, on_model: OnModel) -> Iterator[Flask]:
     app = create_app(Config(http_threads=2 * POOL_CAP, max_batch_size=POOL_CAP), corrector=FaultCorrector(),
                      make_admission=make_admission)
     yield app
-    app.extensions[EXTENSION_KEY].batcher.close()
+    app.extensions[EXTENSION_KEY].engine.close()
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def test_with_the_engine_full_the_door_leaves_the_question_to_a_thread_which_hea
     on_model.fixed = POOL_CAP  # questions whose requests gave up, not yet expired by the engine
     assert at_door(state, question("full")) is None  # the admission keeps no bound of its own
     with caplog.at_level(logging.INFO, logger="api.requests"):
-        state.batcher.submit = _refuse  # the engine's bound
+        state.engine.submit = _refuse  # the engine's bound
         response = app.test_client().post("/inference", data=question("full"))
     assert response.get_json()["answer"] == TOP1
     assert paths_logged(caplog) == ["overload"]

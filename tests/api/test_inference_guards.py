@@ -117,7 +117,7 @@ def test_a_question_whose_request_gave_up_before_its_batch_started_leaves_the_en
     # Two places on the model (pool_cap 2), batches of one: the first question's batch holds the model.
     app = make_app(config=dataclasses.replace(config, http_threads=4, max_batch_size=1), corrector=held)
     client = app.test_client()
-    engine = app.extensions[EXTENSION_KEY].batcher
+    engine = app.extensions[EXTENSION_KEY].engine
     try:
         threading.Thread(target=post, args=(client, make_body(esun_uuid="a" * 64)), daemon=True).start()
         wait_until(lambda: engine.in_flight() == 1)
@@ -182,7 +182,7 @@ def test_inference_answers_top1_when_the_corrector_returns_too_few_answers(make_
 
 
 def test_inference_answers_top1_when_the_batcher_is_closed(app, client, make_body, request_paths):
-    app.extensions[EXTENSION_KEY].batcher.close()
+    app.extensions[EXTENSION_KEY].engine.close()
     body = make_body()
     assert post(client, body) == top1_answer(body["sentence_list"])
     assert request_paths() == ["error"]

@@ -34,7 +34,7 @@ def test_readyz_answers_503_when_corrector_not_set_up(client, corrector):
 
 
 def test_readyz_answers_503_when_batcher_stopped(app, client):
-    app.extensions[EXTENSION_KEY].batcher.close()
+    app.extensions[EXTENSION_KEY].engine.close()
     response = client.get("/readyz")
     assert response.status_code == 503
     assert response.get_json()["reasons"] == ["batcher worker is not running"]

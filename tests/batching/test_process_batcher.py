@@ -221,7 +221,7 @@ def test_create_app_serves_from_worker_processes_when_batcher_workers_above_one(
         assert samples[("esun_batch_size_count", ())] == 1
         assert samples[("esun_batch_queue_wait_seconds_count", ())] == 1
     finally:
-        app.extensions[EXTENSION_KEY].batcher.close(timeout=2)
+        app.extensions[EXTENSION_KEY].engine.close(timeout=2)
 
 
 @pytest.mark.parametrize("queued", [False, True], ids=["idle", "items-queued"])
@@ -258,7 +258,7 @@ def test_while_the_process_engine_replaces_its_workers_questions_answer_model_lo
 
     monkeypatch.setattr(api.app, "CORRECTOR_TARGET", "tests.deploy.fake_models:SlowSetupCorrector")
     app = create_app(dataclasses.replace(config, batcher_workers=2))
-    engine = app.extensions[EXTENSION_KEY].batcher
+    engine = app.extensions[EXTENSION_KEY].engine
     try:
         client = app.test_client()
         assert client.post("/inference", json=make_body(esun_uuid="before")).get_json()["answer"] == \

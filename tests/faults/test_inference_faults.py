@@ -81,7 +81,7 @@ def test_inference_answers_top1_when_batch_function_raises(
     # Recovered at once: the worker never stopped, later questions get the model, /readyz never wavered.
     assert_model_answers([client.post(question(i)) for i in range(100, 104)])
     assert client.ready() == (200, READY)
-    stats = app.extensions[EXTENSION_KEY].batcher.stats()
+    stats = app.extensions[EXTENSION_KEY].engine.stats()
     assert (stats.failures, stats.restarts, stats.worker_alive) == (2, 0, True)
 
 
@@ -128,7 +128,7 @@ def test_inference_answers_top1_while_a_batch_hangs_past_the_deadline(
     # The hung batch's late answer was kept for the judge's retry of that question.
     retry = client.post({**first.body, "retry": 1})
     assert retry.answer == FaultCorrector.MARK + top1_of(first.body)
-    stats = app.extensions[EXTENSION_KEY].batcher.stats()
+    stats = app.extensions[EXTENSION_KEY].engine.stats()
     assert stats.in_flight == 0 and stats.dropped_expired >= len(during)
 
 
@@ -155,7 +155,7 @@ def test_inference_answers_top1_when_worker_thread_dies_and_batcher_replaces_it(
     # client can be seen reading /readyz in it; the view never waits on the poll, so answers are unaffected.
     monkeypatch.setattr(batching.core, "POLL_S", 0.5)
     app, base = serve(fault_corrector)
-    batcher = app.extensions[EXTENSION_KEY].batcher
+    batcher = app.extensions[EXTENSION_KEY].engine
     client = judge(base)
     assert_model_answers([client.post(question(0))])
 
@@ -207,7 +207,7 @@ def test_inference_answers_every_question_when_worker_dies_mid_burst(
     assert hit <= {top1_of(a.body) for a in answers if logged[a.body["esun_uuid"]]["path"] == "error"}
 
     assert_model_answers([client.post(question(i)) for i in range(100, 104)])
-    assert app.extensions[EXTENSION_KEY].batcher.stats().restarts == 1
+    assert app.extensions[EXTENSION_KEY].engine.stats().restarts == 1
     assert client.ready() == (200, READY)
 
 

@@ -71,7 +71,7 @@ def test_inference_answers_all_within_timeout_at_five_times_capacity_with_bounde
 ) -> None:
     config = dataclasses.replace(fault_config, max_batch_size=MAX_BATCH_SIZE, http_threads=2 * POOL_CAP)
     app, base = serve(FaultCorrector(delay_s=BATCH_COST_S), config=config)
-    batcher = app.extensions[EXTENSION_KEY].batcher
+    batcher = app.extensions[EXTENSION_KEY].engine
     client = judge(base)
     rate = LOAD_FACTOR * CAPACITY_PER_S
     stop = threading.Event()
