@@ -66,6 +66,7 @@ def create_app(
     admission.count_with(batcher.in_flight)
     metrics.watch_admission(admission)
     metrics.watch_engine(batcher)
+    metrics.watch_cache(cache.local)
     answers = AnswerPolicy(config, cache, corrector, batcher, admission, metrics)
     app.extensions[EXTENSION_KEY] = AppState(config=config, corrector=corrector, batcher=batcher, cache=cache,
                                              admission=admission, answers=answers, metrics=metrics)

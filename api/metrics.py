@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 
 from flask import Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -161,6 +161,10 @@ class Metrics:
         """Expose the admission's state (its overload control), read at each scrape."""
         self.registry.register(_AdmissionCollector(admission))
 
+    def watch_cache(self, local: Sized) -> None:
+        """Expose how many answers the process's own cache holds, read at each scrape (testing.soak plots it)."""
+        self.registry.register(_CacheCollector(local))
+
     def watch_engine(self, engine: Engine) -> None:
         """Expose the batching engine's readiness and its replaced workers, read at each scrape."""
         self.registry.register(_EngineCollector(engine))
@@ -197,6 +201,17 @@ class _AdmissionCollector(Collector):
                                 "answered in its last interval.", value=state.model_wait_min_s)
         yield CounterMetricFamily(f"{NAMESPACE}_overload_shed", "Requests answered TOP1 by the overload control "
                                   "(path shed).", value=state.shed_total)
+
+
+class _CacheCollector(Collector):
+    """The local answer cache's size (`len`, under its lock: one scrape's cost, never a request's)."""
+
+    def __init__(self, local: Sized) -> None:
+        self._local = local
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(f"{NAMESPACE}_cache_entries", "Answers held in this process's own cache (the local "
+                                "level; expired ones count until asked for or pushed out).", value=len(self._local))
 
 
 # The batching engine's counters (batching.BatcherStats), each an `esun_batcher_<name>_total` series.
