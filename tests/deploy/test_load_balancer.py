@@ -298,7 +298,9 @@ def late_or_failed(attempts: list[Attempt]) -> list[tuple[int | str, float, tupl
 
 
 @pytest.mark.parametrize("cluster", [SHIPPED_REPLICA], indirect=True, ids=["shipped-model"])
-def test_nginx_answers_every_request_in_time_when_a_shipped_model_replica_is_killed_and_takes_it_back(cluster):
+def test_nginx_answers_every_request_in_time_when_a_shipped_model_replica_is_killed_and_takes_it_back(
+    cluster, redis_client,
+):
     """Issue 40: compose's stack lost 5, 41 and 3 requests in three of four kills (late, or nginx's own 502 when the
     survivor was marked down inside the dead one's fail_timeout). With the shipped model on both replicas, under
     CLIENTS closed-loop clients, one replica is killed (SIGKILL to its process group): 0 non-200 and 0 answers later
@@ -324,9 +326,21 @@ def test_nginx_answers_every_request_in_time_when_a_shipped_model_replica_is_kil
         session.trust_env = False
         retries = [send(session, cluster.url, {**a.body, "retry": 1}) for a in attempts]
     assert not late_or_failed(retries), late_or_failed(retries)[:8]
-    different = [(a.body["esun_uuid"], a.answer, r.answer) for a, r in zip(attempts, retries, strict=True)
-                 if r.answer != a.answer]
+    # A retry gets its question's first answer, from the answering replica's cache or from Redis. The one exception
+    # is by design (cache/layered.py): an answer reaches Redis from a write-behind queue a moment after its response
+    # left, and the killed replica lost the writes still queued; a retry of such a question answers TOP1 at once
+    # (path retry_top1), never another model answer. (The judge retries only a question it got no answer to.)
+    lost, different = [], []
+    for first, retry in zip(attempts, retries, strict=True):
+        if retry.answer == first.answer:
+            continue
+        unwritten = first.upstreams[-1:] == (victim.address,) and first.ended <= killed_at and \
+            not redis_client.exists(f"esun:answer:{first.body['esun_uuid']}") and \
+            retry.answer == "".join(first.body["sentence_list"][0].split())
+        (lost if unwritten else different).append((first.body["esun_uuid"], first.answer, retry.answer,
+                                                   round(killed_at - first.ended, 3)))
     assert not different, f"{len(different)} of {len(retries)} retries got another answer: {different[:5]}"
+    assert all(x[3] < 1.0 for x in lost), f"answers a second old were not yet in Redis: {lost[:5]}"
 
     restarted = start_replica("a", cluster.redis_url, cluster.tmp, SHIPPED_REPLICA, port=victim.port)
     cluster.replicas["a"] = restarted
@@ -342,8 +356,10 @@ def test_nginx_answers_every_request_in_time_when_a_shipped_model_replica_is_kil
     assert to_victim, f"the replica started again got no answered request within 10 s of /readyz 200 ({len(back)} sent)"
     assert not late_or_failed(back), late_or_failed(back)[:8]
     print(f"\nshipped model behind nginx: {len(attempts)} requests, {len(passed_on)} passed on from the killed "
-          f"replica, slowest {max(a.ended - a.started for a in attempts):.3f} s; {len(retries)} retries, same "
-          f"answers; the restarted replica answered {to_victim[0].ended - ready_at:.2f} s after its /readyz 200")
+          f"replica, slowest {max(a.ended - a.started for a in attempts):.3f} s; {len(retries)} retries, "
+          f"{len(retries) - len(lost)} with the first answer, {len(lost)} TOP1 (answered by the killed replica "
+          f"{', '.join(str(x[3]) for x in lost) or '-'} s before the kill, not yet in Redis); the restarted "
+          f"replica answered {to_victim[0].ended - ready_at:.2f} s after its /readyz 200")
 
 
 class FailsOnce(BaseHTTPRequestHandler):
