@@ -334,7 +334,8 @@ def test_nginx_answers_every_request_in_time_when_a_shipped_model_replica_is_kil
     for first, retry in zip(attempts, retries, strict=True):
         if retry.answer == first.answer:
             continue
-        unwritten = first.upstreams[-1:] == (victim.address,) and first.ended <= killed_at and \
+        # (Answered by the killed replica: its client may see the answer a few ms after the kill was sent.)
+        unwritten = first.upstreams[-1:] == (victim.address,) and \
             not redis_client.exists(f"esun:answer:{first.body['esun_uuid']}") and \
             retry.answer == "".join(first.body["sentence_list"][0].split())
         (lost if unwritten else different).append((first.body["esun_uuid"], first.answer, retry.answer,
