@@ -137,12 +137,12 @@ def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float
 def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int,
                  log_offset: int) -> tuple[dict[str, Any], int]:
     """Drive one interval of open-loop load; return its record and where the server's log now ends."""
-    before = batcher_stats(server)
+    before, batch_time_before, cpu_before = batcher_stats(server), batch_time(server), server.cpu_s()
     shift = index * len(templates) // 7 % len(templates)  # each interval starts elsewhere in the pool
     shots, start, end, info = aioload.open_loop(server.url, rate_rps, seconds, 0.0,
                                                 templates[shift:] + templates[:shift],
                                                 timeout_s=OPEN_LOOP_ANSWER_S, seed=index)
-    after = batcher_stats(server)
+    after, batch_time_after, cpu_after = batcher_stats(server), batch_time(server), server.cpu_s()
     log, log_offset = server.request_log_since(log_offset)
     summary = summarise(shots, (start, end), count_paths(log, start, end + OPEN_LOOP_ANSWER_S),
                         {k: after[k] - before[k] for k in after})
@@ -155,6 +155,10 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
                                        "non_200", "no_answer", "connection_errors", "invalid", "model_share",
                                        "paths")},
         "mean_batch_size": summary.get("batcher", {}).get("mean_batch_size"),
+        # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core, and the
+        # corrector's mean run time per batch and per question in the interval.
+        "server_cpu_pct": round(100 * (cpu_after - cpu_before) / (end - start), 1),
+        **batch_means(batch_time_before, batch_time_after, after["items"] - before["items"]),
         **server_latency(log, start, end + OPEN_LOOP_ANSWER_S),
         "cache_entries": int(cache["cache_entries"]),
         "gc_full_collections": int(gc_full["gc_full_collections"]),
@@ -164,15 +168,27 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
     return record, log_offset
 
 
+def batch_time(server: ServerProcess) -> dict[str, float]:
+    """The corrector's run time so far, summed over its batches, and their count (esun_batch_duration_seconds)."""
+    return scrape(server.url, {"esun_batch_duration_seconds_sum": "sum", "esun_batch_duration_seconds_count": "count"})
+
+
+def batch_means(before: dict[str, float], after: dict[str, float], items: int) -> dict[str, float | None]:
+    """Mean run time of a batch, and of a question in one, between two readings of `batch_time`."""
+    seconds, batches = after["sum"] - before["sum"], after["count"] - before["count"]
+    return {"batch_ms_mean": round(1000 * seconds / batches, 1) if batches else None,
+            "batch_ms_per_question": round(1000 * seconds / items, 2) if items else None}
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The per-interval table and a line of context."""
     rows = [[r["end_s"] / 60, r["sent_rps"], r["p50_ms"], r["p99_ms"], r["late_over_1s"], r["non_200"],
              r["by_role"]["worker"]["rss_mib"], r["by_role"]["model"]["rss_mib"], r["by_role"]["master"]["rss_mib"],
              r["by_role"]["worker"]["fds"] + r["by_role"]["model"]["fds"],
              r["by_role"]["worker"]["threads"] + r["by_role"]["model"]["threads"], r["cache_entries"],
-             r["model_share"]] for r in results["intervals"]]
+             r["model_share"], r["server_cpu_pct"], r["batch_ms_per_question"]] for r in results["intervals"]]
     head = ("minute | req/s sent | p50 ms | p99 ms | late | non-200 | workers' RSS MiB | model procs' RSS MiB | "
-            "master RSS MiB | fds | threads | cache entries | model share")
+            "master RSS MiB | fds | threads | cache entries | model share | server CPU % | batch ms per question")
     lines = [f"soak: {results['share']:g} x {results['capacity_rps']} req/s (the model's answers/s at "
              f"{PROBE_CLIENTS} clients) = {results['rate_rps']} req/s for {results['minutes']:g} min, "
              f"{results['request_pool']['short']} short lists in {results['request_pool']['bodies']}", "",
