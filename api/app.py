@@ -67,6 +67,7 @@ def create_app(
     admission = (make_admission or partial(Admission.from_config, config))(engine.in_flight)
     metrics.watch_admission(admission)
     metrics.watch_engine(engine)
+    metrics.watch_cache(cache.local)
     answers = AnswerPolicy(config, cache, corrector, engine, admission, metrics)
     app.extensions[EXTENSION_KEY] = AppState(config=config, corrector=corrector, engine=engine, cache=cache,
                                              admission=admission, answers=answers, metrics=metrics)

@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
 
 from flask import Flask, Response, current_app, g, request
@@ -183,6 +183,10 @@ class Metrics:
     def watch_admission(self, admission: Admission) -> None:
         """Expose the admission's state (its overload control), read at each scrape."""
         self.registry.register(_AdmissionCollector(admission, self))
+
+    def watch_cache(self, local: Sized) -> None:
+        """Expose how many answers the process's own cache holds, read at each scrape (testing.soak plots it)."""
+        self.registry.register(_CacheCollector(local))
 
     def watch_engine(self, engine: Engine) -> None:
         """Expose the batching engine's readiness and its replaced workers, read at each scrape."""
@@ -343,6 +347,17 @@ class _FallbacksCollector(Collector):
             if path.fallback:
                 family.add_metric([path.value], answered[path.value])
         yield family
+
+
+class _CacheCollector(Collector):
+    """The local answer cache's size (`len`, under its lock: one scrape's cost, never a request's)."""
+
+    def __init__(self, local: Sized) -> None:
+        self._local = local
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(f"{NAMESPACE}_cache_entries", "Answers held in this process's own cache (the local "
+                                "level; expired ones count until asked for or pushed out).", value=len(self._local))
 
 
 # The batching engine's counters (batching.BatcherStats), each an `esun_batcher_<name>_total` series.

@@ -14,10 +14,12 @@ engine=$(bash deploy/engine.sh) || exit 2
 if [[ $engine == podman ]]; then
     export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/deploy/podman/containers.conf}
     # podman-compose 1.1 or newer: Debian bookworm's 1.0.3 ignores --scale and passes ${VAR:-} on literally.
-    compose=("$(command -v .venv/bin/podman-compose podman-compose | head -n1)")
-    version=$("${compose[0]:-false}" version 2>/dev/null | sed -n 's/^podman-composer\? version  *//p')
+    # `|| true`: command -v fails when neither is there, which set -e would turn into a silent exit 1 before the hint.
+    compose=("$(command -v .venv/bin/podman-compose || command -v podman-compose || true)")
+    version=$("${compose[0]:-false}" version 2>/dev/null | sed -n 's/^podman-composer\? version  *//p' || true)
     if [[ -z $version ]] || [[ $(printf '%s\n' 1.1 "$version" | sort -V | head -n1) != 1.1 ]]; then
-        echo "podman-compose 1.1 or newer is needed (found: ${version:-none}): pip install podman-compose==1.6.0" >&2
+        echo "podman-compose 1.1 or newer is needed (found: ${version:-none}):" \
+             ".venv/bin/pip install podman-compose==1.6.0 (make install-dev does)" >&2
         exit 2
     fi
 else
@@ -44,5 +46,17 @@ if [[ ${1:-} == up ]]; then
                NGINX_CONF=./deploy/nginx/nginx-1.22.conf
         echo "compose: Docker Hub cannot be reached: redis and nginx from Debian's packages ($REDIS_IMAGE, $NGINX_IMAGE)"
     fi
+fi
+if [[ $engine == podman && ${1:-} == down ]]; then
+    # podman-compose's `down` removes only the containers the compose file names (api_1, not the api_2.. of
+    # --scale), then fails quietly to remove the pod and the network they still use, and exits 0. Its
+    # --remove-orphans removes every container labelled with the project first; then check that none is left.
+    "${compose[@]}" "$@" --remove-orphans
+    left=$("${compose[@]}" ps -q 2>/dev/null || true)
+    if [[ -n $left ]]; then
+        echo "compose: down left containers of the project running: $(tr '\n' ' ' <<<"$left")" >&2
+        exit 1
+    fi
+    exit 0
 fi
 exec "${compose[@]}" "$@"

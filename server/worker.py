@@ -10,6 +10,10 @@ server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three add
   (a body over `MAX_BODY_BYTES`, a head over 32 KiB, framing HTTP/1.1 forbids) gets the app's JSON error at once.
 - **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when its
   first bytes reached the event loop.
+- **An answer in one write.** gunicorn's `Response` writes a thread's answer in two `sendall` calls, its head and
+  then its body (`_OneWrite`). A replica killed between the two left nginx a head without its body, already passed to
+  nginx's client, too late to send the request to another replica (issue 40: one broken answer in six kills under
+  load). Held and sent together, an answer leaves whole or not at all, and one unsent is passed on by nginx.
 - **The door**: before handing a whole `POST /inference` to the pool, the event loop asks the app's answer policy
   (`api.answers.AnswerPolicy.at_door`), which answers it at once (TOP1, or an answer already computed) when the
   admission (`api.admission`) would keep it from the model. The pool's count (`Admission.enter_pool` / `leave_pool`)
@@ -73,6 +77,8 @@ GTHREAD_INTERNALS = {
     "gunicorn functions": ("http2.negotiation.prior_knowledge_allowed", "http2.negotiation.upgrade_allowed",
                            "http.get_parser"),
     "Application attributes": ("app_uri",),
+    # server.worker._OneWrite: the response a thread writes, reached as start_response's instance
+    "Response attributes": ("sock", "start_response"),
     "Logger methods": ("_compute_access_log_enabled",),
 }
 
@@ -374,8 +380,8 @@ class ReadingThreadWorker(ThreadWorker):
             self._handling.accepted_at = None
 
     def _with_stamp(self, app: WsgiApp) -> WsgiApp:
-        """Wrap `app` so that each request's environ carries its accept stamp, and its answer leaves the pool's
-        count as soon as the app has made it."""
+        """Wrap `app` so that each request's environ carries its accept stamp, its answer leaves the pool's count as
+        soon as the app has made it, and is written in one call (`in_one_write`)."""
         handling, leave_pool = self._handling, self._leave_pool
 
         def app_with_stamp(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -387,7 +393,7 @@ class ReadingThreadWorker(ThreadWorker):
             finally:
                 leave_pool()
 
-        return app_with_stamp
+        return in_one_write(app_with_stamp)
 
     def set_accept_enabled(self, enabled: bool) -> None:
         """On stop, take the connections already queued, then close the listeners.
@@ -405,3 +411,70 @@ class ReadingThreadWorker(ThreadWorker):
         super().set_accept_enabled(False)
         for listener in self.sockets:
             listener.close()
+
+
+class _OneWrite:
+    """The socket of one gunicorn `Response` (gunicorn 27.0.1: `send_headers`, then `_emit_body`, each one `sendall`
+    on `Response.sock`): holds the first write, the head, and sends it with the second, the body's first bytes, in
+    one call; a response that ends without a body sends its head at `flush`. Everything else goes to the socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._head: bytes | None = None
+        self._held = True
+
+    def sendall(self, data: bytes) -> None:
+        if not self._held:
+            self._sock.sendall(data)
+        elif self._head is None:
+            self._head = bytes(data)
+        else:
+            self._held = False
+            self._sock.sendall(self._head + data)
+
+    def flush(self) -> None:
+        """Send a head still held (a response without a body) and stop holding."""
+        if self._held and self._head is not None:
+            self._sock.sendall(self._head)
+        self._held = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _Flushed:
+    """A WSGI body that sends its response's held head when gunicorn closes it (after the response's own close)."""
+
+    def __init__(self, body: Iterable[bytes], sock: _OneWrite) -> None:
+        self._body = body
+        self._sock = sock
+
+    def __iter__(self) -> Any:
+        return iter(self._body)
+
+    def close(self) -> None:
+        try:
+            self._sock.flush()
+        finally:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+
+
+def in_one_write(app: WsgiApp) -> WsgiApp:
+    """Wrap `app` so that gunicorn writes each of its answers, head and body, in one `sendall` (`_OneWrite`)."""
+
+    def app_in_one_write(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        response = getattr(start_response, "__self__", None)  # gunicorn passes its Response's bound method
+        sock = getattr(response, "sock", None)
+        if sock is None:
+            return app(environ, start_response)
+        held = response.sock = _OneWrite(sock)
+        try:
+            body = app(environ, start_response)
+        except BaseException:
+            held.flush()
+            raise
+        return _Flushed(body, held)
+
+    return app_in_one_write

@@ -135,6 +135,58 @@ def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Pa
     return written
 
 
+SOAK_ROLES = {"master": ("gunicorn master", "tab:gray"), "worker": ("gunicorn workers (sum)", "tab:blue"),
+              "model": ("processes under the workers (sum)", "tab:purple")}
+
+
+def draw_soak(results: dict[str, Any], out: Path) -> list[str]:
+    """Draw testing.soak's record against time (soak.png); return its file name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = results["intervals"]
+    minutes = [r["end_s"] / 60 for r in rows]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8), sharex=True)
+    for ax, key, label in ((axes[0][0], "rss_mib", "RSS (MiB)"), (axes[0][1], "fds", "open file descriptors"),
+                           (axes[0][2], "threads", "threads")):
+        for role, (name, color) in SOAK_ROLES.items():
+            values = [r["by_role"][role][key] for r in rows]
+            if any(r["by_role"][role]["processes"] for r in rows):
+                ax.plot(minutes, values, marker=".", color=color, label=name)
+        ax.set(ylabel=label, title=label)
+        ax.legend(fontsize=8)
+    ax = axes[1][0]
+    ax.plot(minutes, [r["p50_ms"] for r in rows], marker=".", label="p50", color="tab:blue")
+    ax.plot(minutes, [r["p99_ms"] for r in rows], marker=".", label="p99", color="tab:orange")
+    ax.axhline(JUDGE_TIMEOUT_S * 1000, color=FALLBACK_COLOR, linestyle="--", label="judge's timeout")
+    ax.set(ylabel="ms, from each request's due time", title="latency per interval")
+    ax.legend(fontsize=8)
+    ax = axes[1][1]
+    ax.plot(minutes, [r["late_over_1s"] for r in rows], marker="x", color=FALLBACK_COLOR, label="later than 1 s")
+    ax.plot(minutes, [r["non_200"] for r in rows], marker="+", color="tab:orange", label="non-200")
+    ax.plot(minutes, [round((1 - (r["model_share"] or 1)) * r["requests"]) for r in rows], marker=".",
+            color="tab:brown", label="TOP1 fallbacks")
+    ax.set(ylabel="answers per interval", title="late, non-200 and TOP1 answers")
+    ax.legend(fontsize=8)
+    ax = axes[1][2]
+    ax.plot(minutes, [r["cache_entries"] for r in rows], marker=".", color="tab:green")
+    ax.set(ylabel="answers held", title="answer cache (one worker's)")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)  # every quantity axis from 0, set once everything is drawn
+    for ax in axes[1]:
+        ax.set_xlabel("minutes")
+    fig.suptitle(f"soak: {results['rate_rps']} req/s ({results['share']:g} x the 64-client rate) for "
+                 f"{results['minutes']:g} min")
+    fig.tight_layout()
+    fig.savefig(out / "soak.png", dpi=100)
+    plt.close(fig)
+    return ["soak.png"]
+
+
 def redraw(directory: Path) -> list[str]:
     """Redraw a benchmark's plots from its saved bench.json (and bench_raw.json, if kept); return the files drawn."""
     results = json.loads((directory / "bench.json").read_text(encoding="utf-8"))

@@ -113,6 +113,22 @@ class ServerProcess:
                     out.append(json.loads(line))
         return [line for line in out if line.get("logger") == "api.requests"]
 
+    def request_log_since(self, offset: int) -> tuple[list[dict], int]:
+        """Return the api.requests lines written from byte `offset` on (whole lines only), and the offset after them:
+        a long run reads its log in pieces instead of whole every time (testing.soak)."""
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            data = log.read()
+        data = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next read
+        out = []
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    record = json.loads(line)
+                    if record.get("logger") == "api.requests":
+                        out.append(record)
+        return out, offset + len(data)
+
     def paths(self, since: int = 0) -> Counter[str]:
         """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
         return Counter(line.get("path", "?") for line in self.request_log()[since:])

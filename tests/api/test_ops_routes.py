@@ -123,6 +123,7 @@ def test_metrics_serves_prometheus_text_with_every_series_at_zero(client):
         assert series in text
     assert metric(client, "esun_batcher_alive") == 1
     assert metric(client, "esun_batcher_worker_restarts_total") == 0
+    assert metric(client, "esun_cache_entries") == 0
     for name in BATCHER_COUNTERS:
         assert metric(client, f"esun_batcher_{name}_total") == 0
     assert metric(client, "esun_request_duration_seconds_count", path="deadline") == 0
@@ -156,6 +157,7 @@ def test_metrics_count_requests_by_path_with_batches_queue_wait_and_cache_lookup
     assert metric(client, "esun_batch_queue_wait_seconds_count") == 1
     assert metric(client, "esun_cache_lookups_total", level="local", result="hit") == 2
     assert metric(client, "esun_cache_lookups_total", level="local", result="miss") == 2
+    assert metric(client, "esun_cache_entries") == 1  # one question answered by the model, the retry's TOP1 not kept
     assert metric(client, "esun_requests_in_flight") == 0
 
 

@@ -31,6 +31,7 @@ def test_real_samples_ship_with_the_repository():
 @pytest.mark.parametrize(("module", "missing"), [
     ("testing.concurrent_requests", "grequests"),
     ("testing.bench", "requests"),
+    ("testing.soak", "psutil"),
 ])
 def test_tool_names_the_install_step_when_a_package_is_missing(module, missing):
     run = run_module_without(module, missing, "--help")

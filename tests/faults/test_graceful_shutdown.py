@@ -4,6 +4,10 @@ The clients open a new connection per request, as the judge's sender does, and t
 
 - `refused`: connect() failed, the listener was closed: the request never reached the server (fine);
 - `broken`: the connection was made, then reset, closed or left unanswered: an accepted request lost (a bug).
+
+Which requests were in flight when SIGTERM landed is read from the server's own request log (accepted before it,
+answered after it), never from when the client tried: a connect begun just before SIGTERM and refused just after
+was never the server's (issue 40: such an attempt, counted as in flight, failed the test once in a fresh clone).
 """
 
 from __future__ import annotations
@@ -38,9 +42,33 @@ LOG_NAME = "gunicorn.log"  # the server's output, in the test's tmp_path
 class Attempt:
     """One request as its client saw it."""
 
+    esun_uuid: str
     started: float
     ended: float
     outcome: str  # "200", another status, "refused" or "broken: <error>"
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request as the server's log tells it: when its worker accepted it and when it was answered (wall clock)."""
+
+    esun_uuid: str
+    accepted_at: float
+    answered_at: float
+
+
+def served_requests(log: str) -> list[Served]:
+    """Read the server's request log lines (logger api.requests): `ts` is when the answer was logged, `latency_ms`
+    counts from the request's accept stamp (api/accept.py)."""
+    out = []
+    for line in log.splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        if record.get("logger") == "api.requests":
+            answered_at = float(record["ts"])
+            out.append(Served(record["esun_uuid"], answered_at - record["latency_ms"] / 1000, answered_at))
+    return out
 
 
 def free_port() -> int:
@@ -58,7 +86,7 @@ def gunicorn_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], i
     port = free_port()
     env = {
         **os.environ, "HOST": "127.0.0.1", "PORT": str(port), "HTTP_THREADS": "32", "MAX_BATCH_SIZE": "8",
-        "GRACEFUL_TIMEOUT_S": str(GRACEFUL_TIMEOUT_S), "FAULT_DELAY_S": str(BATCH_DELAY_S), "LOG_LEVEL": "WARNING",
+        "GRACEFUL_TIMEOUT_S": str(GRACEFUL_TIMEOUT_S), "FAULT_DELAY_S": str(BATCH_DELAY_S), "LOG_LEVEL": "INFO",
     }
     with (tmp_path / LOG_NAME).open("wb") as log:  # gunicorn holds its own copy of the descriptor
         process = subprocess.Popen(
@@ -111,11 +139,12 @@ def send_once(port: int, body: bytes) -> str:
 def client_loop(port: int, index: int, stop: threading.Event, attempts: list[Attempt]) -> None:
     number = 0
     while not stop.is_set():
-        body = {"esun_uuid": f"shutdown-{index}-{number}", "esun_timestamp": time.time(),
+        esun_uuid = f"shutdown-{index}-{number}"
+        body = {"esun_uuid": esun_uuid, "esun_timestamp": time.time(),
                 "sentence_list": ["喂 你好 密碼 我 要 進去", "喂 你好 密碼 哇 進去"], "retry": 2}
         started = time.monotonic()
         outcome = send_once(port, json.dumps(body).encode())
-        attempts.append(Attempt(started, time.monotonic(), outcome))
+        attempts.append(Attempt(esun_uuid, started, time.monotonic(), outcome))
         number += 1
         if outcome == "refused":
             time.sleep(0.01)
@@ -137,7 +166,7 @@ def test_gunicorn_sigterm_finishes_requests_in_flight_and_exits_0(
         thread.start()
     time.sleep(1.0)
 
-    sigterm_at = time.monotonic()
+    sigterm_at, sigterm_wall = time.monotonic(), time.time()
     process.send_signal(signal.SIGTERM)
     exit_code = process.wait(timeout=GRACEFUL_TIMEOUT_S + 5)
     exited_at = time.monotonic()
@@ -150,9 +179,14 @@ def test_gunicorn_sigterm_finishes_requests_in_flight_and_exits_0(
     assert exit_code == 0, log[-3000:]
     broken = [a for a in attempts if a.outcome not in ("200", "refused")]
     assert not broken, f"accepted requests not answered 200: {broken[:5]}"
-    in_flight_at_sigterm = [a for a in attempts if a.started < sigterm_at < a.ended]
+    outcomes = {a.esun_uuid: a.outcome for a in attempts}
+    served = served_requests(log)
+    in_flight_at_sigterm = [s for s in served if s.accepted_at < sigterm_wall < s.answered_at]
     assert in_flight_at_sigterm, "no request was in flight when SIGTERM landed: the test proves nothing"
-    assert all(a.outcome == "200" for a in in_flight_at_sigterm)
+    assert [outcomes.get(s.esun_uuid) for s in in_flight_at_sigterm] == ["200"] * len(in_flight_at_sigterm)
+    # Every request the server accepted was answered to its client, before SIGTERM or after.
+    unanswered = [s for s in served if outcomes.get(s.esun_uuid) != "200"]
+    assert not unanswered, f"accepted by the server, not answered 200 to its client: {unanswered[:5]}"
     assert any(a.outcome == "refused" for a in attempts), "the listener was never seen closed"
     # Draining takes about one batch, far inside the graceful timeout.
     assert exited_at - sigterm_at < GRACEFUL_TIMEOUT_S / 2

@@ -1,0 +1,268 @@
+"""The soak: the service for N minutes at a fixed share of its own 64-client rate, recorded minute by minute.
+
+A benchmark, not a test (issue 40). It serves the service as `make run` does (`testing.server.start_server`),
+measures its rate at 64 closed-loop clients (wrk, `testing.measure.measure_closed`: the model's answers/s, as the
+benchmark's section c takes its capacity), then sends Poisson arrivals (`testing.aioload`) at `--share` of that
+rate, one open-loop run per interval, of real-shaped lists (10 hypotheses, TOP1 of 15-20 characters, like
+testing/data/real_requests.jsonl) mixed with short ones (TOP1 of 4-8 characters), every request under a new
+esun_uuid. After each interval it records the server's processes (the gunicorn master, each of its workers, and
+the processes under a worker: the model's, with BATCHER_WORKERS > 1), each one's RSS, open file descriptors and
+threads; the interval's p50/p99 from each request's due time, late and non-200 answers, answers by path; and the
+answer cache's size (`esun_cache_entries` of the worker that answers the scrape). soak.json is rewritten after every
+interval, so an interrupted run keeps what it measured; at the end the plots and the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from testing import cli
+
+with cli.dev_requirements("testing.soak"):
+    import psutil
+
+    from preprocess.text import strip_spaces
+    from testing import aioload, wrkload
+    from testing.bench import machine_info
+    from testing.loadgen import JUDGE_TIMEOUT_S, payload_templates
+    from testing.measure import OPEN_LOOP_ANSWER_S, batcher_stats, measure_closed
+    from testing.plots import draw_soak
+    from testing.report import count_paths, server_latency, summarise, table
+    from testing.samples import real_bodies, simulated_bodies
+    from testing.server import REPO_ROOT, ServerProcess, get_json, missing_weights, scrape, start_server
+
+PROBE_CLIENTS = 64
+REAL_SHAPED_CHARS = (15, 20)  # TOP1 length of the real-shaped lists, with 10 hypotheses each
+SHORT_CHARS = (4, 8)  # TOP1 length of the short ones
+POOL = 1000  # different lists (each request still goes under a new esun_uuid)
+SPLITS = ("test", "dev")  # the corpus's held-out sentences: about 1,300 real-shaped lists and 3,000 short ones
+ROLES = ("master", "worker", "model")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m testing.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="how long to drive it (default 60)")
+    parser.add_argument("--share", type=float, default=0.7,
+                        help="the arrival rate as a share of the 64-client rate (default 0.7)")
+    parser.add_argument("--short-share", type=float, default=0.3,
+                        help="share of the requests that are short lists (default 0.3)")
+    parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
+                        help="the 64-client rate, known already: no probe")
+    parser.add_argument("--probe-s", type=float, default=20.0, help="seconds of the 64-client probe (default 20)")
+    parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between records (default 60)")
+    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting in the server's environment (repeatable), e.g. CACHE_SIZE=1000")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench" / "soak",
+                        help="where soak.json, soak.md and soak.png go")
+    parser.add_argument("--fake", action="store_true",
+                        help="serve tests/fakes.py's FakeCorrector: to smoke-test the tool; its figures mean nothing")
+    return parser
+
+
+def settings_of(pairs: list[str]) -> dict[str, str]:
+    """Parse NAME=VALUE pairs; a malformed one is a ToolError."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise cli.ToolError(f"--server-setting wants NAME=VALUE, got {pair!r}")
+        out[name] = value
+    return out
+
+
+def request_pool(n: int, short_share: float, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Return n bodies in a seeded order, `short_share` of them short lists, the rest real-shaped; and their shape."""
+    def top1_chars(body: dict[str, Any]) -> int:
+        return len(strip_spaces(body["sentence_list"][0]))
+
+    candidates = simulated_bodies(12 * n, SPLITS, start=real_bodies(), distinct=False, seed=seed)
+    low, high = REAL_SHAPED_CHARS
+    shaped = [b for b in candidates if len(b["sentence_list"]) == 10 and low <= top1_chars(b) <= high]
+    short = [b for b in candidates if SHORT_CHARS[0] <= top1_chars(b) <= SHORT_CHARS[1]]
+    n_short = round(n * short_share)
+    if len(shaped) < n - n_short or len(short) < n_short:
+        raise cli.ToolError(f"the corpus gave {len(shaped)} real-shaped and {len(short)} short lists, fewer than the "
+                            f"{n - n_short} and {n_short} asked: ask for a smaller pool")
+    pool = shaped[:n - n_short] + short[:n_short]
+    random.Random(seed).shuffle(pool)
+    shape = {"bodies": len(pool), "real_shaped": n - n_short, "short": n_short,
+             "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS),
+             "mean_top1_chars": round(sum(map(top1_chars, pool)) / len(pool), 1),
+             "mean_hypotheses": round(sum(len(b["sentence_list"]) for b in pool) / len(pool), 1)}
+    return pool, shape
+
+
+def process_figures(process: psutil.Process, role: str) -> dict[str, Any]:
+    """One process's RSS (MiB), open file descriptors and threads, with its pid and role."""
+    with process.oneshot():
+        return {"pid": process.pid, "role": role, "rss_mib": round(process.memory_info().rss / 2**20, 1),
+                "fds": process.num_fds(), "threads": process.num_threads()}
+
+
+def server_processes(server: ServerProcess) -> list[dict[str, Any]]:
+    """Every process of the server: the gunicorn master, each of its workers (however many gunicorn runs), and
+    every process under a worker (the model's processes with BATCHER_WORKERS > 1, their helpers)."""
+    out = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        master = psutil.Process(server.process.pid)
+        out.append(process_figures(master, "master"))
+        for worker in master.children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                out.append(process_figures(worker, "worker"))
+                for child in worker.children(recursive=True):
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        out.append(process_figures(child, "model"))
+    return out
+
+
+def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Sum RSS, descriptors and threads over the processes of each role (and count them)."""
+    out = {}
+    for role in ROLES:
+        mine = [p for p in processes if p["role"] == role]
+        out[role] = {"processes": len(mine), "rss_mib": round(sum(p["rss_mib"] for p in mine), 1),
+                     "fds": sum(p["fds"] for p in mine), "threads": sum(p["threads"] for p in mine)}
+    return out
+
+
+def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int,
+                 log_offset: int) -> tuple[dict[str, Any], int]:
+    """Drive one interval of open-loop load; return its record and where the server's log now ends."""
+    before, batch_time_before, cpu_before = batcher_stats(server), batch_time(server), server.cpu_s()
+    shift = index * len(templates) // 7 % len(templates)  # each interval starts elsewhere in the pool
+    shots, start, end, info = aioload.open_loop(server.url, rate_rps, seconds, 0.0,
+                                                templates[shift:] + templates[:shift],
+                                                timeout_s=OPEN_LOOP_ANSWER_S, seed=index)
+    after, batch_time_after, cpu_after = batcher_stats(server), batch_time(server), server.cpu_s()
+    log, log_offset = server.request_log_since(log_offset)
+    summary = summarise(shots, (start, end), count_paths(log, start, end + OPEN_LOOP_ANSWER_S),
+                        {k: after[k] - before[k] for k in after})
+    processes = server_processes(server)
+    cache = scrape(server.url, {"esun_cache_entries": "cache_entries"})
+    gc_full = scrape(server.url, {"esun_gc_collections_total": "gc_full_collections"}, generation="2")
+    record = {
+        "interval": index, "end_s": None, "target_rps": round(rate_rps, 2), "sent_rps": info["sent_rps"],
+        **{k: summary.get(k) for k in ("requests", "throughput_rps", "p50_ms", "p99_ms", "max_ms", "late_over_1s",
+                                       "non_200", "no_answer", "connection_errors", "invalid", "model_share",
+                                       "paths")},
+        "mean_batch_size": summary.get("batcher", {}).get("mean_batch_size"),
+        # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core, and the
+        # corrector's mean run time per batch and per question in the interval.
+        "server_cpu_pct": round(100 * (cpu_after - cpu_before) / (end - start), 1),
+        **batch_means(batch_time_before, batch_time_after, after["items"] - before["items"]),
+        **server_latency(log, start, end + OPEN_LOOP_ANSWER_S),
+        "cache_entries": int(cache["cache_entries"]),
+        "gc_full_collections": int(gc_full["gc_full_collections"]),
+        "by_role": totals_by_role(processes), "processes": processes,
+        "generator_cpu_pct": info.get("generator_cpu_pct"), "load_average": round(os.getloadavg()[0], 2),
+    }
+    return record, log_offset
+
+
+def batch_time(server: ServerProcess) -> dict[str, float]:
+    """The corrector's run time so far, summed over its batches, and their count (esun_batch_duration_seconds)."""
+    return scrape(server.url, {"esun_batch_duration_seconds_sum": "sum", "esun_batch_duration_seconds_count": "count"})
+
+
+def batch_means(before: dict[str, float], after: dict[str, float], items: int) -> dict[str, float | None]:
+    """Mean run time of a batch, and of a question in one, between two readings of `batch_time`."""
+    seconds, batches = after["sum"] - before["sum"], after["count"] - before["count"]
+    return {"batch_ms_mean": round(1000 * seconds / batches, 1) if batches else None,
+            "batch_ms_per_question": round(1000 * seconds / items, 2) if items else None}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The per-interval table and a line of context."""
+    rows = [[r["end_s"] / 60, r["sent_rps"], r["p50_ms"], r["p99_ms"], r["late_over_1s"], r["non_200"],
+             r["by_role"]["worker"]["rss_mib"], r["by_role"]["model"]["rss_mib"], r["by_role"]["master"]["rss_mib"],
+             r["by_role"]["worker"]["fds"] + r["by_role"]["model"]["fds"],
+             r["by_role"]["worker"]["threads"] + r["by_role"]["model"]["threads"], r["cache_entries"],
+             r["model_share"], r["server_cpu_pct"], r["batch_ms_per_question"]] for r in results["intervals"]]
+    head = ("minute | req/s sent | p50 ms | p99 ms | late | non-200 | workers' RSS MiB | model procs' RSS MiB | "
+            "master RSS MiB | fds | threads | cache entries | model share | server CPU % | batch ms per question")
+    lines = [f"soak: {results['share']:g} x {results['capacity_rps']} req/s (the model's answers/s at "
+             f"{PROBE_CLIENTS} clients) = {results['rate_rps']} req/s for {results['minutes']:g} min, "
+             f"{results['request_pool']['short']} short lists in {results['request_pool']['bodies']}", "",
+             *table(head, [[round(v, 2) if isinstance(v, float) else v for v in row] for row in rows])]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if not 0 < args.share <= 2 or not 0 <= args.short_share <= 1 or args.minutes <= 0 or args.interval_s <= 0:
+        raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0")
+    if args.capacity is None and wrkload.wrk_path() is None:
+        raise cli.ToolError("wrk is not installed (bash testing/install_tools.sh installs it), or give --capacity")
+    if not args.fake and (missing := missing_weights()):
+        raise cli.ToolError(f"model/weights/ lacks {', '.join(missing)}: train the model first (make train)")
+    settings = settings_of(args.server_setting)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    pool, shape = request_pool(POOL, args.short_share)
+    templates = payload_templates(pool)
+    busy = os.getloadavg()[0]
+    if busy > 0.5 * (os.cpu_count() or 1):
+        print(f"soak: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy",
+              file=sys.stderr, flush=True)
+    python = Path(sys.executable)
+    results: dict[str, Any] = {
+        "command": shlex.join([python.relative_to(REPO_ROOT).as_posix() if python.is_relative_to(REPO_ROOT)
+                               else sys.executable, "-m", "testing.soak", *argv]),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine_info(),
+        "fake_corrector": args.fake, "minutes": args.minutes, "share": args.share, "interval_s": args.interval_s,
+        "settings": settings, "request_pool": shape, "judge_timeout_s": JUDGE_TIMEOUT_S,
+        "open_loop_timeout_s": OPEN_LOOP_ANSWER_S, "intervals": [],
+    }
+    app = "tests.fakes:create_fake_app()" if args.fake else "api:create_app()"
+    with start_server({"LOG_LEVEL": "INFO", **settings}, app=app) as server:
+        print(f"soak: server up, log {server.log_path}", flush=True)
+        results["service"] = get_json(server.url + "/")
+        if args.capacity is None:
+            probe = measure_closed(server, PROBE_CLIENTS, args.probe_s, templates)
+            probe.pop("_shots"), probe.pop("_start")
+            results["probe"] = probe
+            capacity = probe["model_rps"]
+            print(f"soak: {PROBE_CLIENTS} clients: {capacity} model answers/s ({probe['throughput_rps']} answers/s,"
+                  f" p99 {probe['p99_ms']} ms)", flush=True)
+        else:
+            capacity = args.capacity
+        results["capacity_rps"] = capacity
+        results["rate_rps"] = rate = round(args.share * capacity, 2)
+        _, log_offset = server.request_log_since(0)
+        results["processes_at_start"] = server_processes(server)
+        started = time.monotonic()
+        intervals = max(1, round(args.minutes * 60 / args.interval_s))
+        for index in range(intervals):
+            record, log_offset = run_interval(server, rate, args.interval_s, templates, index, log_offset)
+            record["end_s"] = round(time.monotonic() - started, 1)
+            results["intervals"].append(record)
+            roles = record["by_role"]
+            print(f"soak: {record['end_s'] / 60:5.1f} min  {record['sent_rps']:7.1f} req/s  p50 {record['p50_ms']} "
+                  f"p99 {record['p99_ms']} ms  late {record['late_over_1s']}  non-200 {record['non_200']}  RSS "
+                  f"worker {roles['worker']['rss_mib']} model {roles['model']['rss_mib']} MiB  fds "
+                  f"{roles['worker']['fds']}  threads {roles['worker']['threads']}  cache {record['cache_entries']}",
+                  flush=True)
+            (out / "soak.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    results["took_s"] = round(time.monotonic() - started, 1)
+    results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["plots"] = draw_soak(results, out)
+    (out / "soak.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    text = markdown(results)
+    (out / "soak.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    print(f"soak: wrote soak.json, soak.md and {', '.join(results['plots'])} to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main, "testing.soak")
