@@ -133,3 +133,33 @@ def hardness(train: Sequence[tuple[str, str]], held: Sequence[tuple[str, str]], 
     return Hardness(len(wrong), lm_wins / max(1, len(wrong)), both_wins / max(1, len(wrong)),
                     (quartiles[0], quartiles[1], quartiles[2]),
                     sum(r >= 0.5 for r in rates) / max(1, len(rates)), change, worse)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m learn.memo_baseline --train FILE --data FILE`: the memo learned from one labelled file, scored on
+    another (TOP1 beside it), at each of MEMO_MARGINS."""
+    import argparse
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from learn.evaluate import cer_score, table
+    from preprocess.labelled import read_labelled
+
+    ap = argparse.ArgumentParser(description="Score the rule memo reference learner on a held-out labelled file.")
+    ap.add_argument("--train", type=Path, required=True, help="labelled file the memo learns from")
+    ap.add_argument("--data", type=Path, required=True, help="held-out labelled file it is scored on")
+    args = ap.parse_args(argv)
+    lm = LanguageModel()
+    pairs = [(han_only(it.nbest.top1), han_only(it.truth)) for it in read_labelled(args.train)]
+    held = read_labelled(args.data)
+    lists, truths = [it.nbest for it in held], [han_only(it.truth) for it in held]
+    figures = {}
+    for margin in MEMO_MARGINS:
+        memo = RuleMemo.learn(pairs, lm, margin)
+        figures[f"memo (margin {margin:g})"] = asdict(cer_score(lists, truths, [memo.answer(nb.top1) for nb in lists]))
+    print(table(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -181,6 +181,10 @@ def main() -> None:
     ap.add_argument("--train", type=int, help="lists in the train files (default 20,000 easy, 40,000 real)")
     ap.add_argument("--test", type=int, default=2_000, help="lists in the test files (other clauses)")
     ap.add_argument("--seed", type=int, default=31)
+    ap.add_argument("--p-decoded", type=float, default=0.0,
+                    help="real profile: share of one-off spans its own character bigram pulls (issue 39; 0: as before)")
+    ap.add_argument("--p-fluent", type=float, default=0.0,
+                    help="real profile: share of one-off spans that are a whole word heard as another (issue 39)")
     args = ap.parse_args()
     if args.stats is not None:
         print_stats(args.stats, args.against, not args.no_hardness)
@@ -195,13 +199,15 @@ def main() -> None:
     if args.profile == "easy":
         write_easy(args.corpus, args.out or Path("data/standin"), args.train or 20_000, args.test, args.seed, t0)
     else:
+        config = RealConfig(p_decoded=args.p_decoded, p_fluent=args.p_fluent)
         write_real(args.corpus, args.out or Path("data/standin-real"), args.train or 40_000, args.test, args.seed,
-                   t0)
+                   t0, config)
 
 
-def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float) -> None:
+def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float,
+               config: RealConfig | None = None) -> None:
     """Write the calibrated stand-in's four files and its recogniser's description."""
-    config = RealConfig()
+    config = config if config is not None else RealConfig()
     train, test, recogniser, truths = build_real(corpus, n_train, n_test, seed, config)
     out.mkdir(parents=True, exist_ok=True)
     for name, items in (("train", train), ("test", test)):
