@@ -16,9 +16,10 @@ The in-sample rate flatters a rule: it was kept because its rewrite was seen, on
 real lists most rules are wrong most of the time they could fire (有 → 又 right 10 times of 252, issue 39), so a
 rule earns its place by its **trust** (`Confusions.learn(..., folds=K)`):
 
-- **out of fold**: the pairs are cut in K folds; in each, the rules learned from the other folds (at `min_count`)
-  are counted on the held-out fold: how often its TOP1s hold the rule's source (`held_seen`) and how often its
-  truths rewrote it so (`held_count`). Summed over folds, that is how the rule does on lists it did not come from;
+- **out of fold**: the pairs are cut in K folds; in each, the rules the other folds saw (at least `min_count` - 1
+  times: the held-out rewrite is the one missing) are counted on the held-out fold: how often its TOP1s hold the
+  rule's source (`held_seen`) and how often its truths rewrote it so (`held_count`). Summed over folds, that is how
+  the rule does on lists it did not come from;
 - **shrunk toward its kind**: rules of one kind (the span's class, `preprocess.error_stats.classify_span`, in
   context or bare) share a Beta prior fitted to their held-out counts by maximum beta-binomial likelihood
   (empirical Bayes); a rule's trust is its posterior mean, (held_count + a) / (held_seen + a + b): a rule seen
@@ -266,7 +267,10 @@ def _held_out(pairs: list[tuple[str, str]], kept: dict[tuple[str, str, bool], in
     part_counts = [_rule_counts(part) for part in parts]
     out: dict[tuple[str, str, bool], tuple[int, int]] = {}
     for k, part in enumerate(parts):
-        taught = [key for key, n in kept.items() if n - part_counts[k][key] >= min_count]
+        # taught by the other folds where they saw it at least once (min_count - 1): a rule the folder serves was
+        # seen min_count times, and one of them is the evidence being held out; at min_count a rule seen twice would
+        # never score a held-out hit (both rewrites elsewhere), and trust would punish every rare rule alike
+        taught = [key for key, n in kept.items() if n - part_counts[k][key] >= max(1, min_count - 1)]
         seen = _occurrences([top1 for top1, _ in part], {(src, ctx) for src, _, ctx in taught})
         for key in taught:
             hits = part_counts[k][key]
