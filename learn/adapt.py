@@ -8,17 +8,22 @@ beside `--out`:
 
 1. builds a **domain language model** of the train truths (IRSTLM, a character 4-gram, repaired and checked by
    loading it; `model.adaptation`);
-2. learns **the recogniser's confusions** (TOP1 → truth rewrite rules with counts and rates) and, among them,
-   **the transcribers' conventions** (variant forms and fillers written otherwise, seen clearly);
+2. learns **the recogniser's confusions** (TOP1 → truth rewrite rules with counts, rates and trust: the rate out of
+   fold, shrunk toward its kind's; `preprocess.rules`) and, among them, **the transcribers' conventions** (variant
+   forms and fillers written otherwise, seen clearly);
 3. **fine-tunes the network** from the shipped weights on the train lists (checkpoints named by the data's sha256
    and the settings, inside the folder being built or under `--ckpt-dir`, where a stopped run resumes; removed
    when the run ends) and keeps it only if, alone, it does better than the shipped network on the dev lists;
 4. **refits the second stage** (its weights, the domain LM's and the confusions' among them, drawn towards the
    shipped stage's, and its margin) on the dev lists and the train lists cross-fitted (each of `--folds` folds
    described by the domain LM and confusions the other folds taught), under the precision bound: at most
-   `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed;
-5. prints the held-out test split's table: TOP1, the shipped model, the adapted one, and the ceiling of the
-   adapted model's candidates (the best of them on each list) with the share of that gap each model closes;
+   `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed; once per gate
+   of `preprocess.rules.GATES` (the least trust that lets a rule act), keeping the gate whose stage does best on
+   those lists;
+5. prints the held-out test split's table: TOP1, the shipped model, the adapted one, the rule memo reference learner
+   (`learn.memo_baseline`), and the ceiling of the adapted model's candidates (the best of them on each list) with
+   the share of that gap each model closes; where the adapted model does not beat the shipped one there, the folder
+   serves the shipped model (its conventions kept) and says so;
 6. learns the rules and the domain LM the folder serves again from **every** list given (the stage's weights stay
    those fitted above), then renames the finished folder into place: `WEIGHTS_DIR=DIR make run` serves it.
 
