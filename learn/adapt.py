@@ -8,17 +8,22 @@ beside `--out`:
 
 1. builds a **domain language model** of the train truths (IRSTLM, a character 4-gram, repaired and checked by
    loading it; `model.adaptation`);
-2. learns **the recogniser's confusions** (TOP1 → truth rewrite rules with counts and rates) and, among them,
-   **the transcribers' conventions** (variant forms and fillers written otherwise, seen clearly);
+2. learns **the recogniser's confusions** (TOP1 → truth rewrite rules with counts, rates and trust: the rate out of
+   fold, shrunk toward its kind's; `preprocess.rules`) and, among them, **the transcribers' conventions** (variant
+   forms and fillers written otherwise, seen clearly);
 3. **fine-tunes the network** from the shipped weights on the train lists (checkpoints named by the data's sha256
    and the settings, inside the folder being built or under `--ckpt-dir`, where a stopped run resumes; removed
    when the run ends) and keeps it only if, alone, it does better than the shipped network on the dev lists;
 4. **refits the second stage** (its weights, the domain LM's and the confusions' among them, drawn towards the
    shipped stage's, and its margin) on the dev lists and the train lists cross-fitted (each of `--folds` folds
    described by the domain LM and confusions the other folds taught), under the precision bound: at most
-   `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed;
-5. prints the held-out test split's table: TOP1, the shipped model, the adapted one, and the ceiling of the
-   adapted model's candidates (the best of them on each list) with the share of that gap each model closes;
+   `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed; once per gate
+   of `preprocess.rules.GATES` (the least trust that lets a rule act), keeping the gate whose stage does best on
+   those lists;
+5. prints the held-out test split's table: TOP1, the shipped model, the adapted one, the rule memo reference learner
+   (`learn.memo_baseline`), and the ceiling of the adapted model's candidates (the best of them on each list) with
+   the share of that gap each model closes; where the adapted model does not beat the shipped one there, the folder
+   serves the shipped model (its conventions kept) and says so;
 6. learns the rules and the domain LM the folder serves again from **every** list given (the stage's weights stay
    those fitted above), then renames the finished folder into place: `WEIGHTS_DIR=DIR make run` serves it.
 
@@ -37,7 +42,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +55,11 @@ from learn.adapt_settings import AdaptSettings, parse_args
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
 from learn.fit import dev_probs, fit
+from learn.memo_baseline import MEMO_MARGINS, RuleMemo
 from learn.train import pick_threshold, save, shipped_start
 from learn.train_data import MAX_HYPOTHESES, labelled_examples
 from learn.train_settings import TrainSettings
-from learn.tune import DevList, described_lists, dev_lists, fit_lists
+from learn.tune import described_lists, dev_lists, fit_lists
 from learn.tune import fit as fit_stage
 from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
@@ -64,7 +70,7 @@ from model.network import CorrectorNet
 from model.rerank import RerankWeights
 from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankStage, WeightsMeta
 from preprocess.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
-from preprocess.rules import Confusions
+from preprocess.rules import GATE_CLOSED, GATES, Confusions
 from preprocess.text import NBest, han_chars
 
 SHOWN_MALFORMED = 20
@@ -105,7 +111,8 @@ def nbests(items: list[Labelled]) -> list[NBest]:
 def answers(corrector: Corrector, lists: list[NBest], desc: str) -> list[str]:
     """Answer lists in batches of 64, with a progress bar."""
     out: list[str] = []
-    for start in tqdm(range(0, len(lists), 64), desc=desc, mininterval=5, leave=False):
+    bars = sys.stderr.isatty()  # a log gets no \r lines
+    for start in tqdm(range(0, len(lists), 64), desc=desc, mininterval=5, leave=False, disable=not bars):
         out += corrector.predict_batch(lists[start : start + 64])
     return out
 
@@ -140,12 +147,15 @@ def fine_tune(args: AdaptSettings, train: list[Labelled], dev: list[Labelled], d
     return record
 
 
-def learn(items: list[Labelled], out: Path, min_count: int) -> tuple[dict[str, int], Confusions]:
-    """Build the domain LM and learn the confusions of `items` into `out`."""
+def learn(items: list[Labelled], out: Path, args: AdaptSettings, gate: float | None = None) -> tuple[
+        dict[str, int], Confusions]:
+    """Build the domain LM and learn the confusions of `items` into `out` (each rule's trust measured in
+    `args.folds` folds; `gate` the least trust that lets a rule act)."""
     truths = [han_chars(it.truth) for it in items]
     lm_counts = build_domain_lm(truths, out / DOMAIN_LM_FILE)
     pairs = [(han_chars(it.nbest.top1), truth) for it, truth in zip(items, truths, strict=True)]
-    confusions = Confusions.learn([p for p in pairs if p[0] and p[1]], min_count=min_count)
+    confusions = Confusions.learn([p for p in pairs if p[0] and p[1]], min_count=args.min_count,
+                                  folds=max(2, args.folds), seed=args.seed, gate=gate)
     save_confusions(confusions, out / CONFUSIONS_FILE)
     return lm_counts, confusions
 
@@ -154,24 +164,31 @@ def fold_of(item_id: str, seed: int, folds: int) -> int:
     return int.from_bytes(hashlib.sha256(f"fold:{seed}:{item_id}".encode()).digest()[:8], "big") % folds
 
 
-def cross_fitted_lists(args: AdaptSettings, train: list[Labelled], corrector: Corrector) -> list[DevList]:
-    """Describe the train lists for fitting the stage, each fold with the domain LM and confusions learned from the
-    other folds (never from itself), and with `corrector`'s network."""
+@dataclass
+class Fold:
+    """One fold of the train lists, with the domain LM and confusions the other folds taught."""
+
+    adaptation: Adaptation
+    lists: list[NBest]
+    truths: list[str]
+
+
+def cross_fitted_folds(args: AdaptSettings, train: list[Labelled], corrector: Corrector, tmp: Path) -> list[Fold]:
+    """The train lists cut in folds, each with the domain LM and confusions learned from the other folds (never from
+    itself); their files in `tmp`."""
     if args.folds < 2 or len(train) < args.folds:
         return []
-    out: list[DevList] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for k in tqdm(range(args.folds), desc="cross-fitting", leave=False):
-            held = [it for it in train if fold_of(it.id, args.seed, args.folds) == k]
-            rest = [it for it in train if fold_of(it.id, args.seed, args.folds) != k]
-            part = Path(tmp) / f"fold{k}"
-            part.mkdir()
-            _, confusions = learn(rest, part, args.min_count)
-            assert corrector.lm is not None
-            adaptation = Adaptation(DomainLM(part / DOMAIN_LM_FILE), confusions,
-                                    Conventions.from_confusions(confusions, corrector.lm.to_simplified))
-            out += dev_lists(corrector, nbests(held), [han_chars(it.truth) for it in held], use_net=True,
-                             adaptation=adaptation)
+    out: list[Fold] = []
+    for k in range(args.folds):
+        held = [it for it in train if fold_of(it.id, args.seed, args.folds) == k]
+        rest = [it for it in train if fold_of(it.id, args.seed, args.folds) != k]
+        part = tmp / f"fold{k}"
+        part.mkdir()
+        _, confusions = learn(rest, part, args)
+        assert corrector.lm is not None
+        adaptation = Adaptation(DomainLM(part / DOMAIN_LM_FILE), confusions,
+                                Conventions.from_confusions(confusions, corrector.lm.to_simplified))
+        out.append(Fold(adaptation, nbests(held), [han_chars(it.truth) for it in held]))
     return out
 
 
@@ -222,7 +239,7 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
     """Every step, written into `build`; return the provenance recorded in its config.json."""
     device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
     print("1/6 domain language model (IRSTLM) from the train truths; 2/6 the recogniser's confusions")
-    lm_counts, confusions = learn(split.train, build, args.min_count)
+    lm_counts, confusions = learn(split.train, build, args)
     print(f"    {lm_counts}; {len(confusions)} confusion rules")
 
     print(f"3/6 fine-tuning the network on {len(split.train)} lists ({device})")
@@ -238,15 +255,26 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
     print(f"    conventions: {adapted.adaptation.conventions.describe() or 'none clear'}")
     print(f"4/6 refitting the second stage on {len(split.dev)} dev lists and, cross-fitted in {args.folds} folds, "
           f"the {len(split.train)} train lists")
-    stages = refit(args, adapted, split)
-    WeightsMeta.load(build).replace(rerank=stages).save(build)
+    stages, gate = refit(args, adapted, split)
+    save_confusions(adapted.adaptation.confusions, build / CONFUSIONS_FILE)  # with the gate fitted
+    WeightsMeta.load(build).replace(rerank=stages, adaptation=adaptation_record(build)).save(build)
 
     print(f"5/6 the held-out test split ({len(split.test)} lists)")
-    figures = test_figures(args, build, split.test)
+    figures = test_figures(args, build, split)
+    served = "adapted" if figures["adapted"]["answer_cer"] < figures["shipped"]["answer_cer"] else "shipped"
+    if served == "shipped":
+        print("the adapted model does not beat the shipped one on the test split: the folder serves the shipped "
+              "model (its network and second stage; no rule offers a rewrite), the transcribers' conventions kept")
+        for name in (NETWORK_FILE, VOCAB_FILE):
+            shutil.copyfile(args.init_from / name, build / name)
+        WeightsMeta.load(args.init_from).save(build)
+        gate = GATE_CLOSED
 
     print(f"6/6 the rules and the domain language model the folder serves, from all {len(items)} lists")
-    lm_counts, confusions = learn(items, build, args.min_count)
-    print(f"    {lm_counts}; {len(confusions)} confusion rules")
+    lm_counts, confusions = learn(items, build, args, gate)
+    print(f"    {lm_counts}; {len(confusions)} confusion rules, {sum(map(confusions.acts, confusions.rules))} of "
+          f"them trusted at the gate {gate:g} or more")
+    print(trusted_rules(confusions))
     assert adapted.lm is not None
     conventions = Conventions.from_confusions(confusions, adapted.lm.to_simplified)
     cpu_s = time.process_time() - cpu0 + _children_cpu_s()
@@ -255,7 +283,7 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
                                                   "test_share": args.test_share, "by": "sha256 of seed:id"},
         "domain_lm": lm_counts | {"order": 4, "toolkit": "IRSTLM tlm", "lists": len(items)},
         "confusions": len(confusions), "confusions_lists": len(items), "conventions": conventions.describe(),
-        "network": network, "test": figures,
+        "network": network, "test": figures, "served": served, "gate": gate,
         "test_note": "the test figures are those of the rules and domain LM learned from the train split; the folder "
                      "serves them learned from every list",
         "dev_note": "rerank.*.dev are the dev lists the stage was fitted on",
@@ -267,28 +295,58 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
     return provenance
 
 
-def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> dict[str, RerankStage]:
-    """Fit the second stage's two variants on the dev lists and the cross-fitted train lists."""
+def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> tuple[dict[str, RerankStage], float]:
+    """Fit the rules' gate and the second stage's two variants on the dev lists and the cross-fitted train lists:
+    for each gate of `GATES`, the lists described with the rules it lets act, the stage fitted on them; the gate
+    with the lowest CER on those lists (the higher on a tie) is kept. Return the stages and the gate."""
+    assert adapted.adaptation is not None
     dev_nb, dev_truths = nbests(split.dev), [han_chars(it.truth) for it in split.dev]
-    lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
-    lists += cross_fitted_lists(args, split.train, adapted)
     shipped_stages = WeightsMeta.load(args.init_from).rerank
     priors = {v: RerankWeights.from_dict(shipped_stages[v].weights) if v in shipped_stages else None
               for v in RERANK_STAGES}
-    full, full_figures = fit_lists(lists, "full", args.max_worse, args.max_right_changed, priors["full"],
-                                   args.prior_lists)
+    served = adapted.adaptation.confusions
+    tried: list[tuple[float, RerankWeights, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folds = cross_fitted_folds(args, split.train, adapted, Path(tmp))
+        for gate in GATES:
+            for confusions in (served, *(f.adaptation.confusions for f in folds)):
+                confusions.gate = gate
+            lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
+            for f in folds:
+                lists += dev_lists(adapted, f.lists, f.truths, use_net=True, adaptation=f.adaptation)
+            stage, stage_figures = fit_lists(lists, "full", args.max_worse, args.max_right_changed, priors["full"],
+                                             args.prior_lists)
+            print(f"    gate {gate:g}: {sum(map(served.acts, served.rules))} of {len(served)} rules act; the lists "
+                  f"fitted on: CER {stage_figures['top1_cer']:.2%} (TOP1) -> {stage_figures['cer']:.2%}, margin "
+                  f"{stage.margin:.2f}")
+            tried.append((gate, stage, stage_figures))
+    gate, full, full_figures = min(reversed(tried), key=lambda t: t[2]["cer"])
+    served.gate = gate
     lm_only, lm_figures = fit_stage(adapted, dev_nb, dev_truths, "lm", args.max_worse, args.max_right_changed,
                                     prior=priors["lm"], prior_lists=args.prior_lists)
     fitted_on = "fitted on these lists (dev, and the train lists cross-fitted), not held out"
-    print(f"    the lists fitted on (not held out): CER {full_figures['top1_cer']:.2%} (TOP1) -> "
+    print(f"    gate {gate:g} kept; the lists fitted on (not held out): CER {full_figures['top1_cer']:.2%} (TOP1) -> "
           f"{full_figures['cer']:.2%}; weights {json.dumps(full.to_dict())}")
-    return {"full": RerankStage(full.to_dict(), full_figures | {"note": fitted_on}),
-            "lm": RerankStage(lm_only.to_dict(), lm_figures | {"note": "fitted on the dev lists"})}
+    gates = {f"{g:g}": figs["cer"] for g, _, figs in tried}
+    return {"full": RerankStage(full.to_dict(), full_figures | {"note": fitted_on, "gate": gate, "cer_by_gate": gates}),
+            "lm": RerankStage(lm_only.to_dict(), lm_figures | {"note": "fitted on the dev lists"})}, gate
 
 
-def test_figures(args: AdaptSettings, build: Path, test: list[Labelled]) -> dict[str, Any]:
-    """Score TOP1, the shipped model and the adapted one on the held-out test split, with the candidates' ceiling;
-    print the table."""
+def trusted_rules(confusions: Confusions, shown: int = 20) -> str:
+    """The most trusted rules as a table: source -> target, count, out-of-fold counts and trust."""
+    lines = ["", f"## the {shown} most trusted rules (trust: the out-of-fold rate shrunk toward its kind's)", "",
+             "| rule | count / seen | out of fold | trust | acts |", "|---|---|---|---|---|"]
+    for r in confusions.trusted()[:shown]:
+        lines.append(f"| {r.source or '∅'} → {r.target or '∅'}{' (in context)' if r.in_context else ''} | "
+                     f"{r.count} / {r.seen} | {r.held_count} / {r.held_seen} | {r.weight:.2f} | "
+                     f"{'yes' if confusions.acts(r) else 'no'} |")
+    return "\n".join(lines)
+
+
+def test_figures(args: AdaptSettings, build: Path, split: Split) -> dict[str, Any]:
+    """Score TOP1, the shipped model, the adapted one and the reference rule memo (learned from the train split) on
+    the held-out test split, with the candidates' ceiling; print the table."""
+    test = split.test
     adapted = Corrector(build, device=args.device)
     adapted.setup()
     shipped = Corrector(args.init_from, device=args.device)
@@ -296,13 +354,18 @@ def test_figures(args: AdaptSettings, build: Path, test: list[Labelled]) -> dict
     lists, truths = nbests(test), [han_chars(it.truth) for it in test]
     figures = {name: asdict(cer_score(lists, truths, answers(corrector, lists, name)))
                for name, corrector in (("shipped", shipped), ("adapted", adapted))}
+    assert shipped.lm is not None
+    pairs = [(han_chars(it.nbest.top1), han_chars(it.truth)) for it in split.train]
+    for margin in MEMO_MARGINS:
+        memo = RuleMemo.learn(pairs, shipped.lm, margin)
+        figures[f"memo (margin {margin:g})"] = asdict(cer_score(lists, truths, [memo.answer(nb.top1) for nb in lists]))
     described = described_lists(adapted, lists, truths, use_net=True, adaptation=adapted.adaptation)
     total = max(1, sum(len(t) for t in truths))
     best = sum(int(d.errors.min()) if d is not None else Levenshtein.distance(han_chars(nb.top1), t)
                for d, nb, t in zip(described, lists, truths, strict=True))
     top1 = figures["adapted"]["top1_cer"]
     ceiling = {"candidates_cer": best / total}
-    for name in ("shipped", "adapted"):
+    for name in figures:
         gap = top1 - ceiling["candidates_cer"]
         figures[name] |= ceiling | {"candidates_gap_closed": (top1 - figures[name]["answer_cer"]) / gap
                                     if gap > 0 else None}

@@ -56,6 +56,9 @@ def publish(build: Path, out: Path) -> None:
 def check_destination(out: Path, init_from: Path) -> None:
     """Refuse an OUT that would overwrite the weights adapt starts from, the shipped model, or a folder that is not an
     earlier adapted one (raises AdaptationError)."""
+    if out.is_symlink() and not out.exists():
+        raise AdaptationError(f"--out {out} is a symbolic link to {os.readlink(out)}, which does not exist: name a "
+                              f"folder, or create the link's target first (nothing was written)")
     target = out.resolve()
     starts_from = ("the weights it starts from (--init-from)", init_from)
     for name, folder in (starts_from, ("the shipped model", DEFAULT_WEIGHTS_DIR)):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from typing import Any
 
@@ -97,7 +98,8 @@ def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device
     started = time.monotonic() - elapsed_before
     net.train()
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=-100)
-    bar = tqdm(total=total, initial=step, desc="train", mininterval=10)
+    bar = tqdm(total=total, initial=step, desc="train", mininterval=10,
+               disable=not sys.stderr.isatty())  # a log gets no \r lines
     ema = None
     while step < total:
         epoch = step // steps_per_epoch

@@ -8,6 +8,7 @@ labelled lists from the competition's files (`preprocess.labelled`). `learn.trai
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ def make_examples(sim: Simulator, feat: Featurizer, sentences: list[str], seed: 
     out: list[Example] = []
     for v in range(variants):
         sim.config = base if v == 0 else jittered(rng)
-        for sent in tqdm(sentences, desc=f"{desc} {v + 1}/{variants}", mininterval=5):
+        for sent in tqdm(sentences, desc=f"{desc} {v + 1}/{variants}", mininterval=5,
+                         disable=not sys.stderr.isatty()):
             if v > 0 and rng.random() < 0.3:
                 sim.config = jittered(rng)
             ex = feat.featurize(*sim.sample(sent, rng))
@@ -103,7 +105,7 @@ def simulated_examples(sim: Simulator, feat: Featurizer, sentences: list[str], n
     rng.shuffle(order)
     base = sim.config
     out: list[Example] = []
-    for k in tqdm(range(n), desc=desc, mininterval=5):
+    for k in tqdm(range(n), desc=desc, mininterval=5, disable=not sys.stderr.isatty()):
         sim.config = base if k % 3 == 0 else jittered(rng)
         sent = order[k % len(order)]
         example = feat.featurize(*sim.sample(sent, rng))

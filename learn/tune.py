@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import random
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -159,6 +160,21 @@ def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right
     return best
 
 
+def stage_cer(lists: list[DevList], weights: RerankWeights) -> float:
+    """The CER a stage's weights and margin give on described lists, counted as `pick_margin` counts."""
+    w = weights.vector()
+    errors = 0
+    for d in lists:
+        s = d.feats @ w
+        chosen = int(d.errors[0])
+        if len(s) > 1:
+            b = 1 + int(np.argmax(s[1:]))
+            if s[b] - s[0] >= weights.margin:
+                chosen = int(d.errors[b])
+        errors += chosen
+    return errors / max(1, sum(d.truth_len for d in lists))
+
+
 def simulated_dev(corpus: Path, n: int, seed: int) -> tuple[list[NBest], list[str]]:
     """Simulate dev lists: half by the default recogniser, half by recognisers drawn around it."""
     from learn.train_data import jittered
@@ -220,10 +236,18 @@ def main() -> None:
         items = read_labelled(path)
         nbests += [it.nbest for it in items]
         truths += [it.truth for it in items]
-    weights, figures = fit(corrector, nbests, truths, args.variant, args.max_worse, args.max_right_changed)
+    lists = dev_lists(corrector, nbests, truths, use_net=args.variant == "full", adaptation=corrector.adaptation)
+    weights, figures = fit_lists(lists, args.variant, args.max_worse, args.max_right_changed)
+    meta = WeightsMeta.load(args.weights)
+    current = meta.rerank.get(args.variant)
+    if current is not None:
+        figures["current_stage_cer"] = stage_cer(lists, RerankWeights.from_dict(current.weights))
     print(json.dumps({"weights": weights.to_dict(), "dev": figures}, indent=1))
+    if args.write and current is not None and figures["cer"] > figures["current_stage_cer"]:
+        print(f"tune: the refit loses on the lists it was fitted on (CER {figures['cer']:.3%} against the current "
+              f"stage's {figures['current_stage_cer']:.3%}): nothing was written", file=sys.stderr)
+        sys.exit(1)
     if args.write:
-        meta = WeightsMeta.load(args.weights)
         print(wrote(meta.with_stage(args.variant, RerankStage(weights.to_dict(), figures)).save(args.weights)))
 
 

@@ -50,6 +50,21 @@ REAL_HELD_OUT = 1000  # the real figures' held-out lists (seen-in-train share)
 TOP_REWRITES = 30
 
 
+@dataclass(frozen=True)
+class RealHardness:
+    """The hardness measures of the real lists (issue 39: 2,562 lists, 1,000 held out; `learn.memo_baseline`)."""
+
+    lm_prefers_truth: float
+    lm_chars_prefers_truth: float
+    rate_quartiles: tuple[float, float, float]
+    rate_share_half: float
+    memo_cer_change: dict[float, float]
+    memo_worse: dict[float, int]
+
+
+REAL_HARDNESS = RealHardness(0.607, 0.640, (0.03, 0.13, 0.50), 0.28, {0.0: -0.044, 2.0: -0.034}, {0.0: 10, 2.0: 3})
+
+
 @lru_cache(maxsize=1)
 def _t2s():
     import opencc  # a pure package (no torch): fine in preprocess/

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from preprocess.confusion import ConfusionSet
+from preprocess.confusion import ConfusionSet, near_toneless
+from preprocess.decode_sim import BOS, EOS, CharBigram
 from preprocess.error_stats import REAL, SPAN_CLASSES, classify_span, simplified
 from preprocess.phones import char_syllable
 from preprocess.text import SPOKEN_FILLERS
@@ -54,6 +55,14 @@ class RealConfig:
     zipf: float = 0.4
     n_best: int = 10
     p_truth_listed: float = 0.75
+    # issue 39: real errors are mostly plausible text (the trigram prefers the wrong TOP1 4 times in 10). A one-off
+    # homophone, near or other span is, with this probability, a whole truth word heard as another corpus word of
+    # the same length (sounding the same, near, or not), chosen by frequency: a fluent error
+    p_fluent: float = 0.0
+    # and, with this probability, a one-off homophone, near or other span is the writing its own language model (a
+    # character bigram of corpus text, not the corrector's) likes best in context, as a decoder's errors are
+    p_decoded: float = 0.0
+    decoded_choices: int = 6  # writings it weighs at each place
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ class RealRecogniser:
     """Makes a truth's 10-best list with the real data's error mix and repetition (see the module docstring)."""
 
     def __init__(self, char_counts: Counter[str], word_counts: Counter[str], sample: Sequence[str],
-                 config: RealConfig, seed: int) -> None:
+                 config: RealConfig, seed: int, lm_text: Sequence[str] | None = None) -> None:
         self.config = config
         self.confusion = ConfusionSet(char_counts)
         common = [c for c, _ in char_counts.most_common(3000) if char_syllable(c) and c not in SPOKEN_FILLERS]
@@ -86,6 +95,14 @@ class RealRecogniser:
             ws = [(w, c) for w, c in words if len(w) == n]
             self._words_by_len[n] = ([w for w, _ in ws], list(itertools.accumulate(c**0.75 for _, c in ws)))
         self._alt_cache: dict[tuple[str, str], list[str]] = {}
+        # corpus words by their toneless syllables, for fluent word-for-word errors
+        self._by_sound: dict[tuple[str, ...], list[tuple[str, float]]] = {}
+        for w, c in words:
+            if len(w) <= 3:
+                key = tuple(char_syllable(ch).toneless for ch in w)  # type: ignore[union-attr]
+                self._by_sound.setdefault(key, []).append((w, c**0.75))
+        # the recogniser's own language model, built only when a knob asks for decoded errors
+        self.lm = CharBigram(lm_text if lm_text is not None else sample) if config.p_decoded else None
         rng = random.Random(seed)
         self.inventory = self._inventory(words, sample, rng)
         self._by_first: dict[str, list[Rewrite]] = {}
@@ -151,6 +168,46 @@ class RealRecogniser:
             return VARIANT_FORMS.get(said)
         raise ValueError(f"no such class {cls}")
 
+    def fluent_word(self, cls: str, said: str, rng: random.Random) -> str | None:
+        """Another corpus word for the word `said`, sounding as `cls` says (homophone, near, other), by frequency."""
+        if cls == "other":
+            for _ in range(10):
+                w = self._word(len(said), rng)
+                if classify_span(w, said) == "other":
+                    return w
+            return None
+        syls = [char_syllable(c) for c in said]
+        if any(s is None for s in syls):
+            return None
+        keys: list[tuple[str, ...]] = [tuple(s.toneless for s in syls)]  # type: ignore[union-attr]
+        if cls == "near":
+            keys = [keys[0][:i] + (alt,) + keys[0][i + 1 :] for i, s in enumerate(syls)
+                    for alt in near_toneless(s)]  # type: ignore[arg-type]
+        pool = [(w, c) for key in keys for w, c in self._by_sound.get(key, ()) if w != said
+                and classify_span(w, said) == cls]
+        if not pool:
+            return None
+        return rng.choices([w for w, _ in pool], [c for _, c in pool])[0]
+
+    def _decoded(self, cls: str, truth: str, starts: list[int], n: int, rng: random.Random) -> Edit | None:
+        """Of `decoded_choices` writings of class `cls` drawn at each start, the one the recogniser's character
+        bigram prefers most to what was said, between its neighbours (a decoder's error: its LM pulled it there)."""
+        assert self.lm is not None
+        best: tuple[float, Edit] | None = None
+        for i in starts:
+            j = i + n
+            prev, nxt = (truth[i - 1] if i else BOS), (truth[j] if j < len(truth) else EOS)
+            said = truth[i:j]
+            base = self.lm.cost(prev, said + nxt)
+            for _ in range(self.config.decoded_choices):
+                w = self.written_as(cls, said, rng)
+                if w is None or w == said or classify_span(w, said) != cls:
+                    continue
+                gain = base - self.lm.cost(prev, w + nxt)
+                if best is None or gain > best[0]:
+                    best = (gain, (i, j, w))
+        return None if best is None else best[1]
+
     def _length(self, cls: str, rng: random.Random) -> int:
         lengths = SPAN_LENGTHS[cls]
         return rng.choices(list(lengths), list(lengths.values()))[0]
@@ -215,7 +272,8 @@ class RealRecogniser:
             applicable.remove(r)
         return None
 
-    def _one_off(self, truth: str, taken: list[Edit], rng: random.Random, steer: bool = True) -> Edit | None:
+    def _one_off(self, truth: str, taken: list[Edit], rng: random.Random, steer: bool = True,
+                 bounds: list[tuple[int, int]] | None = None) -> Edit | None:
         deficits = self._deficits()
         classes = list(SPAN_CLASSES)
         weights = [max(deficits[c], 0.0) + 0.3 * SPAN_MIX[c] if steer else SPAN_MIX[c] for c in classes]
@@ -223,13 +281,23 @@ class RealRecogniser:
             k = rng.choices(range(len(classes)), weights)[0]
             cls = classes.pop(k)
             weights.pop(k)
-            edit = self._span(cls, truth, taken, rng)
+            edit = self._span(cls, truth, taken, rng, bounds)
             if edit is not None:
                 return edit
         return None
 
-    def _span(self, cls: str, truth: str, taken: list[Edit], rng: random.Random) -> Edit | None:
-        """A one-off span of class `cls` at a free place of the truth, or None."""
+    def _span(self, cls: str, truth: str, taken: list[Edit], rng: random.Random,
+              bounds: list[tuple[int, int]] | None = None) -> Edit | None:
+        """A one-off span of class `cls` at a free place of the truth, or None (with the truth's word `bounds`, a
+        fluent word-for-word error in `p_fluent` of the homophone, near and other spans)."""
+        fluent, decoded = self.config.p_fluent, self.config.p_decoded  # 0: no draw, the lists as before issue 39
+        if bounds and fluent and cls in ("homophone", "near", "other") and rng.random() < fluent:
+            places = [(i, j) for i, j in bounds if j - i <= 3 and not set(truth[i:j]) & SPOKEN_FILLERS
+                      and _free((i, j, ""), taken, len(truth))]
+            for i, j in rng.sample(places, min(len(places), 4)):
+                written = self.fluent_word(cls, truth[i:j], rng)
+                if written is not None:
+                    return (i, j, written)
         if cls == "added":
             n = self._length(cls, rng)
             places = [i for i in range(len(truth) + 1) if _free((i, i, ""), taken, len(truth))]
@@ -248,14 +316,18 @@ class RealRecogniser:
         n = self._length(cls, rng)
         starts = [i for i in range(len(truth) - n + 1)
                   if not set(truth[i : i + n]) & SPOKEN_FILLERS and _free((i, i + n, ""), taken, len(truth))]
+        if decoded and cls in ("homophone", "near", "other") and rng.random() < decoded:
+            decoded = self._decoded(cls, truth, starts, n, rng)
+            if decoded is not None:
+                return decoded
         for i in rng.sample(starts, min(len(starts), 4)):
             written = self.written_as(cls, truth[i : i + n], rng)
             if written is not None and classify_span(written, truth[i : i + n]) == cls:
                 return (i, i + n, written)
         return None
 
-    def top1_edits(self, truth: str, rng: random.Random) -> list[Edit]:
-        """The TOP1's error spans on a truth (Han characters, no spaces)."""
+    def top1_edits(self, truth: str, rng: random.Random, bounds: list[tuple[int, int]] | None = None) -> list[Edit]:
+        """The TOP1's error spans on a truth (Han characters, no spaces; `bounds`: its words' [start, end))."""
         cfg = self.config
         if rng.random() >= cfg.p_wrong:
             return []
@@ -264,7 +336,7 @@ class RealRecogniser:
         for _ in range(n):
             edit = self._systematic(truth, taken, rng) if rng.random() < cfg.p_systematic else None
             if edit is None:
-                edit = self._one_off(truth, taken, rng)
+                edit = self._one_off(truth, taken, rng, bounds=bounds)
             if edit is None:
                 break
             taken.append(edit)
@@ -294,7 +366,8 @@ class RealRecogniser:
         """A 10-best list (spaced) for a truth given as words, and TOP1's edits."""
         cfg = self.config
         truth = "".join(words)
-        top1 = self.top1_edits(truth, rng)
+        ends = list(itertools.accumulate(map(len, words)))
+        top1 = self.top1_edits(truth, rng, list(zip([0, *ends[:-1]], ends, strict=True)))
         hyps = [render(words, top1)]
         seen = {hyps[0].replace(" ", ""), truth}
         listed_at = rng.randint(2, cfg.n_best) if top1 and rng.random() < cfg.p_truth_listed else None

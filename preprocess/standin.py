@@ -54,6 +54,7 @@ from preprocess.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
 from preprocess.error_stats import (
     LENGTH_CHANGES,
     REAL,
+    REAL_HARDNESS,
     REAL_HELD_OUT,
     REAL_LISTS,
     SPAN_CLASSES,
@@ -120,14 +121,45 @@ def stats_rows(stats: ErrorStats, seen: Against | None = None) -> list[tuple[str
     return rows
 
 
-def print_stats(path: Path, other: Path | None) -> None:
-    """Print a labelled file's error statistics beside the real data's."""
+def hardness_rows(items: list[Labelled]) -> list[tuple[str, str, str]]:
+    """The hardness measures (issue 39) of the file's first REAL_LISTS lists, its last REAL_HELD_OUT of them held
+    out: how often the shipped trigram (alone, and with half a character trigram of the other lists' truths) scores
+    the truth above a wrong TOP1, the rates of the rules the other lists teach, and the rule memo (the reference
+    learner, `learn.memo_baseline`) against TOP1. They need the shipped language model: the one measure here that
+    reaches past pure strings, imported only when asked for."""
+    from learn.memo_baseline import MEMO_MARGINS, hardness
+    from model.lm import LanguageModel
+
+    pairs = [(it.nbest.top1, it.truth) for it in items[:REAL_LISTS]]
+    cut = max(1, len(pairs) - REAL_HELD_OUT) if len(pairs) > REAL_HELD_OUT else len(pairs) * 3 // 5
+    h = hardness(pairs[:cut], pairs[cut:], LanguageModel())
+    q = " / ".join(f"{x:.2f}" for x in h.rate_quartiles)
+    rq = " / ".join(f"{x:.2f}" for x in REAL_HARDNESS.rate_quartiles)
+    rows = [(f"hardness ({cut:,} lists teach, {len(pairs) - cut:,} held out; {h.wrong_lists:,} wrong TOP1s)", "", ""),
+            ("  trigram scores the truth above a wrong TOP1", f"{100 * h.lm_prefers_truth:.1f} %",
+             f"{100 * REAL_HARDNESS.lm_prefers_truth:.1f} %"),
+            ("  same + 0.5 x character trigram of the taught truths", f"{100 * h.lm_chars_prefers_truth:.1f} %",
+             f"{100 * REAL_HARDNESS.lm_chars_prefers_truth:.1f} %"),
+            ("  rate quartiles of rules seen twice+ (share at 0.5+)", f"{q} ({100 * h.rate_share_half:.0f} %)",
+             f"{rq} ({100 * REAL_HARDNESS.rate_share_half:.0f} %)")]
+    for margin in MEMO_MARGINS:
+        real = REAL_HARDNESS.memo_cer_change.get(margin)
+        rows.append((f"  rule memo vs TOP1, margin {margin:g} (lists made worse)",
+                     f"{100 * h.memo_cer_change[margin]:+.1f} % ({h.memo_worse[margin]})",
+                     f"{100 * real:+.1f} % ({REAL_HARDNESS.memo_worse[margin]})" if real is not None else ""))
+    return rows
+
+
+def print_stats(path: Path, other: Path | None, hard: bool = True) -> None:
+    """Print a labelled file's error statistics beside the real data's (and, with `hard`, its hardness)."""
     read = read_labelled_lenient(path)
     stats = error_stats([(it.nbest.top1, it.truth) for it in read.items])
     seen = None
     if other is not None:
         seen = against(stats, [(it.nbest.top1, it.truth) for it in read_labelled_lenient(other).items])
     rows = [("measure", str(path.name), "real"), *stats_rows(stats, seen)]
+    if hard:
+        rows += hardness_rows(read.items)
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     for row in rows:
         print(" | ".join(cell.ljust(w) for cell, w in zip(row, width, strict=True)).rstrip())
@@ -140,6 +172,8 @@ def main() -> None:
                                              "print a labelled file's error statistics beside the real data's.")
     ap.add_argument("--stats", type=Path, metavar="FILE", help="print FILE's error statistics and stop")
     ap.add_argument("--against", type=Path, metavar="OTHER", help="with --stats: OTHER's spans seen in FILE")
+    ap.add_argument("--no-hardness", action="store_true",
+                    help="with --stats: leave out the hardness measures (they load the shipped language model)")
     ap.add_argument("--profile", choices=("easy", "real"), default="easy",
                     help="easy: the decoding recogniser on reviews (docs' figures); real: calibrated to REAL")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
@@ -147,9 +181,13 @@ def main() -> None:
     ap.add_argument("--train", type=int, help="lists in the train files (default 20,000 easy, 40,000 real)")
     ap.add_argument("--test", type=int, default=2_000, help="lists in the test files (other clauses)")
     ap.add_argument("--seed", type=int, default=31)
+    ap.add_argument("--p-decoded", type=float, default=0.0,
+                    help="real profile: share of one-off spans its own character bigram pulls (issue 39; 0: as before)")
+    ap.add_argument("--p-fluent", type=float, default=0.0,
+                    help="real profile: share of one-off spans that are a whole word heard as another (issue 39)")
     args = ap.parse_args()
     if args.stats is not None:
-        print_stats(args.stats, args.against)
+        print_stats(args.stats, args.against, not args.no_hardness)
         return
     if args.against is not None:
         ap.error("--against needs --stats")
@@ -161,13 +199,15 @@ def main() -> None:
     if args.profile == "easy":
         write_easy(args.corpus, args.out or Path("data/standin"), args.train or 20_000, args.test, args.seed, t0)
     else:
+        config = RealConfig(p_decoded=args.p_decoded, p_fluent=args.p_fluent)
         write_real(args.corpus, args.out or Path("data/standin-real"), args.train or 40_000, args.test, args.seed,
-                   t0)
+                   t0, config)
 
 
-def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float) -> None:
+def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float,
+               config: RealConfig | None = None) -> None:
     """Write the calibrated stand-in's four files and its recogniser's description."""
-    config = RealConfig()
+    config = config if config is not None else RealConfig()
     train, test, recogniser, truths = build_real(corpus, n_train, n_test, seed, config)
     out.mkdir(parents=True, exist_ok=True)
     for name, items in (("train", train), ("test", test)):

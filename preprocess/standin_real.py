@@ -133,7 +133,11 @@ def build_real(corpus_dir: Path, n_train: int, n_test: int, seed: int,
     # recogniser (and with it the test file) is the same whatever n_train
     sample = [line for name in ("train", "reviews")
               for line in (corpus_dir / f"{name}.txt").read_text(encoding="utf-8").split("\n")[::40] if line]
-    recogniser = RealRecogniser(char_counts, word_counts, sample, config, seed)
+    # the recogniser's own language model: a character bigram of all the corpus text (not the corrector's LM)
+    lm_text = [line for name in ("train", "reviews")
+               for line in (corpus_dir / f"{name}.txt").read_text(encoding="utf-8").split("\n") if line] \
+        if config.p_decoded else None
+    recogniser = RealRecogniser(char_counts, word_counts, sample, config, seed, lm_text)
     test = make_real_lists(recogniser, truths.test, seed + 1, "standin-test")
     train = make_real_lists(recogniser, truths.train, seed, "standin-train")
     return train, test, recogniser, truths

@@ -270,3 +270,36 @@ def test_a_checkpoint_folder_is_named_by_the_datas_content_and_the_settings_not_
     assert run_key(parse_args(["--data", "y.jsonl", "--out", str(tmp_path / "b" / "w")]), files) == key
     assert run_key(args, [{"sha256": "2" * 64}]) != key
     assert run_key(parse_args(["--data", "x.jsonl", "--out", "w", "--epochs", "2"]), files) != key
+
+
+# Never serve worse than shipped; refuse a dangling OUT up front (issue 39).
+
+
+def test_a_file_where_the_stage_cannot_win_is_served_by_the_shipped_stage_and_says_so(tmp_path, capsys):
+    """Every TOP1 is right: no adapted stage can beat the shipped one on the test split, so the folder serves the
+    shipped model (no rule acts), and the table still shows shipped, adapted and the memo."""
+    data = tmp_path / "right.jsonl"
+    rows = [Labelled(f"r{k}", sentence.replace(" ", ""), NBest((sentence,)))
+            for k, sentence in enumerate([t.format(p) for t in TEMPLATES for p in PLACES] + list(RIGHT))]
+    write_labelled(rows, data)
+    out = tmp_path / "out"
+    assert _quick(data, out) == 0
+    printed = capsys.readouterr().out
+    assert "does not beat the shipped one on the test split: the folder serves the shipped model" in printed
+    assert "| metric | shipped | adapted | memo (margin 0) | memo (margin 2) |" in printed
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    shipped = json.loads((Corrector().weights_dir / "config.json").read_text(encoding="utf-8"))
+    assert meta["adaptation"]["provenance"]["served"] == "shipped" and meta["rerank"] == shipped["rerank"]
+    assert json.loads((out / "confusions.json").read_text(encoding="utf-8"))["gate"] > 1
+    Config.from_env({"WEIGHTS_DIR": str(out)})
+
+
+def test_out_naming_a_dangling_symlink_is_refused_before_anything_is_read(tmp_path, capsys):
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone=True), data)
+    link = tmp_path / "w"
+    link.symlink_to(tmp_path / "nowhere" / "w")
+    assert _quick(data, link) == 2
+    err = capsys.readouterr().err
+    assert "is a symbolic link to" in err and "which does not exist" in err and "rows read" not in err
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()

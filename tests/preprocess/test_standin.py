@@ -75,14 +75,29 @@ def test_against_counts_the_other_files_spans_seen_here():
 def test_stats_cli_prints_the_table_beside_the_real_figures(tmp_path: Path, capsys, monkeypatch):
     path = tmp_path / "lists.jsonl"
     write_labelled([Labelled("a", "我要繳費", NBest(("我要 腳費",))), Labelled("b", "你好", NBest(("你好",)))], path)
-    monkeypatch.setattr("sys.argv", ["standin", "--stats", str(path), "--against", str(path)])
+    monkeypatch.setattr("sys.argv", ["standin", "--stats", str(path), "--against", str(path), "--no-hardness"])
     standin.main()
     out = capsys.readouterr().out
     rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")] for line in out.splitlines())}
     assert rows["TOP1 exactly right"] == ["50.0 %", "50.6 %"]
+    assert not any(key.startswith("hardness") for key in rows)
     assert rows["TOP1 CER (pooled)"][0] == "16.7 %"  # 1 edit in 6 characters
     assert "  homophone: % of spans / % of error characters" in out
     assert rows["other file's spans seen here / seen twice+"][0] == "100.0 % / 0.0 %"
+
+
+@pytest.mark.real_model
+def test_stats_cli_prints_the_hardness_measures_beside_the_real_ones(tmp_path: Path, capsys, monkeypatch):
+    """Lists whose recogniser always writes 卷 for 券: the memo learns it and fixes every held-out one."""
+    rows = [Labelled(f"l{k}", f"我有{k}張優惠券", NBest((f"我 有 {k} 張 優惠卷",))) for k in range(10)]
+    path = tmp_path / "lists.jsonl"
+    write_labelled(rows, path)
+    monkeypatch.setattr("sys.argv", ["standin", "--stats", str(path)])
+    standin.main()
+    out = capsys.readouterr().out
+    table = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")] for line in out.splitlines())}
+    assert table["rule memo vs TOP1, margin 0 (lists made worse)"] == ["-100.0 % (0)", "-4.4 % (10)"]
+    assert table["rate quartiles of rules seen twice+ (share at 0.5+)"][1] == "0.03 / 0.13 / 0.50 (28 %)"
 
 
 def test_render_spaces_hypotheses_as_the_truths_words():
@@ -159,3 +174,29 @@ def test_write_real_writes_top1_files_that_truncate_the_nbest_files(corpus_dir: 
         assert all(len(it.nbest.sentences) == 1 and not it.nbest.phonemes for it in top1)
     assert len(read_labelled(tmp_path / "nbest_train.jsonl")) == 60
     assert json.loads((tmp_path / "recogniser.json").read_text(encoding="utf-8"))["profile"] == "real"
+
+
+# The hardness the real lists show (issue 39): a tolerance per measure. The stand-in is not yet calibrated to them
+# (on its first 2,562 lists: trigram 88.8 %, with characters 91.1 %, quartiles 0.13 / 0.40 / 1.00, memo -5.7 %):
+# strict, so that this test says so the day it holds.
+TOLERANCE_HARD_SHARE = 0.05  # the two LM-preference shares
+TOLERANCE_QUARTILE = 0.1
+TOLERANCE_MEMO = 0.02  # the memo's relative CER change
+
+
+@pytest.mark.real_model
+@pytest.mark.xfail(strict=True, reason="the real profile is not yet as hard as real lists (issue 39, item 3)")
+def test_real_standin_is_as_hard_as_real_lists(real):
+    from learn.memo_baseline import hardness
+    from model.lm import LanguageModel
+    from preprocess.error_stats import REAL_HARDNESS
+
+    train, _ = real
+    pairs = [(it.nbest.top1, it.truth) for it in train]
+    h = hardness(pairs[: REAL_LISTS - REAL_HELD_OUT], pairs[REAL_LISTS - REAL_HELD_OUT :], LanguageModel())
+    assert abs(h.lm_prefers_truth - REAL_HARDNESS.lm_prefers_truth) <= TOLERANCE_HARD_SHARE
+    assert abs(h.lm_chars_prefers_truth - REAL_HARDNESS.lm_chars_prefers_truth) <= TOLERANCE_HARD_SHARE
+    for got, want in zip(h.rate_quartiles, REAL_HARDNESS.rate_quartiles, strict=True):
+        assert abs(got - want) <= TOLERANCE_QUARTILE
+    for margin, want in REAL_HARDNESS.memo_cer_change.items():
+        assert abs(h.memo_cer_change[margin] - want) <= TOLERANCE_MEMO

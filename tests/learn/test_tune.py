@@ -1,0 +1,48 @@
+"""`python -m learn.tune --write`: a refit that loses on the lists it was fitted on writes nothing (issue 39)."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learn import tune
+from learn.tune import DevList, stage_cer
+from model.corrector import WEIGHTS_DIR
+from model.rerank import RerankWeights
+from preprocess.labelled import Labelled, write_labelled
+from preprocess.text import NBest
+
+
+def test_stage_cer_answers_the_best_other_sentence_only_past_the_margin():
+    feats = np.zeros((2, len(RerankWeights().vector())))
+    feats[1, 0] = 1.0  # the lm feature: the other sentence leads by the lm weight
+    lists = [DevList(feats, np.array([1, 0]), 10)]
+    weights = replace(RerankWeights(lm=1.0), margin=0.5)
+    assert stage_cer(lists, weights) == 0.0
+    assert stage_cer(lists, replace(weights, margin=2.0)) == 0.1
+
+
+@pytest.mark.real_model
+def test_a_refit_that_loses_on_its_own_lists_says_so_and_writes_nothing(tmp_path: Path, monkeypatch, capsys):
+    weights = tmp_path / "weights"
+    shutil.copytree(WEIGHTS_DIR, weights)
+    before = (weights / "config.json").read_bytes()
+    data = tmp_path / "lists.jsonl"
+    hyps = NBest(("我 想 申請 代款", "我 想 申請 貸款"))
+    write_labelled([Labelled(f"l{k}", "我想申請貸款", hyps) for k in range(20)], data)
+
+    def losing(lists, variant, *args, **kwargs):  # a stage that always answers its worst other sentence
+        return replace(RerankWeights(changes=5.0), margin=-1e9), {"cer": 1.0, "top1_cer": 0.0, "lists": len(lists)}
+
+    monkeypatch.setattr(tune, "fit_lists", losing)
+    monkeypatch.setattr("sys.argv", ["tune", "--weights", str(weights), "--dev-sentences", "0", "--data", str(data),
+                                     "--write"])
+    with pytest.raises(SystemExit) as stop:
+        tune.main()
+    assert stop.value.code == 1
+    assert "the refit loses on the lists it was fitted on" in capsys.readouterr().err
+    assert (weights / "config.json").read_bytes() == before
