@@ -88,7 +88,7 @@ lint: install-dev
 	$(VENV)/bin/ruff check .
 
 corpus: install-dev
-	$(PY) -m preprocess.corpus
+	$(PY) -m learn.data.corpus
 
 train: install-dev
 	$(PY) -m learn.train
@@ -115,7 +115,7 @@ adapt: install-dev
 ## data/standin-real/ (PROFILE=easy: the older, easier one, in data/standin/).
 PROFILE ?= real
 standin: install-dev
-	$(PY) -m preprocess.standin --profile $(PROFILE)
+	$(PY) -m learn.data.standin --profile $(PROFILE)
 
 evaluate: install-dev
 	$(PY) -m learn.evaluate --stage all

@@ -52,6 +52,7 @@ from tqdm import tqdm
 
 from learn.adapt_folder import adaptation_record, building, check_destination, run_key
 from learn.adapt_settings import AdaptSettings, parse_args
+from learn.data.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
 from learn.fit import dev_probs, fit
@@ -69,7 +70,6 @@ from model.features import Featurizer
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
 from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankStage, WeightsMeta
-from preprocess.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
 from preprocess.rules import GATE_CLOSED, GATES, Confusions
 from preprocess.text import NBest, han_chars
 

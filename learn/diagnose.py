@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
              .split(",") if s]
     try:
         if names and not (args.corpus / "test.txt").exists():
-            from preprocess.corpus import build, write
+            from learn.data.corpus import build, write
 
             write(build(), args.corpus)
         sets: list[LabelledSet] = [simulated_set(args.corpus, n, args.limit or 3000) for n in names]

@@ -3,7 +3,7 @@
 Evaluation sets (3,000 lists each by default, seeded; none of them is what the second stage was fitted on):
 - `test`: the news test split (documents never trained on), our default simulated recogniser;
 - `reviews`: product-review text (never trained on), the REVIEWS recogniser with other error rates and mix;
-- `decoded`: the news test split decoded by `preprocess.decode_sim` — lattices of sound-alike characters
+- `decoded`: the news test split decoded by `learn.data.decode_sim` — lattices of sound-alike characters
   decoded under a character bigram of the review text, so errors are fluent as a real recogniser's are;
 - any labelled file given with `--data` (the competition's JSON list or JSONL of the same objects).
 
@@ -31,10 +31,10 @@ from pathlib import Path
 from rapidfuzz.distance import Levenshtein
 
 from config import DEFAULT_WEIGHTS_DIR, STAGES
+from learn.data.simulate import DEFAULT, REVIEWS, load_simulator
 from learn.written import wrote
 from model.corrector import Corrector
 from model.weights_meta import WeightsMeta
-from preprocess.simulate import DEFAULT, REVIEWS, load_simulator
 from preprocess.text import NBest, han_chars, strip_spaces
 
 # The ablation table's rows: the network alone first, the whole corrector last.
@@ -91,7 +91,7 @@ def cer_score(nbests: list[NBest], truths: list[str], answers: list[str]) -> Set
 def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
     """Build one of the simulated evaluation sets, seeded."""
     if name == "decoded":
-        from preprocess.decode_sim import DecodeConfig, DecodingSimulator
+        from learn.data.decode_sim import DecodeConfig, DecodingSimulator
 
         sim = DecodingSimulator.from_corpus(corpus, DecodeConfig())
         split, seed = "test", 13
@@ -108,7 +108,7 @@ def simulated_set(corpus: Path, name: str, limit: int) -> LabelledSet:
 def file_set(path: Path, limit: int) -> LabelledSet:
     """Read a labelled file (the competition's format) as an evaluation set; a malformed row is named on stderr and
     skipped, as `learn.adapt` does."""
-    from preprocess.labelled import read_labelled_lenient
+    from learn.data.labelled import read_labelled_lenient
 
     read = read_labelled_lenient(path)
     for line in read.malformed[:SHOWN_MALFORMED]:
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in (args.sets if args.sets is not None else ("" if args.data else ",".join(SIM_SETS)))
              .split(",") if s]
     if names and not (args.corpus / "test.txt").exists():
-        from preprocess.corpus import build, write
+        from learn.data.corpus import build, write
 
         write(build(), args.corpus)
     try:

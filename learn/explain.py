@@ -16,8 +16,8 @@ from pathlib import Path
 from rapidfuzz.distance import Levenshtein
 
 from learn.adapt import answers, nbests, trusted_rules
+from learn.data.labelled import read_labelled
 from model.corrector import Corrector
-from preprocess.labelled import read_labelled
 from preprocess.text import han_chars
 
 

@@ -1,4 +1,4 @@
-"""The reference learner `learn.adapt` and `preprocess.standin --stats` measure against (issue 39): a **rule memo**.
+"""The reference learner `learn.adapt` and `learn.data.standin --stats` measure against (issue 39): a **rule memo**.
 
 It learns the recogniser's confusions from train (TOP1, truth) pairs (`preprocess.rules.Confusions`, in-sample
 rates), keeps the rules seen at least `MEMO_MIN_COUNT` times at a rate of at least `MEMO_MIN_RATE`, and answers,
@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     from dataclasses import asdict
     from pathlib import Path
 
+    from learn.data.labelled import read_labelled
     from learn.evaluate import cer_score, table
-    from preprocess.labelled import read_labelled
 
     ap = argparse.ArgumentParser(description="Score the rule memo reference learner on a held-out labelled file.")
     ap.add_argument("--train", type=Path, required=True, help="labelled file the memo learns from")

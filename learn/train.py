@@ -1,7 +1,7 @@
 """Train the corrector: `python -m learn.train` from scratch on simulated lists, or on labelled lists with `--data`.
 
 Recipe without --data (every setting is a flag; the defaults are the shipped model's):
-1. build the corpus if missing (`preprocess.corpus`), the vocabulary from the training split;
+1. build the corpus if missing (`learn.data.corpus`), the vocabulary from the training split;
 2. simulate `--variants` n-best lists per training sentence: the first with the default recogniser, the
    others with rates drawn around it, so the network does not learn one simulator's exact habits;
 3. train with AdamW, linear warm-up and cosine decay, length-bucketed batches, checkpointing every
@@ -9,9 +9,9 @@ Recipe without --data (every setting is a flag; the defaults are the shipped mod
 4. choose the change threshold on the dev split for precision (largest CER gain with at most 0.5 % of
    sentences made worse), and write `model.safetensors`, `vocab.json`, `config.json` to `--out`.
 
-With `--data FILE` (repeatable; the competition's labelled lists, read by `preprocess.labelled`):
+With `--data FILE` (repeatable; the competition's labelled lists, read by `learn.data.labelled`):
 1. read each file (its row count is printed; a malformed row stops the run with one line naming it) and hold
-   out `--dev-share` of the rows by a stable hash of their ids (`preprocess.labelled.split_dev`);
+   out `--dev-share` of the rows by a stable hash of their ids (`learn.data.labelled.split_dev`);
 2. featurize each row with its truth's Han characters (the judge's truths hold nothing else) and its first
    MAX_HYPOTHESES hypotheses (all the service reads); rows whose TOP1 or truth has no Han character are
    counted and left out (the service answers such a TOP1 as it is);
@@ -43,6 +43,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from learn.data.labelled import Labelled, LabelledFormatError, split_dev
+from learn.data.simulate import load_simulator
 from learn.fit import dev_probs, fit
 from learn.train_data import (
     Data,
@@ -61,8 +63,6 @@ from model.corrector import choose
 from model.features import Example, Featurizer, Vocab
 from model.network import CorrectorNet, NetConfig
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WEIGHTS_FILES, NetShape, WeightsMeta
-from preprocess.labelled import Labelled, LabelledFormatError, split_dev
-from preprocess.simulate import load_simulator
 from preprocess.text import han_chars
 
 DEFAULT_THRESHOLD = 0.98

@@ -1,8 +1,8 @@
 """What training learns from: simulated and labelled n-best lists, featurized with their truths, and dev splits.
 
-Simulated lists come from the corpus (`preprocess.corpus`) by our recogniser (`preprocess.simulate`), each with
+Simulated lists come from the corpus (`learn.data.corpus`) by our recogniser (`learn.data.simulate`), each with
 the default rates or rates drawn around them so the network does not learn one simulator's exact habits;
-labelled lists from the competition's files (`preprocess.labelled`). `learn.train` assembles them.
+labelled lists from the competition's files (`learn.data.labelled`). `learn.train` assembles them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from tqdm import tqdm
 
 from config import Config
+from learn.data.labelled import Labelled, read_labelled
+from learn.data.simulate import DEFAULT, SimConfig, Simulator
 from model.features import Example, Featurizer
-from preprocess.labelled import Labelled, read_labelled
-from preprocess.simulate import DEFAULT, SimConfig, Simulator
 from preprocess.text import NBest, han_chars
 
 MAX_HYPOTHESES = Config.max_hypotheses  # the service reads no more
@@ -133,6 +133,6 @@ def simulated_dev(sim: Simulator, feat: Featurizer, sentences: list[str],
 def ensure_corpus(corpus: Path) -> None:
     """Build the corpus if it is missing."""
     if not (corpus / "train.txt").exists():
-        from preprocess.corpus import build, write
+        from learn.data.corpus import build, write
 
         write(build(), corpus)

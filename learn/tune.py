@@ -24,12 +24,12 @@ import torch
 from rapidfuzz.distance import Levenshtein
 
 from config import DEFAULT_WEIGHTS_DIR
+from learn.data.simulate import load_simulator
 from learn.written import wrote
 from model.adaptation import Adaptation
 from model.corrector import Corrector
 from model.rerank import Features, Reranker, RerankWeights
 from model.weights_meta import RerankStage, WeightsMeta
-from preprocess.simulate import load_simulator
 from preprocess.text import NBest
 
 LM_ONLY = ("lm", "taiwan", "rank", "outside_nbest", "changes", "oov", "domain", "confusion")
@@ -231,7 +231,7 @@ def main() -> None:
     corrector.setup()
     nbests, truths = simulated_dev(args.corpus, args.dev_sentences, args.seed)
     for path in args.data:
-        from preprocess.labelled import read_labelled
+        from learn.data.labelled import read_labelled
 
         items = read_labelled(path)
         nbests += [it.nbest for it in items]

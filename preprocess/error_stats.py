@@ -1,4 +1,4 @@
-"""Aggregate error statistics of a recogniser's TOP1 against the truths: `python -m preprocess.standin --stats FILE`.
+"""Aggregate error statistics of a recogniser's TOP1 against the truths: `python -m learn.data.standin --stats FILE`.
 
 Everything is measured on the Han characters only (`han_chars` of TOP1 and of the truth), as the judge scores.
 
@@ -251,7 +251,7 @@ class RealFigures:
 
 REAL = RealFigures()
 LENGTH_CHANGES = ("added", "dropped", "other_length")
-# How close a calibrated stand-in must come to REAL (tests/preprocess/test_standin.py reads these):
+# How close a calibrated stand-in must come to REAL (tests/learn/data/test_standin.py reads these):
 TOLERANCE_SHARE = 0.03  # absolute, on every share (TOP1 right, one span, span and character shares, top 30)
 TOLERANCE_CER = 0.01  # absolute
 TOLERANCE_LENGTH = 1.0  # characters, on the mean truth length

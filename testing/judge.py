@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import requests
 
-from preprocess.labelled import Labelled, LabelledFormatError, read_labelled
+from learn.data.labelled import Labelled, LabelledFormatError, read_labelled
 from testing.loadgen import percentile
 from testing.samples import check_answer, uuid_of
 

@@ -68,7 +68,7 @@ def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0,
     """Return n bodies the model takes: `start`'s, then lists simulated from `splits` (seeded; `distinct`: no twins;
     TOP1s at most `max_chars` characters when given)."""
     from config import Config
-    from preprocess.simulate import load_simulator
+    from learn.data.simulate import load_simulator
     from preprocess.text import has_han, strip_spaces
 
     limit = min(Config().max_top1_chars, max_chars or sys.maxsize)
@@ -79,8 +79,8 @@ def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0,
     bodies = [body for body in start or [] if model_takes(body["sentence_list"][0])][:n]
     corpus = REPO_ROOT / "data" / "corpus"
     if not ((corpus / "lexicon.json").is_file() and all((corpus / f"{split}.txt").is_file() for split in splits)):
-        print(f"{corpus} is missing: building it (python -m preprocess.corpus)", flush=True)
-        subprocess.run([sys.executable, "-m", "preprocess.corpus", "--out", str(corpus)], cwd=REPO_ROOT, check=True)
+        print(f"{corpus} is missing: building it (python -m learn.data.corpus)", flush=True)
+        subprocess.run([sys.executable, "-m", "learn.data.corpus", "--out", str(corpus)], cwd=REPO_ROOT, check=True)
     simulator = load_simulator(corpus)
     sentences = [s for split in splits for s in (corpus / f"{split}.txt").read_text(encoding="utf-8").splitlines()
                  if s.strip()]

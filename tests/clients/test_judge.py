@@ -15,7 +15,7 @@ from flask import Flask, jsonify, request
 
 from api.metrics import METRICS_KEY
 from config import Config
-from preprocess.labelled import Labelled, read_labelled, write_labelled
+from learn.data.labelled import Labelled, read_labelled, write_labelled
 from preprocess.text import NBest, han_chars
 from testing.judge import MAX_RESPONSE_CHARS, judge, main, valid_answer
 

@@ -15,9 +15,9 @@ from config import Config, ConfigError
 from learn.adapt import MIN_LISTS, main
 from learn.adapt_folder import run_key
 from learn.adapt_settings import data_paths, parse_args
+from learn.data.labelled import Labelled, write_labelled
 from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
 from model.corrector import Corrector
-from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 from tests.deploy.procs import free_port, gunicorn
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from config import REPO_ROOT
+from learn.data.labelled import Labelled, write_labelled
 from learn.diagnose import diagnose, main, next_command
 from learn.tune import DevList
 from model.rerank import Features
-from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
 NAMES = Features.names()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from learn.data.labelled import Labelled, write_labelled
 from learn.evaluate import cer_score, main
-from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
 LISTS = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from learn.data.labelled import write_labelled
 from learn.explain import main
-from preprocess.labelled import write_labelled
 from tests.learn.test_adapt import _quick, _rows
 
 pytestmark = pytest.mark.real_model

@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 from config import DEFAULT_WEIGHTS_DIR
+from learn.data.labelled import Labelled, write_labelled
 from learn.train import main
 from model.corrector import Corrector
-from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
 pytestmark = pytest.mark.real_model

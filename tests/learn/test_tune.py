@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from config import DEFAULT_WEIGHTS_DIR as WEIGHTS_DIR
 from learn import tune
+from learn.data.labelled import Labelled, write_labelled
 from learn.tune import DevList, stage_cer
-from model.corrector import WEIGHTS_DIR
 from model.rerank import RerankWeights
-from preprocess.labelled import Labelled, write_labelled
 from preprocess.text import NBest
 
 

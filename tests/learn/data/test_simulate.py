@@ -1,6 +1,6 @@
 import random
 
-from preprocess.simulate import REVIEWS, Simulator, k_best, statistics
+from learn.data.simulate import REVIEWS, Simulator, k_best, statistics
 
 
 def test_simulator_statistics_stay_near_the_competition(simulator, corpus_dir):

@@ -1,7 +1,7 @@
 """The calibrated stand-in's recogniser (`RealRecogniser`, its knobs in `RealConfig`): it makes a truth's 10-best
 list with the real data's error mix (`REAL`) and repetition, from a seeded inventory of systematic rewrites
 (`Rewrite`) and one-off spans of each class, spaced as the truth's words (`render`). How it is made:
-`preprocess.standin`'s docstring; the truths it hears: `preprocess.standin_real`.
+`learn.data.standin`'s docstring; the truths it hears: `learn.data.standin_real`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from preprocess.confusion import ConfusionSet, near_toneless
-from preprocess.decode_sim import BOS, EOS, CharBigram
+from learn.data.decode_sim import BOS, EOS, CharBigram
 from preprocess.error_stats import REAL, SPAN_CLASSES, classify_span, simplified
 from preprocess.phones import char_syllable
 from preprocess.text import SPOKEN_FILLERS

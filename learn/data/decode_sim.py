@@ -1,6 +1,6 @@
 """Decoding n-best simulator: beam search over a sound-alike lattice under the review text's language model.
 
-A real recogniser's errors are fluent under its own language model, while preprocess.simulate makes
+A real recogniser's errors are fluent under its own language model, while learn.data.simulate makes
 independent word-level ones. Here every syllable of the truth offers its same- and near-syllable characters
 (ConfusionSet.similar), every stretch of one or two truth words its same- and near-sounding lexicon words (the
 recogniser's lexicon: every word seen twice in the corpus, so its vocabulary covers the text), and now and
@@ -9,7 +9,7 @@ per position and per syllable (homophones sound the same, so only the language m
 a character bigram cost of the review text, which the corrector never sees. A beam search keeps the 10 best
 distinct sentences, spaced as decoded: a lexicon word is one word, a lone character is its own.
 
-`python -m preprocess.decode_sim` prints the statistics on the news test split and on held-out reviews.
+`python -m learn.data.decode_sim` prints the statistics on the news test split and on held-out reviews.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from preprocess.confusion import ConfusionSet, near_toneless
 from preprocess.phones import Syllable, char_syllable, text_phones
-from preprocess.simulate import DROPPABLE, FILLERS, statistics, utter
+from learn.data.simulate import DROPPABLE, FILLERS, statistics, utter
 from preprocess.text import SPOKEN_FILLERS, NBest
 
 REVIEW_HOLDOUT = 5000  # the first reviews are for evaluation and never counted into the language model

@@ -1,6 +1,6 @@
-"""The stand-in calibrated to real competition lists (`python -m preprocess.standin --profile real`): its truths
+"""The stand-in calibrated to real competition lists (`python -m learn.data.standin --profile real`): its truths
 (corpus clauses about money first, cut into utterances: `pick_truths`) and its lists (`build_real`), made by
-`preprocess.real_recogniser`'s `RealRecogniser`. How it is made: `preprocess.standin`'s docstring.
+`learn.data.real_recogniser`'s `RealRecogniser`. How it is made: `learn.data.standin`'s docstring.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from preprocess.decode_sim import REVIEW_HOLDOUT
-from preprocess.labelled import Labelled
+from learn.data.decode_sim import REVIEW_HOLDOUT
+from learn.data.labelled import Labelled
 from preprocess.phones import text_phones
-from preprocess.real_recogniser import RealConfig, RealRecogniser
+from learn.data.real_recogniser import RealConfig, RealRecogniser
 from preprocess.text import NBest
 
 FINANCE_WORDS = ("銀行", "金融", "經濟", "貸款", "信用", "卡", "帳", "存款", "利率", "利息", "股",

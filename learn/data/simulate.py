@@ -8,7 +8,7 @@ spelling of every word, and the n-best list is the k best combinations by total 
 hypotheses differ in one or two places, as in the real lists. A few errors are "certain" (no competing
 spelling offers the truth), so the truth is sometimes not in the list at all.
 
-`python -m preprocess.simulate` prints the statistics of the default and the review configurations.
+`python -m learn.data.simulate` prints the statistics of the default and the review configurations.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from preprocess import standin
+from learn.data import standin
 from preprocess.error_stats import (
     REAL,
     REAL_HELD_OUT,
@@ -21,11 +21,11 @@ from preprocess.error_stats import (
     classify_span,
     error_stats,
 )
-from preprocess.labelled import Labelled, read_labelled, write_labelled
+from learn.data.labelled import Labelled, read_labelled, write_labelled
 from preprocess.phones import text_phones
-from preprocess.real_recogniser import render
-from preprocess.standin import top1_only
-from preprocess.standin_real import build_real
+from learn.data.real_recogniser import render
+from learn.data.standin import top1_only
+from learn.data.standin_real import build_real
 from preprocess.text import NBest
 
 

@@ -10,7 +10,7 @@ non-Han token into clauses of 4-45 characters (the lengths the judge sends). The
 document ids, so runs of 20 consecutive paragraphs stand for documents and whole documents go to one
 split (90/5/5, by a hash of the run's index); a sentence is kept only in the first split it appears in.
 
-Run: `python -m preprocess.corpus [--out data/corpus]`.
+Run: `python -m learn.data.corpus [--out data/corpus]`.
 """
 
 from __future__ import annotations

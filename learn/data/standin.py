@@ -1,10 +1,10 @@
 """Stand-ins for a team's labelled file, and the error statistics to compare them with real ones.
 
-`python -m preprocess.standin --stats FILE [--against OTHER]` prints a labelled file's aggregate TOP1 errors
+`python -m learn.data.standin --stats FILE [--against OTHER]` prints a labelled file's aggregate TOP1 errors
 (`preprocess.error_stats`: definitions there) beside the real competition data's (`REAL`), and, with
 `--against`, the share of OTHER's spans already seen in FILE.
 
-`python -m preprocess.standin --profile real|easy --out DIR [--train N --test M]` writes one, in two versions of
+`python -m learn.data.standin --profile real|easy --out DIR [--train N --test M]` writes one, in two versions of
 the same lists: `nbest_*.jsonl` (10 hypotheses with phone strings) and `top1_*.jsonl` (TOP1 alone, no phones);
 `*_train.jsonl` and `*_test.jsonl` come from disjoint clauses. Without `--profile`, the easy one (what docs
 report figures on, and what `make standin` writes to data/standin).
@@ -32,7 +32,7 @@ never to a model's results.
   only evidence: 3 of the 4 wrong TOP1s among 11 public real lists had the truth at ranks 3, 9 and 10); all
   distinct; spaced as the truth's corpus words, an added word its own.
 
-**easy** (`--profile easy`): product reviews through `preprocess.decode_sim`'s decoding recogniser, with a
+**easy** (`--profile easy`): product reviews through `learn.data.decode_sim`'s decoding recogniser, with a
 transcriber layer: the truths write one orthographic variant where the recogniser writes the other
 (`VARIANT_CONVENTIONS`), one spoken filler where it writes another (`FILLER_CONVENTIONS`), and the words most
 over-represented in reviews against news are heard, each consistently, as one homophone in `p_domain_error` of
@@ -50,7 +50,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from preprocess.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
+from learn.data.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
 from preprocess.error_stats import (
     LENGTH_CHANGES,
     REAL,
@@ -63,16 +63,16 @@ from preprocess.error_stats import (
     against,
     error_stats,
 )
-from preprocess.labelled import Labelled, read_labelled_lenient, write_labelled
-from preprocess.real_recogniser import RealConfig
-from preprocess.standin_easy import (
+from learn.data.labelled import Labelled, read_labelled_lenient, write_labelled
+from learn.data.real_recogniser import RealConfig
+from learn.data.standin_easy import (
     FILLER_CONVENTIONS,
     VARIANT_CONVENTIONS,
     Transcribers,
     domain_homophones,
     make_lists,
 )
-from preprocess.standin_real import FINANCE_WORDS, build_real
+from learn.data.standin_real import FINANCE_WORDS, build_real
 from preprocess.text import NBest
 
 
@@ -192,7 +192,7 @@ def main() -> None:
     if args.against is not None:
         ap.error("--against needs --stats")
     if not (args.corpus / "reviews.txt").exists():
-        from preprocess.corpus import build, write
+        from learn.data.corpus import build, write
 
         write(build(), args.corpus)
     t0 = time.perf_counter()

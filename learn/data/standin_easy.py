@@ -1,4 +1,4 @@
-"""The easy stand-in (`python -m preprocess.standin --profile easy`): product reviews through `preprocess.decode_sim`'s
+"""The easy stand-in (`python -m learn.data.standin --profile easy`): product reviews through `learn.data.decode_sim`'s
 decoding recogniser, with a transcriber layer: the truths write one orthographic variant where the recogniser writes
 the other (`VARIANT_CONVENTIONS`), one spoken filler where it writes another (`FILLER_CONVENTIONS`), and the words
 most over-represented in reviews against news are heard, each consistently, as one homophone in `p_domain_error` of
@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from preprocess.confusion import SAME_TONE
-from preprocess.decode_sim import DecodingSimulator
-from preprocess.labelled import Labelled
+from learn.data.decode_sim import DecodingSimulator
+from learn.data.labelled import Labelled
 from preprocess.phones import text_phones
 from preprocess.text import NBest
 

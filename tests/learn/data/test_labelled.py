@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from preprocess.labelled import Labelled, LabelledFormatError, read_labelled, split_dev, write_labelled
+from learn.data.labelled import Labelled, LabelledFormatError, read_labelled, split_dev, write_labelled
 from preprocess.text import NBest
 
 _MISSING = object()
@@ -151,7 +151,7 @@ def test_split_dev_is_stable_and_near_the_share():
 
 
 def test_read_labelled_lenient_names_and_counts_malformed_rows(tmp_path):
-    from preprocess.labelled import read_labelled_lenient
+    from learn.data.labelled import read_labelled_lenient
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"id": "a", "ground_truth_sentence": "你好", "sentence_list": ["你 好"]}\n'
@@ -167,7 +167,7 @@ def test_read_labelled_lenient_names_and_counts_malformed_rows(tmp_path):
 
 
 def test_split_three_is_seeded_by_id_and_disjoint():
-    from preprocess.labelled import Labelled, split_three
+    from learn.data.labelled import Labelled, split_three
     from preprocess.text import NBest
 
     items = [Labelled(str(k), "你好", NBest(("你 好",))) for k in range(1000)]

@@ -5,7 +5,7 @@ from collections import Counter
 from dataclasses import replace
 
 from preprocess.confusion import near_toneless
-from preprocess.decode_sim import DEFAULT, EOS, CharBigram, DecodeConfig, DecodingSimulator
+from learn.data.decode_sim import DEFAULT, EOS, CharBigram, DecodeConfig, DecodingSimulator
 from preprocess.phones import char_syllable, text_phones
 from preprocess.text import SPOKEN_FILLERS
 

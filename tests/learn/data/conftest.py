@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from preprocess.corpus import build, write
-from preprocess.simulate import load_simulator
+from learn.data.corpus import build, write
+from learn.data.simulate import load_simulator
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "data" / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[3] / "data" / "corpus"
 
 
 @pytest.fixture(scope="session")
