@@ -25,8 +25,9 @@ def test_configure_logging_writes_every_package_s_records_as_json(capsys):
     assert "RuntimeError: batch function failed" in lines[0]["exc"]
 
 
-def test_request_lines_from_many_threads_reach_a_file_whole_and_all_of_them(tmp_path, monkeypatch):
-    """The request log's handler writes without a lock (one write() per line): no line lost or cut into another."""
+def _lines_from_many_threads(tmp_path, monkeypatch, writer=None) -> list[str]:
+    """16 threads log 200 long request lines each into a file as stderr (through `writer` when given); the
+    uuids of the lines the file holds, each line parsed whole."""
     import json
     import threading
 
@@ -47,9 +48,18 @@ def test_request_lines_from_many_threads_reach_a_file_whole_and_all_of_them(tmp_
             t.start()
         for t in threads:
             t.join()
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    assert sorted(r["esun_uuid"].split("-長")[0] for r in lines) == sorted(
-        f"uuid-{t}-{i}" for t in range(16) for i in range(200))
+        if writer is not None:
+            writer.stop()
+    return sorted(json.loads(line)["esun_uuid"].split("-長")[0]
+                  for line in path.read_text(encoding="utf-8").splitlines())
+
+
+ALL_LINES = sorted(f"uuid-{t}-{i}" for t in range(16) for i in range(200))
+
+
+def test_request_lines_from_many_threads_reach_a_file_whole_and_all_of_them(tmp_path, monkeypatch):
+    """The request log's handler writes without a lock (one write() per line): no line lost or cut into another."""
+    assert _lines_from_many_threads(tmp_path, monkeypatch) == ALL_LINES
 
 
 def test_a_request_line_is_the_same_written_directly_or_through_a_logging_record(tmp_path, monkeypatch, caplog):
@@ -142,33 +152,12 @@ def test_log_writer_never_blocks_on_a_pipe_nobody_reads_and_counts_every_line_it
 
 def test_request_lines_from_many_threads_through_the_log_writer_reach_a_file_whole_and_all(tmp_path, monkeypatch):
     """The worker's path: lines queued by many threads, written by one, several to a write(): none lost or cut."""
-    import json
-    import threading
-
     import api.logs
-    from api.logs import LogWriter, configure_logging, log_request
-    from api.paths import AnswerPath
+    from api.logs import LogWriter
 
-    configure_logging("INFO")
     writer = LogWriter(capacity=100_000).start()
     monkeypatch.setattr(api.logs, "LOG_WRITER", writer)
-    path = tmp_path / "stderr.log"
-    with open(path, "w", encoding="utf-8") as stderr:
-        monkeypatch.setattr("sys.stderr", stderr)
-
-        def answer_many(thread: int) -> None:
-            for i in range(200):
-                log_request(f"uuid-{thread}-{i}-" + "長" * 300, 0, AnswerPath.MODEL, 41.0, 7, None)
-
-        threads = [threading.Thread(target=answer_many, args=(t,)) for t in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        writer.stop()
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    assert sorted(r["esun_uuid"].split("-長")[0] for r in lines) == sorted(
-        f"uuid-{t}-{i}" for t in range(16) for i in range(200))
+    assert _lines_from_many_threads(tmp_path, monkeypatch, writer) == ALL_LINES
     assert writer.dropped == 0
 
 
