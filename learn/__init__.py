@@ -22,6 +22,7 @@ def _tool() -> str:
 
 _missing = next((name for name in NEEDED if importlib.util.find_spec(name) is None), None)
 if _missing is not None:
-    print(f"{_tool()} needs {_missing}, which this Python ({sys.executable}) lacks: run .venv/bin/python -m "
-          f"{_tool()} (make install-dev first)", file=sys.stderr)
+    from cli import missing_line
+
+    print(missing_line(_tool(), _missing, install="make install-dev"), file=sys.stderr)
     raise SystemExit(2)

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+from cli import missing_line
+
 INSTALL_STEP = "make install-dev"
 
 
@@ -18,9 +20,8 @@ class ToolError(Exception):
 
 
 def missing_module_line(prog: str, module: str | None) -> str:
-    """Say which package is missing and which install step brings it."""
-    return (f"{prog}: the Python package {module!r} is not installed: run `{INSTALL_STEP}`, then "
-            f"`.venv/bin/python -m {prog}`")
+    """Say which package is missing and which install step brings it (the project's one such line, cli's)."""
+    return missing_line(prog, module or "a package", install=INSTALL_STEP)
 
 
 @contextmanager
