@@ -70,8 +70,8 @@ class Outcome:
     reason: str | None = None
 
 
-def top1(req: Question, path: AnswerPath, reason: str | None = None, batch_size: int | None = None) -> Outcome:
-    """Answer with TOP1 (its characters without spaces), always a valid answer."""
+def top1_outcome(req: Question, path: AnswerPath, reason: str | None = None, batch_size: int | None = None) -> Outcome:
+    """The outcome that answers TOP1 (`top1_answer`: its characters without spaces), always a valid answer."""
     return Outcome(top1_answer(req.sentence_list), path, batch_size, reason or path.reason)
 
 
@@ -109,7 +109,7 @@ class AnswerPolicy:
             if outcome is None:
                 return None
         else:
-            outcome = self._first_attempt(req) or top1(req, refusal)
+            outcome = self._first_attempt(req) or top1_outcome(req, refusal)
         response = self.respond(req, outcome, accepted_at)
         return orjson.dumps(response)
 
@@ -123,11 +123,11 @@ class AnswerPolicy:
                 return outcome
             refusal = self._admission.refusal(deadline, time.monotonic())
             if refusal is not None:
-                return top1(req, refusal)
+                return top1_outcome(req, refusal)
             return self._ask_model(req, deadline)
         except Exception as exc:  # a bug on the way: the question is readable, so TOP1 is still a valid answer
             logger.exception("answering %s failed; answering TOP1", req.esun_uuid)
-            return top1(req, AnswerPath.ERROR, reason=f"{type(exc).__name__}: {exc}")
+            return top1_outcome(req, AnswerPath.ERROR, reason=f"{type(exc).__name__}: {exc}")
 
     def respond(self, req: Question, outcome: Outcome, accepted_at: float,
                 view_start: float | None = None) -> dict[str, Any]:
@@ -149,23 +149,23 @@ class AnswerPolicy:
             if not read_shared:
                 return None
             answer = self._cache.get_shared(key)
-        return Outcome(answer, AnswerPath.RETRY_CACHED) if answer else top1(req, AnswerPath.RETRY_TOP1)
+        return Outcome(answer, AnswerPath.RETRY_CACHED) if answer else top1_outcome(req, AnswerPath.RETRY_TOP1)
 
     def _first_attempt(self, req: Question) -> Outcome | None:
         """Rules 2-4, for a first attempt; None: the question may go on to admission."""
         if len(strip_spaces(req.sentence_list[0])) > self._config.max_top1_chars:
-            return top1(req, AnswerPath.TOO_LONG)
+            return top1_outcome(req, AnswerPath.TOO_LONG)
         if not has_han(req.sentence_list[0]):
-            return top1(req, AnswerPath.NO_HAN)
+            return top1_outcome(req, AnswerPath.NO_HAN)
         cached = self._cache.get_local(cache_key(req))
         if cached:
             return Outcome(cached, AnswerPath.CACHED)
         trouble = corrector_trouble(self._corrector)
         if trouble is not None:
             path = AnswerPath.MODEL_LOADING if corrector_loading(self._corrector) else AnswerPath.ERROR
-            return top1(req, path, reason=trouble)
+            return top1_outcome(req, path, reason=trouble)
         if self._engine.loading():
-            return top1(req, AnswerPath.MODEL_LOADING, reason="no model process is ready: a new set is loading")
+            return top1_outcome(req, AnswerPath.MODEL_LOADING, reason="no model process is ready: a new set is loading")
         return None
 
     def _ask_model(self, req: Question, deadline: float) -> Outcome:
@@ -173,9 +173,9 @@ class AnswerPolicy:
         try:
             future = self._engine.submit(req.to_nbest(), deadline)
         except Overloaded:
-            return top1(req, AnswerPath.OVERLOAD, reason="batcher queue is full")
+            return top1_outcome(req, AnswerPath.OVERLOAD, reason="batcher queue is full")
         except Exception as exc:  # BatcherClosed or a bug: still a TOP1 answer on the judge's path
-            return top1(req, AnswerPath.ERROR, reason=f"submit failed: {_describe(exc)}")
+            return top1_outcome(req, AnswerPath.ERROR, reason=f"submit failed: {_describe(exc)}")
         submitted_at = time.monotonic()
         key = cache_key(req)
         future.add_done_callback(partial(_remember, self._cache, key))
@@ -184,15 +184,15 @@ class AnswerPolicy:
         except (TimeoutError, DeadlineExceeded):
             # Not started yet: it never will be, so it leaves the engine's count now, not at the monitor's next look.
             future.cancel()
-            return top1(req, AnswerPath.DEADLINE)
+            return top1_outcome(req, AnswerPath.DEADLINE)
         except Exception as exc:  # BatchFailed, or the corrector's own error
-            return top1(req, AnswerPath.ERROR, reason=_describe(exc))
+            return top1_outcome(req, AnswerPath.ERROR, reason=_describe(exc))
         finally:
             self._admission.observe_model_wait(time.monotonic() - submitted_at)
         answer = usable_answer(prediction.answer)
         if answer is None:
             unusable = f"corrector gave an unusable answer: {str(prediction.answer)[:80]!r}"
-            return top1(req, AnswerPath.ERROR, reason=unusable, batch_size=prediction.batch_size)
+            return top1_outcome(req, AnswerPath.ERROR, reason=unusable, batch_size=prediction.batch_size)
         # Also stored by _remember, but that callback may run after this thread has answered.
         self._cache.put(key, answer)
         return Outcome(answer, AnswerPath.MODEL, prediction.batch_size)
