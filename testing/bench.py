@@ -28,7 +28,7 @@ with cli.dev_requirements("testing.bench"):
     from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
     from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
     from testing.plots import draw_bench
-    from testing.report import markdown, print_point
+    from testing.report import markdown, print_point, write_summary
     from testing.samples import real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, missing_weights
 
@@ -286,11 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     results["took_s"] = round(time.time() - started, 1)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["plots"] = draw_bench(results, raw, out)
-    (out / "bench.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
-    text = markdown(results)
-    (out / "bench.md").write_text(text + "\n", encoding="utf-8")
-    print(text)
+    write_summary(out, "bench", results, markdown(results))
     print(f"bench: bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s): {wrote(out)}")
     return 0
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from api.paths import AnswerPath
@@ -208,3 +210,10 @@ def _generator_line(points: list[dict[str, Any]]) -> str:
     """Name the load generator(s) of a section's points."""
     names = sorted({str(p.get("generator", "?")) for p in points})
     return f"Load generator: {', '.join(names) or '-'} (its own CPU share of one core is in each row)."
+
+
+def write_summary(out: Path, name: str, results: dict[str, Any], text: str) -> None:
+    """Write a run's figures (`name`.json) and its tables (`name`.md, `text`), and print the tables."""
+    (out / f"{name}.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    (out / f"{name}.md").write_text(text + "\n", encoding="utf-8")
+    print(text)

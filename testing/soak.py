@@ -36,7 +36,7 @@ with cli.dev_requirements("testing.soak"):
     from testing.loadgen import JUDGE_TIMEOUT_S, payload_templates
     from testing.measure import OPEN_LOOP_ANSWER_S, batcher_stats, measure_closed
     from testing.plots import draw_soak
-    from testing.report import count_paths, server_latency, summarise, table
+    from testing.report import count_paths, server_latency, summarise, table, write_summary
     from testing.samples import real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, ServerProcess, get_json, missing_weights, scrape, start_server
 
@@ -256,10 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     results["took_s"] = round(time.monotonic() - started, 1)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["plots"] = draw_soak(results, out)
-    (out / "soak.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    text = markdown(results)
-    (out / "soak.md").write_text(text + "\n", encoding="utf-8")
-    print(text)
+    write_summary(out, "soak", results, markdown(results))
     print(f"soak: wrote soak.json, soak.md and {', '.join(results['plots'])} to {out}")
     return 0
 
