@@ -58,6 +58,16 @@ def test_open_loop_records_every_due_request_once_with_its_answer_on_reused_conn
     assert all(s.latency_s >= s.lag_s for s in shots)  # counted from the due time, the send lag included
 
 
+def test_closed_loop_keeps_each_client_one_request_in_flight_on_its_own_kept_alive_connection():
+    with serving("answer") as (url, served):
+        shots, start, end, generator = aioload.closed_loop(url, 4, 1.0, 0.2, TEMPLATES, timeout_s=2.0)
+    assert shots and all(s.status == 200 and s.valid for s in shots)
+    assert all(start <= s.due < end for s in shots)
+    assert len({s.esun_uuid for s in shots}) == len(shots) and {s.esun_uuid for s in shots} <= set(served)
+    assert generator["connections_opened"] == 4  # one a client, each reused for the next request
+    assert generator["connections_reused"] > 0
+
+
 def test_non_200_answers_are_counted_with_their_status():
     with serving("unavailable") as (url, _):
         shots, start, end, _ = aioload.open_loop(url, 50.0, 0.5, 0.1, TEMPLATES, timeout_s=2.0)
