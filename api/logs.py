@@ -80,8 +80,9 @@ class LogWriter:
     whole lines fit in `PIPE_CHUNK_BYTES`. When the queue holds `capacity` lines, `put` drops the line and counts it
     (`dropped`); once a write succeeds again the writer says how many it dropped, in one line of logger `api.logs`.
     A writer blocked in one write() (a pipe whose reader stopped reading) longer than `stuck_after_s` is `trouble`
-    for /readyz. `stop` writes what is queued, waiting at most its timeout; then, and before `start` (gunicorn's
-    master, tests, `python -m api`), `put` writes the line at once, on the caller's thread, as a StreamHandler would.
+    for /readyz. `stop` writes what is queued, waiting at most its timeout; then, and before `start` (tests,
+    `python -m api`), `put` writes the line at once, on the caller's thread, as a StreamHandler would. A process
+    forked from a started writer (gunicorn's worker, from its master) starts its own thread with its first line.
 
     Written by hand rather than with the stdlib's QueueHandler/QueueListener: QueueHandler's put_nowait raises
     queue.Full into `handleError`, which prints a traceback per dropped line; QueueListener writes each record with
@@ -104,6 +105,7 @@ class LogWriter:
         self._reported = 0
         self._count_lock = threading.Lock()
         self._writing_since = 0.0
+        self._restart_after_fork = False
         os.register_at_fork(after_in_child=self._forget_thread)
 
     @property
@@ -113,6 +115,7 @@ class LogWriter:
 
     def start(self) -> LogWriter:
         """Write through the queue from now on, on a new thread (once per process)."""
+        self._restart_after_fork = False
         if self._thread is None:
             self._stopping = self._abandoned = False
             self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
@@ -121,6 +124,8 @@ class LogWriter:
 
     def put(self, line: str) -> None:
         """Queue one formatted line (no newline) without blocking; drop and count it when the queue is full."""
+        if self._thread is None and self._restart_after_fork:
+            self.start()  # the first line of a child forked from a started writer (gunicorn's worker, booting)
         if self._thread is None:
             if self._abandoned:
                 self._count_dropped(1)
@@ -249,8 +254,9 @@ class LogWriter:
             self._dropped += n
 
     def _forget_thread(self) -> None:
-        """In a forked child: the parent's thread and queue are not there (a child starts its own, or writes at
-        once)."""
+        """In a forked child: the parent's thread and queue are not there. A child of a started writer (gunicorn's
+        master) starts its own with its first line: its first lines ("Booting worker") must not wait either."""
+        self._restart_after_fork = self._thread is not None and not self._stopping
         self._thread = None
         self._lines = deque()
         self._wake = threading.Event()

@@ -106,6 +106,12 @@ def on_starting(server: Any) -> None:
     """
     stop_if_port_taken(server)
     from api import preload
+    from api.logs import LOG_WRITER
+
+    # The master's own lines (a worker booted, killed, timed out) never wait for stderr either: a master stuck in a
+    # write() to a pipe nobody reads would never replace a dead worker. Its writer thread is not forked into the
+    # workers (each starts its own, server.worker); stopped in on_exit.
+    LOG_WRITER.start()
 
     module = server.app.app_uri.partition(":")[0]
     preload(with_model=module == "api", config=_config)
@@ -154,6 +160,12 @@ def worker_exit(server: object, worker: object) -> None:
 
 
 def on_exit(server: object) -> None:
-    """Remove the folder the master made for its workers (a folder named in SHARED_DIR is the user's: kept)."""
-    if _made_shared_dir:
-        shutil.rmtree(_made_shared_dir, ignore_errors=True)
+    """Remove the folder the master made for its workers (a folder named in SHARED_DIR is the user's: kept), then
+    write the master's queued log lines."""
+    from api.logs import LOG_WRITER
+
+    try:
+        if _made_shared_dir:
+            shutil.rmtree(_made_shared_dir, ignore_errors=True)
+    finally:
+        LOG_WRITER.stop()
