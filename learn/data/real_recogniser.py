@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from preprocess.confusion import ConfusionSet, near_toneless
@@ -57,12 +58,19 @@ class RealConfig:
     p_truth_listed: float = 0.75
     # issue 39: real errors are mostly plausible text (the trigram prefers the wrong TOP1 4 times in 10). A one-off
     # homophone, near or other span is, with this probability, a whole truth word heard as another corpus word of
-    # the same length (sounding the same, near, or not), chosen by frequency: a fluent error
+    # the same length (sounding the same, near, or not): of every such word at every place, drawn by how much more
+    # the recogniser's language model likes the sentence with it than what was said, as a decoder's errors are: a
+    # fluent error. The real recogniser's LM is unknown; what is known is how often the shipped trigram agrees with
+    # it, so the stand-in's recogniser scores with the shipped trigram (`learn.data.standin_real.build_real`)
     p_fluent: float = 0.0
     # and, with this probability, a one-off homophone, near or other span is the writing its own language model (a
     # character bigram of corpus text, not the corrector's) likes best in context, as a decoder's errors are
     p_decoded: float = 0.0
     decoded_choices: int = 6  # writings it weighs at each place
+
+
+# the hard profile (issue 39): every one-off homophone, near or other span a decoder's error
+HARD = RealConfig(p_fluent=1.0, p_decoded=1.0, p_systematic=0.25)
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,8 @@ class RealRecogniser:
     """Makes a truth's 10-best list with the real data's error mix and repetition (see the module docstring)."""
 
     def __init__(self, char_counts: Counter[str], word_counts: Counter[str], sample: Sequence[str],
-                 config: RealConfig, seed: int, lm_text: Sequence[str] | None = None) -> None:
+                 config: RealConfig, seed: int, lm_text: Sequence[str] | None = None,
+                 sentence_cost: Callable[[str], float] | None = None) -> None:
         self.config = config
         self.confusion = ConfusionSet(char_counts)
         common = [c for c, _ in char_counts.most_common(3000) if char_syllable(c) and c not in SPOKEN_FILLERS]
@@ -101,8 +110,12 @@ class RealRecogniser:
             if len(w) <= 3:
                 key = tuple(char_syllable(ch).toneless for ch in w)  # type: ignore[union-attr]
                 self._by_sound.setdefault(key, []).append((w, c**0.75))
-        # the recogniser's own language model, built only when a knob asks for decoded errors
+        # the recogniser's own language models: a character bigram of corpus text, built only when a knob asks for
+        # decoded errors, and the whole-sentence cost its fluent errors are drawn by (-ln P, `sentence_cost`)
         self.lm = CharBigram(lm_text if lm_text is not None else sample) if config.p_decoded else None
+        self.sentence_cost = sentence_cost
+        if config.p_fluent and sentence_cost is None:
+            raise ValueError("fluent errors (p_fluent) need the recogniser's sentence_cost")
         rng = random.Random(seed)
         self.inventory = self._inventory(words, sample, rng)
         self._by_first: dict[str, list[Rewrite]] = {}
@@ -183,11 +196,46 @@ class RealRecogniser:
         if cls == "near":
             keys = [keys[0][:i] + (alt,) + keys[0][i + 1 :] for i, s in enumerate(syls)
                     for alt in near_toneless(s)]  # type: ignore[arg-type]
-        pool = [(w, c) for key in keys for w, c in self._by_sound.get(key, ()) if w != said
-                and classify_span(w, said) == cls]
+        pool = self.sound_alike_words(cls, said)
         if not pool:
             return None
         return rng.choices([w for w, _ in pool], [c for _, c in pool])[0]
+
+    def sound_alike_words(self, cls: str, said: str, most: int = 40) -> list[tuple[str, float]]:
+        """Corpus words (with their weights) sounding as `cls` (homophone or near) says to the word `said`, the
+        `most` commonest."""
+        syls = [char_syllable(c) for c in said]
+        if any(s is None for s in syls):
+            return []
+        keys: list[tuple[str, ...]] = [tuple(s.toneless for s in syls)]  # type: ignore[union-attr]
+        if cls == "near":
+            keys = [keys[0][:i] + (alt,) + keys[0][i + 1 :] for i, s in enumerate(syls)
+                    for alt in near_toneless(s)]  # type: ignore[arg-type]
+        pool = [(w, c) for key in keys for w, c in self._by_sound.get(key, ()) if w != said
+                and classify_span(w, said) == cls]
+        return sorted(pool, key=lambda wc: -wc[1])[:most]
+
+    def _fluent(self, cls: str, truth: str, bounds: list[tuple[int, int]], taken: list[Edit],
+                rng: random.Random) -> Edit | None:
+        """A whole truth word heard as another corpus word of class `cls`: of every such word at every free place,
+        drawn with weight exp(gain), the gain how much more likely the recogniser's language model finds the
+        sentence with it than what was said (a decoder's error: its LM pulled it there)."""
+        assert self.sentence_cost is not None
+        base = self.sentence_cost(truth)
+        options: list[tuple[float, Edit]] = []
+        for i, j in bounds:
+            said = truth[i:j]
+            if j - i > 3 or set(said) & SPOKEN_FILLERS or not _free((i, j, ""), taken, len(truth)):
+                continue
+            if cls == "other":
+                alts = {w for w in (self.fluent_word(cls, said, rng) for _ in range(5)) if w}
+            else:
+                alts = {w for w, _ in self.sound_alike_words(cls, said)}
+            options += [(base - self.sentence_cost(truth[:i] + w + truth[j:]), (i, j, w)) for w in alts]
+        if not options:
+            return None
+        top = max(g for g, _ in options)
+        return rng.choices([e for _, e in options], [math.exp(g - top) for g, _ in options])[0]
 
     def _decoded(self, cls: str, truth: str, starts: list[int], n: int, rng: random.Random) -> Edit | None:
         """Of `decoded_choices` writings of class `cls` drawn at each start, the one the recogniser's character
@@ -292,12 +340,9 @@ class RealRecogniser:
         fluent word-for-word error in `p_fluent` of the homophone, near and other spans)."""
         fluent, decoded = self.config.p_fluent, self.config.p_decoded  # 0: no draw, the lists as before issue 39
         if bounds and fluent and cls in ("homophone", "near", "other") and rng.random() < fluent:
-            places = [(i, j) for i, j in bounds if j - i <= 3 and not set(truth[i:j]) & SPOKEN_FILLERS
-                      and _free((i, j, ""), taken, len(truth))]
-            for i, j in rng.sample(places, min(len(places), 4)):
-                written = self.fluent_word(cls, truth[i:j], rng)
-                if written is not None:
-                    return (i, j, written)
+            edit = self._fluent(cls, truth, bounds, taken, rng)
+            if edit is not None:
+                return edit
         if cls == "added":
             n = self._length(cls, rng)
             places = [i for i in range(len(truth) + 1) if _free((i, i, ""), taken, len(truth))]

@@ -4,7 +4,7 @@
 (`preprocess.error_stats`: definitions there) beside the real competition data's (`REAL`), and, with
 `--against`, the share of OTHER's spans already seen in FILE.
 
-`python -m learn.data.standin --profile real|easy --out DIR [--train N --test M]` writes one, in two versions of
+`python -m learn.data.standin --profile real|hard|easy --out DIR [--train N --test M]` writes one, in two versions of
 the same lists: `nbest_*.jsonl` (10 hypotheses with phone strings) and `top1_*.jsonl` (TOP1 alone, no phones);
 `*_train.jsonl` and `*_test.jsonl` come from disjoint clauses. Without `--profile`, the easy one (what docs
 report figures on, and what `make standin` writes to data/standin).
@@ -32,6 +32,12 @@ never to a model's results.
   only evidence: 3 of the 4 wrong TOP1s among 11 public real lists had the truth at ranks 3, 9 and 10); all
   distinct; spaced as the truth's corpus words, an added word its own.
 
+**hard** (`--profile hard`, issue 39): the real profile's recogniser whose one-off homophone, near and other
+spans are decoder's errors: a whole word heard as a sound-alike corpus word, drawn by how much the shipped word
+trigram prefers the sentence with it (`p_fluent`), else the writing its character bigram of corpus text prefers
+(`p_decoded`). Real errors are mostly plausible text: on real lists the shipped trigram prefers the wrong TOP1 in
+39 % of the wrong lists, on the real profile in 11 %, on this one in about 40 %.
+
 **easy** (`--profile easy`): product reviews through `learn.data.decode_sim`'s decoding recogniser, with a
 transcriber layer: the truths write one orthographic variant where the recogniser writes the other
 (`VARIANT_CONVENTIONS`), one spoken filler where it writes another (`FILLER_CONVENTIONS`), and the words most
@@ -47,7 +53,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from learn.data.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
@@ -64,7 +70,7 @@ from preprocess.error_stats import (
     error_stats,
 )
 from learn.data.labelled import Labelled, read_labelled_lenient, write_labelled
-from learn.data.real_recogniser import RealConfig
+from learn.data.real_recogniser import HARD, RealConfig
 from learn.data.standin_easy import (
     FILLER_CONVENTIONS,
     VARIANT_CONVENTIONS,
@@ -174,17 +180,21 @@ def main() -> None:
     ap.add_argument("--against", type=Path, metavar="OTHER", help="with --stats: OTHER's spans seen in FILE")
     ap.add_argument("--no-hardness", action="store_true",
                     help="with --stats: leave out the hardness measures (they load the shipped language model)")
-    ap.add_argument("--profile", choices=("easy", "real"), default="easy",
-                    help="easy: the decoding recogniser on reviews (docs' figures); real: calibrated to REAL")
+    ap.add_argument("--profile", choices=("easy", "real", "hard"), default="easy",
+                    help="easy: the decoding recogniser on reviews (docs' figures); real: calibrated to REAL; "
+                         "hard: real with fluent, decoded errors (issue 39)")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    ap.add_argument("--out", type=Path, help="default data/standin (easy), data/standin-real (real)")
+    ap.add_argument("--out", type=Path,
+                    help="default data/standin (easy), data/standin-real (real), data/standin-hard (hard)")
     ap.add_argument("--train", type=int, help="lists in the train files (default 20,000 easy, 40,000 real)")
     ap.add_argument("--test", type=int, default=2_000, help="lists in the test files (other clauses)")
     ap.add_argument("--seed", type=int, default=31)
-    ap.add_argument("--p-decoded", type=float, default=0.0,
-                    help="real profile: share of one-off spans its own character bigram pulls (issue 39; 0: as before)")
-    ap.add_argument("--p-fluent", type=float, default=0.0,
-                    help="real profile: share of one-off spans that are a whole word heard as another (issue 39)")
+    ap.add_argument("--p-decoded", type=float,
+                    help="real and hard profiles: share of one-off spans its own character bigram pulls (default 0 "
+                         "real, 1 hard)")
+    ap.add_argument("--p-fluent", type=float,
+                    help="real and hard profiles: share of one-off spans that are a whole word heard as another, "
+                         "drawn by the shipped trigram (default 0 real, 1 hard)")
     args = ap.parse_args()
     if args.stats is not None:
         print_stats(args.stats, args.against, not args.no_hardness)
@@ -199,9 +209,11 @@ def main() -> None:
     if args.profile == "easy":
         write_easy(args.corpus, args.out or Path("data/standin"), args.train or 20_000, args.test, args.seed, t0)
     else:
-        config = RealConfig(p_decoded=args.p_decoded, p_fluent=args.p_fluent)
-        write_real(args.corpus, args.out or Path("data/standin-real"), args.train or 40_000, args.test, args.seed,
-                   t0, config)
+        preset = HARD if args.profile == "hard" else RealConfig()
+        config = replace(preset, **{k: v for k, v in (("p_decoded", args.p_decoded), ("p_fluent", args.p_fluent))
+                                    if v is not None})
+        write_real(args.corpus, args.out or Path(f"data/standin-{args.profile}"), args.train or 40_000, args.test,
+                   args.seed, t0, config)
 
 
 def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float,
@@ -214,7 +226,7 @@ def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0
         write_labelled(items, out / f"nbest_{name}.jsonl")
         write_labelled(top1_only(items), out / f"top1_{name}.jsonl")
     (out / "recogniser.json").write_text(json.dumps(
-        {"profile": "real", "seed": seed, "config": asdict(config), "finance_share": round(truths.finance_share, 4),
+        {"profile": "hard" if config == HARD else "real", "seed": seed, "config": asdict(config), "finance_share": round(truths.finance_share, 4),
          "finance_words": FINANCE_WORDS, "systematic_rewrites": [asdict(r) for r in recogniser.inventory]},
         ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"wrote {out}: {len(train)} train and {len(test)} test lists, two versions (real profile, "

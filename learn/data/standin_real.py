@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +108,14 @@ def pick_truths(corpus_dir: Path, n_train: int, n_test: int, config: RealConfig,
                   (n_fin + len(test)) / max(len(train) + len(test), 1))
 
 
+def shipped_trigram_cost() -> Callable[[str], float]:
+    """-ln P of a sentence (Han characters) under the shipped word trigram: the hard profile's recogniser's LM."""
+    from model.lm import LanguageModel  # only for fluent errors: the other profiles need no model
+
+    lm = LanguageModel()
+    return lambda text: -lm.score(text).logp * math.log(10)
+
+
 def make_real_lists(recogniser: RealRecogniser, truths: list[str], seed: int, prefix: str) -> list[Labelled]:
     """Make a labelled 10-best list (with phones) for each truth (words separated by spaces)."""
     rng = random.Random(seed)
@@ -137,7 +147,8 @@ def build_real(corpus_dir: Path, n_train: int, n_test: int, seed: int,
     lm_text = [line for name in ("train", "reviews")
                for line in (corpus_dir / f"{name}.txt").read_text(encoding="utf-8").split("\n") if line] \
         if config.p_decoded else None
-    recogniser = RealRecogniser(char_counts, word_counts, sample, config, seed, lm_text)
+    recogniser = RealRecogniser(char_counts, word_counts, sample, config, seed, lm_text,
+                                shipped_trigram_cost() if config.p_fluent else None)
     test = make_real_lists(recogniser, truths.test, seed + 1, "standin-test")
     train = make_real_lists(recogniser, truths.train, seed, "standin-train")
     return train, test, recogniser, truths
