@@ -229,7 +229,7 @@ def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0
         {"profile": "hard" if config == HARD else "real", "seed": seed, "config": asdict(config), "finance_share": round(truths.finance_share, 4),
          "finance_words": FINANCE_WORDS, "systematic_rewrites": [asdict(r) for r in recogniser.inventory]},
         ensure_ascii=False, indent=1), encoding="utf-8")
-    print(f"wrote {out}: {len(train)} train and {len(test)} test lists, two versions (real profile, "
+    print(f"wrote {out}: {len(train)} train and {len(test)} test lists, two versions ({'hard' if config == HARD else 'real'} profile, "
           f"{truths.finance_share:.0%} of truths from finance clauses), in {time.perf_counter() - t0:.0f} s")
 
 
