@@ -190,25 +190,13 @@ class RealRecogniser:
             return VARIANT_FORMS.get(said)
         raise ValueError(f"no such class {cls}")
 
-    def fluent_word(self, cls: str, said: str, rng: random.Random) -> str | None:
-        """Another corpus word for the word `said`, sounding as `cls` says (homophone, near, other), by frequency."""
-        if cls == "other":
-            for _ in range(10):
-                w = self._word(len(said), rng)
-                if classify_span(w, said) == "other":
-                    return w
-            return None
-        syls = [char_syllable(c) for c in said]
-        if any(s is None for s in syls):
-            return None
-        keys: list[tuple[str, ...]] = [tuple(s.toneless for s in syls)]  # type: ignore[union-attr]
-        if cls == "near":
-            keys = [keys[0][:i] + (alt,) + keys[0][i + 1 :] for i, s in enumerate(syls)
-                    for alt in near_toneless(s)]  # type: ignore[arg-type]
-        pool = self.sound_alike_words(cls, said)
-        if not pool:
-            return None
-        return rng.choices([w for w, _ in pool], [c for _, c in pool])[0]
+    def other_word(self, said: str, rng: random.Random) -> str | None:
+        """A corpus word of `said`'s length that sounds neither the same nor near, by frequency (or None)."""
+        for _ in range(10):
+            w = self._word(len(said), rng)
+            if classify_span(w, said) == "other":
+                return w
+        return None
 
     def sound_alike_words(self, cls: str, said: str, most: int = 40) -> list[tuple[str, float]]:
         """Corpus words (with their weights) sounding as `cls` (homophone or near) says to the word `said`, the
@@ -237,7 +225,7 @@ class RealRecogniser:
             if j - i > 3 or set(said) & SPOKEN_FILLERS or not _free((i, j, ""), taken, len(truth)):
                 continue
             if cls == "other":  # (dicts, not sets: the draw must not depend on the strings' hash order)
-                alts = dict.fromkeys(w for w in (self.fluent_word(cls, said, rng) for _ in range(5)) if w)
+                alts = dict.fromkeys(w for w in (self.other_word(said, rng) for _ in range(5)) if w)
             else:
                 floor = self._word_weight.get(said, 0.0) if self.config.common_writing else -1.0
                 alts = dict.fromkeys(w for w, c in self.sound_alike_words(cls, said) if c > floor)
