@@ -36,7 +36,7 @@ never to a model's results.
 spans are decoder's errors: a whole word heard as a sound-alike corpus word, drawn by how much the shipped word
 trigram prefers the sentence with it (`p_fluent`), else the writing its character bigram of corpus text prefers
 (`p_decoded`). Real errors are mostly plausible text: on real lists the shipped trigram prefers the wrong TOP1 in
-39 % of the wrong lists, on the real profile in 11 %, on this one in about 40 %.
+39 % of the wrong lists, on the real profile in 11 %, on this one in about 35 %.
 
 **easy** (`--profile easy`): product reviews through `learn.data.decode_sim`'s decoding recogniser, with a
 transcriber layer: the truths write one orthographic variant where the recogniser writes the other
@@ -186,7 +186,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
     ap.add_argument("--out", type=Path,
                     help="default data/standin (easy), data/standin-real (real), data/standin-hard (hard)")
-    ap.add_argument("--train", type=int, help="lists in the train files (default 20,000 easy, 40,000 real)")
+    ap.add_argument("--train", type=int, help="lists in the train files (default 20,000 easy, 40,000 real and hard)")
     ap.add_argument("--test", type=int, default=2_000, help="lists in the test files (other clauses)")
     ap.add_argument("--seed", type=int, default=31)
     ap.add_argument("--p-decoded", type=float,
@@ -225,11 +225,12 @@ def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0
     for name, items in (("train", train), ("test", test)):
         write_labelled(items, out / f"nbest_{name}.jsonl")
         write_labelled(top1_only(items), out / f"top1_{name}.jsonl")
+    profile = "hard" if config == HARD else "real"
     (out / "recogniser.json").write_text(json.dumps(
-        {"profile": "hard" if config == HARD else "real", "seed": seed, "config": asdict(config), "finance_share": round(truths.finance_share, 4),
+        {"profile": profile, "seed": seed, "config": asdict(config), "finance_share": round(truths.finance_share, 4),
          "finance_words": FINANCE_WORDS, "systematic_rewrites": [asdict(r) for r in recogniser.inventory]},
         ensure_ascii=False, indent=1), encoding="utf-8")
-    print(f"wrote {out}: {len(train)} train and {len(test)} test lists, two versions ({'hard' if config == HARD else 'real'} profile, "
+    print(f"wrote {out}: {len(train)} train and {len(test)} test lists, two versions ({profile} profile, "
           f"{truths.finance_share:.0%} of truths from finance clauses), in {time.perf_counter() - t0:.0f} s")
 
 
