@@ -23,6 +23,7 @@ from service_streamer.service_streamer import StreamWorker
 
 from batching import core
 from batching.errors import BatchFailed
+from batching.heap import HeapTrimmer
 
 __all__ = ["EXPIRED", "FAILED", "OK", "Answer", "GuardedWorker", "ImportedModel", "run_guarded"]
 
@@ -108,6 +109,7 @@ class GuardedWorker(StreamWorker):
         """Build the model, then serve batches until the parent sets destroy_event or dies."""
         # Ctrl-C reaches the whole process group; the parent decides when its workers stop.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self._heap = HeapTrimmer()  # made in the spawned process: its C function does not pickle
         super().run_forever(gpu_id, ready_event, destroy_event)
 
     def _run_once(self) -> int:
@@ -127,4 +129,5 @@ class GuardedWorker(StreamWorker):
                 break
         answers = run_guarded(self._predict, [message[3] for message in batch])
         self._response_queue.put((tuple(message[1] for message in batch), answers))
+        self._heap.after_batch()  # the answers are sent: give back what the batch freed (batching.heap)
         return len(batch)

@@ -19,6 +19,7 @@ from service_streamer.service_streamer import ThreadedWorker
 from batching import core
 from batching.core import Core, Job, failure, settle
 from batching.errors import BatchFailed, BatchReport
+from batching.heap import HeapTrimmer
 from batching.policy import RunTimes, Traffic, Window, adaptive_wait_s, fixed_wait_s, padded_waste, similar_sizes
 
 __all__ = ["BatchRunner", "BatchWorker", "WorkerConfig", "serve"]
@@ -111,6 +112,7 @@ class BatchWorker(ThreadedWorker):
         self._waiting: list[Job[Any, Any]] = []
         self._opened_at = 0.0
         self._last_batch_end = float("-inf")
+        self._heap = HeapTrimmer()
         self.running_since: float | None = None
 
     def _run_once(self) -> int:
@@ -130,6 +132,7 @@ class BatchWorker(ThreadedWorker):
         finally:
             self.running_since = None
             self._last_batch_end = time.monotonic()
+        self._heap.after_batch()  # the answers are out: give back what the batch freed (batching.heap)
         return len(batch)
 
     def _collect(self, timeout: float) -> bool:
