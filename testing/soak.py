@@ -9,7 +9,8 @@ esun_uuid. After each interval it records the server's processes (the gunicorn m
 the processes under a worker: the model's, with BATCHER_WORKERS > 1), each one's RSS, open file descriptors and
 threads; the interval's p50/p99 from each request's due time, late and non-200 answers, answers by path; and the
 answer cache's size (`esun_cache_entries` of the worker that answers the scrape). soak.json is rewritten after every
-interval, so an interrupted run keeps what it measured; at the end the plots and the table.
+interval, so an interrupted run keeps what it measured; at the end the plots and the table, headed by the steady
+state: what the records after the first `--settle-minutes` show (RSS growth and range, descriptors, threads).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the 64-client rate, known already: no probe")
     parser.add_argument("--probe-s", type=float, default=20.0, help="seconds of the 64-client probe (default 20)")
     parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between records (default 60)")
+    parser.add_argument("--settle-minutes", type=float, default=10.0,
+                        help="the first minutes the steady-state line leaves out (default 10)")
     parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting in the server's environment (repeatable), e.g. CACHE_SIZE=1000")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench" / "soak",
@@ -180,6 +183,38 @@ def batch_means(before: dict[str, float], after: dict[str, float], items: int) -
             "batch_ms_per_question": round(1000 * seconds / items, 2) if items else None}
 
 
+def steady_state(intervals: list[dict[str, Any]], settle_s: float) -> dict[str, Any] | None:
+    """What the records after the first `settle_s` seconds show (None if none): the server's RSS (workers and model
+    processes together) at the first and last of them, its growth and range; the range of descriptors and threads;
+    late and non-200 answers over them."""
+    kept = [r for r in intervals if r["end_s"] > settle_s]
+    if not kept:
+        return None
+
+    def total(record: dict[str, Any], figure: str) -> float:
+        return record["by_role"]["worker"][figure] + record["by_role"]["model"][figure]
+
+    rss = [round(total(r, "rss_mib"), 1) for r in kept]
+    return {"records": len(kept), "from_minute": round(kept[0]["end_s"] / 60, 2),
+            "to_minute": round(kept[-1]["end_s"] / 60, 2), "rss_first_mib": rss[0], "rss_last_mib": rss[-1],
+            "rss_growth_pct": round(100 * (rss[-1] - rss[0]) / rss[0], 2) if rss[0] else None,
+            "rss_min_mib": min(rss), "rss_max_mib": max(rss),
+            "fds": [min(total(r, "fds") for r in kept), max(total(r, "fds") for r in kept)],
+            "threads": [min(total(r, "threads") for r in kept), max(total(r, "threads") for r in kept)],
+            "late_over_1s": sum(r["late_over_1s"] for r in kept), "non_200": sum(r["non_200"] for r in kept)}
+
+
+def steady_line(steady: dict[str, Any] | None) -> str:
+    """The steady-state figures as one sentence."""
+    if steady is None:
+        return "no record after the settling minutes"
+    return (f"from minute {steady['from_minute']:g} to {steady['to_minute']:g} ({steady['records']} records): RSS "
+            f"{steady['rss_first_mib']} -> {steady['rss_last_mib']} MiB ({steady['rss_growth_pct']:+g} %), between "
+            f"{steady['rss_min_mib']} and {steady['rss_max_mib']}; fds {steady['fds'][0]}-{steady['fds'][1]}, "
+            f"threads {steady['threads'][0]}-{steady['threads'][1]}; {steady['late_over_1s']} late, "
+            f"{steady['non_200']} non-200")
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The per-interval table and a line of context."""
     rows = [[r["end_s"] / 60, r["sent_rps"], r["p50_ms"], r["p99_ms"], r["late_over_1s"], r["non_200"],
@@ -192,6 +227,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"soak: {results['share']:g} x {results['capacity_rps']} req/s (the model's answers/s at "
              f"{PROBE_CLIENTS} clients) = {results['rate_rps']} req/s for {results['minutes']:g} min, "
              f"{results['request_pool']['short']} short lists in {results['request_pool']['bodies']}", "",
+             f"Workers and model processes, {steady_line(results.get('steady_state'))}.", "",
              *table(head, [[round(v, 2) if isinstance(v, float) else v for v in row] for row in rows])]
     return "\n".join(lines)
 
@@ -199,8 +235,10 @@ def markdown(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    if not 0 < args.share <= 2 or not 0 <= args.short_share <= 1 or args.minutes <= 0 or args.interval_s <= 0:
-        raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0")
+    if not 0 < args.share <= 2 or not 0 <= args.short_share <= 1 or args.minutes <= 0 or args.interval_s <= 0 \
+            or args.settle_minutes < 0:
+        raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
+                            "--settle-minutes >= 0")
     if args.capacity is None and wrkload.wrk_path() is None:
         raise cli.ToolError("wrk is not installed (bash testing/install_tools.sh installs it), or give --capacity")
     if not args.fake and (missing := missing_weights()):
@@ -254,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             (out / "soak.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     results["took_s"] = round(time.monotonic() - started, 1)
+    results["steady_state"] = steady_state(results["intervals"], 60 * args.settle_minutes)
+    print(f"soak: {steady_line(results['steady_state'])}", flush=True)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["plots"] = draw_soak(results, out)
     write_summary(out, "soak", results, markdown(results))

@@ -35,3 +35,25 @@ def test_soak_records_each_interval_with_the_server_processes_and_the_cache(tmp_
     assert 0 < intervals[0]["cache_entries"] < intervals[-1]["cache_entries"]
     assert results["plots"] == ["soak.png"] and (tmp_path / "soak.png").stat().st_size > 0
     assert "| minute |" in (tmp_path / "soak.md").read_text()
+
+
+def _record(end_s: float, rss: float, fds: int = 11, threads: int = 73, late: int = 0) -> dict:
+    role = {"processes": 1, "rss_mib": rss, "fds": fds, "threads": threads}
+    return {"end_s": end_s, "late_over_1s": late, "non_200": 0,
+            "by_role": {"worker": role, "model": {"processes": 0, "rss_mib": 0.0, "fds": 0, "threads": 0}}}
+
+
+def test_steady_state_leaves_out_the_settling_minutes_and_reports_growth_and_ranges():
+    from testing.soak import steady_line, steady_state
+
+    intervals = [_record(60, 700), _record(120, 800, threads=70), _record(180, 810, late=1), _record(240, 790),
+                 _record(300, 816, fds=12)]
+    steady = steady_state(intervals, settle_s=120)
+    assert steady is not None
+    assert (steady["records"], steady["from_minute"], steady["to_minute"]) == (3, 3, 5)
+    assert (steady["rss_first_mib"], steady["rss_last_mib"], steady["rss_growth_pct"]) == (810, 816, 0.74)
+    assert (steady["rss_min_mib"], steady["rss_max_mib"]) == (790, 816)
+    assert steady["fds"] == [11, 12] and steady["threads"] == [73, 73] and steady["late_over_1s"] == 1
+    assert "+0.74 %" in steady_line(steady)
+    assert steady_state(intervals, settle_s=300) is None
+    assert steady_line(None) == "no record after the settling minutes"
