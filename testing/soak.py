@@ -10,7 +10,8 @@ the processes under a worker: the model's, with BATCHER_WORKERS > 1), each one's
 threads; the interval's p50/p99 from each request's due time, late and non-200 answers, answers by path; and the
 answer cache's size (`esun_cache_entries` of the worker that answers the scrape). soak.json is rewritten after every
 interval, so an interrupted run keeps what it measured; at the end the plots and the table, headed by the steady
-state: what the records after the first `--settle-minutes` show (RSS growth and range, descriptors, threads).
+state: what the records after the first `--settle-minutes` show (RSS growth from the first to the last, its range and
+its least-squares trend; descriptors, threads).
 """
 
 from __future__ import annotations
@@ -195,10 +196,18 @@ def steady_state(intervals: list[dict[str, Any]], settle_s: float) -> dict[str, 
         return record["by_role"]["worker"][figure] + record["by_role"]["model"][figure]
 
     rss = [round(total(r, "rss_mib"), 1) for r in kept]
+    # the least-squares line through the records: a trend that one record's phase (a batch's peak, a heap trim
+    # just before it) does not decide, as the first and last records alone do
+    minutes = [r["end_s"] / 60 for r in kept]
+    mean_t, mean_rss = sum(minutes) / len(kept), sum(rss) / len(kept)
+    spread = sum((t - mean_t) ** 2 for t in minutes)
+    slope = sum((t - mean_t) * (m - mean_rss) for t, m in zip(minutes, rss, strict=True)) / spread if spread else 0.0
+    trend = slope * (minutes[-1] - minutes[0])
     return {"records": len(kept), "from_minute": round(kept[0]["end_s"] / 60, 2),
             "to_minute": round(kept[-1]["end_s"] / 60, 2), "rss_first_mib": rss[0], "rss_last_mib": rss[-1],
             "rss_growth_pct": round(100 * (rss[-1] - rss[0]) / rss[0], 2) if rss[0] else None,
-            "rss_min_mib": min(rss), "rss_max_mib": max(rss),
+            "rss_min_mib": min(rss), "rss_max_mib": max(rss), "rss_trend_mib": round(trend, 1),
+            "rss_trend_pct": round(100 * trend / mean_rss, 2) if mean_rss else None,
             "fds": [min(total(r, "fds") for r in kept), max(total(r, "fds") for r in kept)],
             "threads": [min(total(r, "threads") for r in kept), max(total(r, "threads") for r in kept)],
             "late_over_1s": sum(r["late_over_1s"] for r in kept), "non_200": sum(r["non_200"] for r in kept)}
@@ -210,7 +219,8 @@ def steady_line(steady: dict[str, Any] | None) -> str:
         return "no record after the settling minutes"
     return (f"from minute {steady['from_minute']:g} to {steady['to_minute']:g} ({steady['records']} records): RSS "
             f"{steady['rss_first_mib']} -> {steady['rss_last_mib']} MiB ({steady['rss_growth_pct']:+g} %), between "
-            f"{steady['rss_min_mib']} and {steady['rss_max_mib']}; fds {steady['fds'][0]}-{steady['fds'][1]}, "
+            f"{steady['rss_min_mib']} and {steady['rss_max_mib']}, trend {steady['rss_trend_mib']:+g} MiB "
+            f"({steady['rss_trend_pct']:+g} %) over the span; fds {steady['fds'][0]}-{steady['fds'][1]}, "
             f"threads {steady['threads'][0]}-{steady['threads'][1]}; {steady['late_over_1s']} late, "
             f"{steady['non_200']} non-200")
 

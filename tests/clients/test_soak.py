@@ -53,7 +53,9 @@ def test_steady_state_leaves_out_the_settling_minutes_and_reports_growth_and_ran
     assert (steady["records"], steady["from_minute"], steady["to_minute"]) == (3, 3, 5)
     assert (steady["rss_first_mib"], steady["rss_last_mib"], steady["rss_growth_pct"]) == (810, 816, 0.74)
     assert (steady["rss_min_mib"], steady["rss_max_mib"]) == (790, 816)
+    # the line through (3, 810), (4, 790), (5, 816): slope 3 MiB a minute, 6 MiB over the two minutes
+    assert (steady["rss_trend_mib"], steady["rss_trend_pct"]) == (6.0, 0.75)
     assert steady["fds"] == [11, 12] and steady["threads"] == [73, 73] and steady["late_over_1s"] == 1
-    assert "+0.74 %" in steady_line(steady)
+    assert "(+0.74 %), between 790.0 and 816.0, trend +6 MiB (+0.75 %)" in steady_line(steady)
     assert steady_state(intervals, settle_s=300) is None
     assert steady_line(None) == "no record after the settling minutes"
