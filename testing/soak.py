@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -199,9 +200,8 @@ def steady_state(intervals: list[dict[str, Any]], settle_s: float) -> dict[str, 
     # the least-squares line through the records: a trend that one record's phase (a batch's peak, a heap trim
     # just before it) does not decide, as the first and last records alone do
     minutes = [r["end_s"] / 60 for r in kept]
-    mean_t, mean_rss = sum(minutes) / len(kept), sum(rss) / len(kept)
-    spread = sum((t - mean_t) ** 2 for t in minutes)
-    slope = sum((t - mean_t) * (m - mean_rss) for t, m in zip(minutes, rss, strict=True)) / spread if spread else 0.0
+    mean_rss = statistics.fmean(rss)
+    slope = statistics.linear_regression(minutes, rss).slope if len(kept) > 1 else 0.0
     trend = slope * (minutes[-1] - minutes[0])
     return {"records": len(kept), "from_minute": round(kept[0]["end_s"] / 60, 2),
             "to_minute": round(kept[-1]["end_s"] / 60, 2), "rss_first_mib": rss[0], "rss_last_mib": rss[-1],
