@@ -24,6 +24,8 @@ BATCH_POLICIES = ("adaptive", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
 STAGES = ("full", "lm", "net")
 CPU_PRECISIONS = ("int8", "fp32")
+# Threads of a worker beyond the pool's cap, by default: /healthz, /readyz, /metrics, / while the pool is full.
+SPARE_THREADS = 32
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # Settings no log, summary or --help shows.
 SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
@@ -34,9 +36,9 @@ _CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.
 
 # Settings that existed once, with what took their place: set in the environment, they stop the start in one line.
 REMOVED_SETTINGS = {
-    "POOL_LIMIT": "the thread pool holds half of HTTP_THREADS (set HTTP_THREADS)",
-    "MAX_IN_FLIGHT": "questions on the model are bounded by the thread pool, half of HTTP_THREADS (set "
-                     "HTTP_THREADS): each waits on a pool thread, so a higher bound could never act",
+    "POOL_LIMIT": "the thread pool holds two batches' worth of requests (set MAX_BATCH_SIZE)",
+    "MAX_IN_FLIGHT": "questions on the model are bounded by the thread pool, two batches' worth (set "
+                     "MAX_BATCH_SIZE): each waits on a pool thread, so a higher bound could never act",
     "OVERLOAD_INTERVAL_S": "the overload control's interval is fixed at 100 ms (OVERLOAD_TARGET_S sets how it acts)",
     "OVERLOAD_MODEL_SHARE": "the overload control's model-wait target is half the budget (OVERLOAD_TARGET_S sets "
                             "how it acts; JUDGE_TIMEOUT_S and SAFETY_MARGIN_S the budget)",
@@ -110,8 +112,8 @@ class Config:
     captain_email: str = ""
     server_uuid_salt: str = ""
     log_level: str = "INFO"
-    # gunicorn: this many threads in each worker process.
-    http_threads: int = 128
+    # gunicorn: this many threads in each worker process; 0: the pool's cap (two batches) and SPARE_THREADS more.
+    http_threads: int = 0
     graceful_timeout_s: float = 30.0
     worker_timeout_s: float = 300.0
 
@@ -120,12 +122,20 @@ class Config:
 
     @property
     def pool_cap(self) -> int:
-        """/inference requests the thread pool holds at once: half the threads; past it the worker's event loop
-        answers (api/admission.py: TOP1, path `pool_full`). Also the batcher's bound on questions on the model (each
-        waits on a pool thread; past it, path `overload`). Each is a thread contending for the GIL with the event
-        loop that reads every request: measured at 3x the closed-loop capacity with 128 threads, a cap of 64
-        answered none late, 96 1.5 %, 128 4.8 % (docs/benchmarks.md); the threads above it serve the probes."""
-        return self.http_threads // 2
+        """/inference requests the thread pool holds at once: two batches' worth, the one running and the next one
+        filling; past it the worker's event loop answers (api/admission.py: TOP1, path `pool_full`). Also the
+        batcher's bound on questions on the model (each waits on a pool thread; past it, path `overload`).
+
+        One batch's worth (what half of 128 threads gave until issue 46) turned arrivals away far below capacity: a
+        batch held open for `max_batch_size` items filled the pool, and every arrival while it ran was refused
+        (docs/benchmarks.md, issue 46). A thread waiting on its future holds no GIL; the threads above the cap serve
+        the probes."""
+        return 2 * self.max_batch_size
+
+    @property
+    def threads(self) -> int:
+        """gunicorn's threads per worker: `http_threads`, or the pool's cap and `SPARE_THREADS` for the probes."""
+        return self.http_threads or self.pool_cap + SPARE_THREADS
 
     @property
     def workers(self) -> int:
@@ -172,6 +182,7 @@ class Config:
                 out[f.name] = str(value) if isinstance(value, Path) else value
         out["budget_s"] = self.budget_s
         out["pool_cap"] = self.pool_cap
+        out["threads"] = self.threads
         out["workers"] = self.workers
         return out
 
@@ -191,6 +202,57 @@ def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     except (OSError, ValueError):  # no cgroup v2 here, or a file not in its format
         pass
     return max(1, cores)
+
+
+# What one more worker process costs in memory, rounded up from what it was measured to hold with the shipped model on
+# CPU (0.68-0.94 GiB of RSS over an hour's soak, docs/benchmarks.md); a model process of the process engine holds one
+# model too. The master holds torch and the model's modules, imported before it forks (0.54 GiB measured).
+MODEL_PROCESS_BYTES = 1 << 30
+MASTER_BYTES = 600 << 20
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes this process may still take: the kernel's MemAvailable, less where its cgroup's limit (a container's or
+    a pod's memory limit: `memory.max` less `memory.current`) leaves less; None where neither can be read."""
+    known: list[int] = []
+    try:
+        for line in meminfo.read_text(encoding="ascii").splitlines():
+            if line.startswith("MemAvailable:"):
+                known.append(int(line.split()[1]) * 1024)
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = (cgroup / "memory.max").read_text(encoding="ascii").strip()
+        if limit != "max":
+            used = int((cgroup / "memory.current").read_text(encoding="ascii").strip())
+            known.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return min(known) if known else None
+
+
+def check_workers(config: Config, available: int | None = None, cores: int | None = None) -> str | None:
+    """Stop the start in one line when the machine's memory cannot hold `config.workers` worker processes, each with
+    its model (or `batcher_workers` model processes); return a warning for more workers than usable cores, else None.
+
+    Asked by gunicorn's master before it forks any worker: a count the memory cannot hold would fork worker after
+    worker, each loading a model, until the machine ran out (`WEB_WORKERS=1000`, issue 46)."""
+    models = config.batcher_workers if config.batcher_workers > 1 else 1
+    needed = MASTER_BYTES + config.workers * models * MODEL_PROCESS_BYTES
+    available = available_memory() if available is None else available
+    if available is not None and needed > available:
+        fits = max(0, (available - MASTER_BYTES) // (models * MODEL_PROCESS_BYTES))
+        gib = 2**30
+        raise ConfigError(
+            f"web_workers={config.workers} needs about {needed / gib:.1f} GiB ({config.workers} x {models} model(s) "
+            f"of {MODEL_PROCESS_BYTES / gib:.1f} GiB and the master), but {available / gib:.1f} GiB is available "
+            f"here: at most {fits} fit")
+    cores = usable_cores() if cores is None else cores
+    if config.workers > cores:
+        return (f"web_workers={config.workers} is more than the {cores} usable cores: the workers take turns on them "
+                f"(one per core or fewer serves more, docs/deploy.md)")
+    return None
 
 
 # Run in a child process: initializing CUDA in a process that forks afterwards (gunicorn's master) leaves every
@@ -263,11 +325,12 @@ def _validate(c: Config) -> None:
         raise ConfigError(f"port must be <= 65535, got {c.port}")
     _at_least(c, "web_workers", 0)
     for name in ("max_batch_size", "max_top1_chars", "max_hypotheses",
-                 "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "http_threads", "batcher_workers"):
+                 "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "batcher_workers"):
         _at_least(c, name, 1)
     for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s", "overload_target_s"):
         _at_least(c, name, 0)
     _at_least(c, "torch_threads", 0)
+    _at_least(c, "http_threads", 0)
     for name in ("judge_timeout_s", "cache_ttl_s", "graceful_timeout_s", "worker_timeout_s", "batch_stuck_after_s",
                  "request_read_timeout_s"):
         _positive(c, name)
@@ -306,11 +369,10 @@ def _validate(c: Config) -> None:
             f"max_top1_chars must be <= max_chars_per_hypothesis ({c.max_chars_per_hypothesis}),"
             f" got {c.max_top1_chars}"
         )
-    if c.http_threads < 2 * c.max_batch_size:
-        # Fewer threads than two batches' worth of requests and a batch can never fill.
-        raise ConfigError(
-            f"http_threads must be >= 2 * max_batch_size ({2 * c.max_batch_size}), got {c.http_threads}"
-        )
+    if c.http_threads and c.http_threads < c.pool_cap:
+        # Fewer threads than the pool's cap: the pool would never be full, and requests would wait for a thread.
+        raise ConfigError(f"http_threads must be 0 (automatic) or >= 2 * max_batch_size ({c.pool_cap}), "
+                          f"got {c.http_threads}")
     if c.cuda_devices and not all(d.strip() for d in c.cuda_devices.split(",")):
         raise ConfigError(f"cuda_devices must be comma-separated device ids like '0,1', got {c.cuda_devices!r}")
     if not c.host:

@@ -7,7 +7,7 @@ with the path of the gate that kept it, checked in this order (as Triton's queue
 
 | gate | refuses when | path | setting |
 |---|---|---|---|
-| thread pool (event loop only) | `pool_cap` requests are in the thread pool | `pool_full` | `HTTP_THREADS` (half) |
+| thread pool (event loop only) | `pool_cap` requests are in the thread pool | `pool_full` | `MAX_BATCH_SIZE` (twice) |
 | late accept | less than `min_model_budget_s` of the budget is left | `late_accept` | `MIN_MODEL_BUDGET_S` |
 | overload control | its reduced share (below) of the model is taken | `shed` | `OVERLOAD_TARGET_S` (0: off) |
 

@@ -26,7 +26,8 @@ readable question: the view answers it 400) is left to a thread.
 
 Answers are cached under `cache_key`: the esun_uuid and a digest of TOP1, so that a uuid reused for another question
 never gets the old question's answer. A model answer that comes after its request gave up is still stored, so that
-the judge's retry gets it.
+the judge's retry gets it; one that comes in time is on the shared level before its response leaves (at most
+`SHARED_WRITE_WAIT_S`), so that a retry sent at once to another worker gets it too.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ from preprocess.text import han_chars, has_han, strip_spaces, top1_answer
 
 logger = logging.getLogger("api")
 
+# The longest a model answer's response waits for its write to the shared level (SQLite between workers, Redis
+# between replicas), within its deadline: a retry sent the moment the answer arrives, to another worker, finds it.
+SHARED_WRITE_WAIT_S = 0.1
 # Far above any real sentence (the model sees TOP1s of at most max_top1_chars) and far under the judge's
 # 10,240-character response limit.
 MAX_ANSWER_CHARS = 1000
@@ -195,6 +199,7 @@ class AnswerPolicy:
             return top1_outcome(req, AnswerPath.ERROR, reason=unusable, batch_size=prediction.batch_size)
         # Also stored by _remember, but that callback may run after this thread has answered.
         self._cache.put(key, answer)
+        self._cache.wait_shared(key, min(SHARED_WRITE_WAIT_S, max(0.0, deadline - time.monotonic())))
         return Outcome(answer, AnswerPath.MODEL, prediction.batch_size)
 
 

@@ -322,7 +322,7 @@ class _AdmissionCollector(Collector):
                                 "event loop, not yet answered by the app); at pool_cap the event loop answers "
                                 "/inference itself (path pool_full).", value=state.in_pool)
         yield GaugeMetricFamily(f"{NAMESPACE}_pool_cap", "Requests the thread pool takes before the event loop answers "
-                                "/inference itself (half of HTTP_THREADS).", value=self._admission.pool_cap)
+                                "/inference itself (two batches: 2 x MAX_BATCH_SIZE).", value=self._admission.pool_cap)
         yield GaugeMetricFamily(f"{NAMESPACE}_overload_queued_min_seconds", "A signal of the overload control: the "
                                 "least time from accept to view of any request in its last interval.",
                                 value=state.queued_min_s)

@@ -22,9 +22,10 @@ class LayeredResultCache:
 
     `put` stores the answer locally at once, and hands the shared write to a `WriteBehind`: it never waits for
     Redis. `put` runs on the batcher's worker thread (api.answers stores answers from a done-callback), where
-    one synchronous write per answer to a slow Redis would hold up the whole batch and the next. The answer is
-    in Redis a moment after the response leaves (a retry on this replica reads the local cache first); a
-    replica that stops drains its queue at exit (`close`), one that is killed loses the writes still queued.
+    one synchronous write per answer to a slow Redis would hold up the whole batch and the next. The request's own
+    thread waits for its answer's write (`wait_shared`, bounded) before the response leaves, so that a retry sent
+    the moment it arrives finds it in any worker; a replica that stops drains its queue at exit (`close`), one that
+    is killed loses the writes still queued.
     A put of the answer the local cache already holds is not written again: api.answers stores each answer
     twice (from the request's thread and from the callback), and a slow Redis should take it once.
     """
@@ -57,6 +58,12 @@ class LayeredResultCache:
         self.local.put(esun_uuid, answer)
         if self.writer is not None and known != answer:
             self.writer.submit(esun_uuid, answer)
+
+    def wait_shared(self, esun_uuid: str, timeout: float) -> bool:
+        """Wait until the answer `put` queued for the shared level under `esun_uuid` is written there, at most
+        `timeout` seconds (True at once without a shared level, or with nothing queued for it): a retry that reaches
+        another worker or replica right after this answer leaves finds it there."""
+        return self.writer.settled(esun_uuid, timeout) if self.writer is not None else True
 
     def flush(self, timeout: float = WRITE_DRAIN_S) -> bool:
         """Wait until the queued shared writes have landed; False when `timeout` seconds passed first."""

@@ -38,7 +38,8 @@ class WriteBehind:
         self._name = name
         self._pending: OrderedDict[str, str] = OrderedDict()
         self._cond = threading.Condition()
-        self._writing = False  # a write taken off the queue has not returned yet
+        self._writing: str | None = None  # the key of a write taken off the queue that has not returned yet
+        self._settled: dict[str, threading.Event] = {}  # keys a caller waits on (`settled`), set once written
         self._closed = False
         self._dropping = False  # writes were dropped since the queue was last empty: warned already
         self._dropped = 0
@@ -77,7 +78,17 @@ class WriteBehind:
     def flush(self, timeout: float) -> bool:
         """Wait until every queued write has returned; False when `timeout` seconds passed first."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and not self._writing, timeout)
+            return self._cond.wait_for(lambda: not self._pending and self._writing is None, timeout)
+
+    def settled(self, key: str, timeout: float) -> bool:
+        """Wait until the write queued for `key` has returned (written, or failed and logged); True at once when none
+        is queued or being written, False when `timeout` seconds passed first. Only the caller waiting on `key` is
+        woken when it lands, not every waiter on every write."""
+        with self._cond:
+            if key not in self._pending and self._writing != key:
+                return True
+            landed = self._settled.setdefault(key, threading.Event())
+        return landed.wait(timeout)
 
     def close(self, timeout: float = WRITE_DRAIN_S) -> None:
         """Refuse new writes, let the thread write what is queued, and wait up to `timeout` for it to stop."""
@@ -109,14 +120,17 @@ class WriteBehind:
                 if not self._pending:
                     return  # closed, and nothing left to write
                 key, value = self._pending.popitem(last=False)
-                self._writing = True
+                self._writing = key
             try:
                 self._write(key, value)
             except Exception:
                 log.exception("cache write failed", extra={"fields": {"writer": self._name}})
             finally:
                 with self._cond:
-                    self._writing = False
+                    self._writing = None
+                    landed = self._settled.pop(key, None) if key not in self._pending else None
+                    if landed is not None:
+                        landed.set()
                     if not self._pending:
                         self._dropping = False  # caught up: the next drop starts a new burst, worth a warning
                     self._cond.notify_all()

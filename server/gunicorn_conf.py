@@ -31,11 +31,13 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from config import Config, ConfigError, check_device  # noqa: E402
+from config import Config, ConfigError, check_device, check_workers  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
 try:
     _config = Config.from_env()
+    # Before any fork: a worker count the machine's memory cannot hold stops here (a warning for more than its cores).
+    _workers_warning = check_workers(_config)
     if _config.workers > 1 and not _config.shared_dir:
         # Made here, at the config's first reading, so that every worker's Config.from_env reads the same folder.
         _made_shared_dir = os.environ["SHARED_DIR"] = tempfile.mkdtemp(prefix="esun-shared-")
@@ -48,13 +50,17 @@ except ConfigError as exc:
 
     print(json_line(time.time(), "ERROR", "config", f"config error: {exc}", {}), file=sys.stderr)
     sys.exit(2)
+if _workers_warning:
+    from api.logs import json_line
+
+    print(json_line(time.time(), "WARNING", "config", _workers_warning, {}), file=sys.stderr)
 
 bind = f"{_config.host}:{_config.port}"
 workers = _config.workers
 # gthread that reads each request whole in its event loop before a thread serves it, with the time that reading
 # started in its WSGI environ: the start of its budget (server.worker, api.accept).
 worker_class = "server.worker.ReadingThreadWorker"
-threads = _config.http_threads
+threads = _config.threads
 # Connections the worker holds at once (gthread's default is 1,000), threads' and event loop's together. A
 # connection waiting for its request costs no thread here (server.worker reads requests in the event loop), so the
 # cap is only memory and file descriptors: 1,000 slow clients held open (at most REQUEST_READ_TIMEOUT_S each)

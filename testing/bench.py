@@ -203,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fake", action="store_true", help="serve the FakeCorrector (figures meaningless)")
     parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
                         help="what c's factors multiply when b does not run (default: a probe at 64 clients)")
+    parser.add_argument("--factors", default=None, metavar="F,F,...",
+                        help="c's loads as multiples of the capacity, in order (default 2,3,5), e.g. 3,3,3,3,3")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="short lists: every TOP1 at most N characters (a cheaper model, a busier door)")
     return parser
@@ -217,7 +219,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
     durations = {s: duration if duration is not None else DEFAULT_DURATION_S[s] for s in SECTIONS}
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
-    quick = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
+    quick: dict[str, Any] = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
+    if args.factors:
+        try:
+            quick["c_factors"] = tuple(float(f) for f in args.factors.split(","))
+        except ValueError:
+            raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
     return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
                 **quick)
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, 2)
         LOG_WRITER.start()  # as in gunicorn's worker: the lines go through the log writer's queue and thread
         state = create_fake_app().extensions[EXTENSION_KEY]
-        for _ in range(state.config.http_threads):
+        for _ in range(state.config.pool_cap):
             state.admission.enter_pool()  # the pool is full: the door answers every question
         max_body = state.config.max_body_bytes
         for _ in range(args.rounds):

@@ -64,11 +64,26 @@ def measure_closed(server: ServerProcess, clients: int, duration_s: float, templ
             **_summary(server, shots, (start, end), 0.0, before), **info, **cpu}
 
 
+def listen_overflows(netstat: Path = Path("/proc/net/netstat")) -> int | None:
+    """The kernel's count of connections its listen queues turned away (TcpExt ListenOverflows: a SYN or an
+    established connection dropped because the queue was full, which the client retries after a second or more);
+    None where it cannot be read (not Linux)."""
+    try:
+        lines = netstat.read_text(encoding="ascii").splitlines()
+        names, values = (line.split() for line in lines if line.startswith("TcpExt:"))
+        return int(dict(zip(names, values, strict=True))["ListenOverflows"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one open-loop point against a server with testing/aioload.py and summarise it, with its raw shots."""
+    """Run one open-loop point against a server with testing/aioload.py and summarise it, with its raw shots, and
+    the connections the kernel's listen queue turned away meanwhile (a late answer the server never saw)."""
     before = batcher_stats(server)
+    overflows = listen_overflows()
     shots, start, end, info = aioload.open_loop(server.url, rate_rps, duration_s, min(1.0, duration_s / 5),
                                                 templates, timeout_s=OPEN_LOOP_ANSWER_S)
+    overflows_after = listen_overflows()
     lags = latency_stats([s.lag_s for s in shots])
     if info["sent_rps"] < 0.9 * rate_rps:
         print(f"bench c: the load generator put {info['sent_rps']} req/s on the wire of the {rate_rps:.0f} asked "
@@ -78,6 +93,7 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
     return {"target_rps": round(rate_rps, 2), **info, "duration_s": duration_s,
             "no_answer_after_s": OPEN_LOOP_ANSWER_S, "latency_from": "due",
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
+            "listen_overflows": None if overflows is None or overflows_after is None else overflows_after - overflows,
             **_summary(server, shots, (start, end), OPEN_LOOP_ANSWER_S, before)}
 
 

@@ -113,7 +113,8 @@ def kind_latency(answered: list[Shot]) -> dict[str, Any]:
 def print_point(section: str, label: str, p: dict[str, Any]) -> None:
     print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
           f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p.get('connection_errors', 0)}, "
-          f"late {p['late_over_1s']}, paths {p['paths']}, generator {p.get('generator', '?')} "
+          f"late {p['late_over_1s']}, listen overflows {p.get('listen_overflows', '-')}, paths {p['paths']}, "
+          f"generator {p.get('generator', '?')} "
           f"{p.get('generator_cpu_pct', '?')} % of a core"
           + (f", server CPU {p['server_cpu_pct']} % of a core, {p['server_cpu_ms_per_answer']} ms per answer"
              if "server_cpu_pct" in p else ""), flush=True)
@@ -178,17 +179,20 @@ def markdown(results: dict[str, Any]) -> str:
                   _generator_line(points), "",
                   *table("load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 "
                           f"ms | non-200 | connection errors | no answer (> {answer_s:g} s) | late > 1 s | model share "
-                          "| client lag p99 ms | generator CPU % | answers by path",
+                          "| client lag p99 ms | listen overflows | generator CPU % | answers by path",
                           [[f"{p['factor']:g}x", p["target_rps"], p["sent_rps"], p["throughput_rps"], p["p50_ms"],
                             p["p99_ms"], p["max_ms"], p["server_p99_ms"], p["non_200"], p.get("connection_errors"),
                             p["no_answer"], f"{p['late_over_1s']} of {p['requests']}", _share(p.get("model_share")),
-                            p["client_lag_p99_ms"], p.get("generator_cpu_pct"), p["paths"]] for p in points]),
+                            p["client_lag_p99_ms"], p.get("listen_overflows"), p.get("generator_cpu_pct"), p["paths"]]
+                           for p in points]),
                   "", "Latency is from when each request was due to its answer, as the client saw it; server "
                   "p99 is what the server logged (from gunicorn's accept to the answer); non-200 counts every "
                   f"request without a 200, the connection errors (refused, reset, cut mid-answer) and those with no "
                   f"answer within {answer_s:g} s among them; model share: answers the model made, of those the "
                   "server logged; client lag: how late the load generator sent a request after its scheduled time "
-                  "(it shares the machine with the server); generator CPU %: the load generator's own CPU time "
+                  "(it shares the machine with the server); listen overflows: connections the kernel's listen queue "
+                  "turned away during the point (the client's retry of one comes a second or more later); "
+                  "generator CPU %: the load generator's own CPU time "
                   "over the point, as a share of one core (of the machine's two).", ""]
     if "f" in results:
         f = results["f"]

@@ -52,8 +52,9 @@ def test_config_from_env_reads_upper_case_field_names(tmp_path):
         ({"BATCH_POLICY": "greedy"}, "batch_policy must be one of adaptive, fixed, got 'greedy'"),
         ({"DEVICE": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),
         ({"LOG_LEVEL": "loud"}, "log_level must be one of"),
-        ({"HTTP_THREADS": "64"}, "http_threads must be >= 2 * max_batch_size (128), got 64"),
-        ({"POOL_LIMIT": "64"}, "POOL_LIMIT was removed: the thread pool holds half of HTTP_THREADS"),
+        ({"HTTP_THREADS": "64"}, "http_threads must be 0 (automatic) or >= 2 * max_batch_size (128), got 64"),
+        ({"HTTP_THREADS": "-1"}, "http_threads must be >= 0, got -1"),
+        ({"POOL_LIMIT": "64"}, "POOL_LIMIT was removed: the thread pool holds two batches' worth of requests"),
         ({"MAX_TOP1_CHARS": "300"}, "max_top1_chars must be <= max_chars_per_hypothesis (200), got 300"),
         ({"CACHE_TTL_S": "-5"}, "cache_ttl_s must be > 0, got -5.0"),
         ({"BATCHER_WORKERS": "0"}, "batcher_workers must be >= 1, got 0"),
@@ -111,3 +112,51 @@ def test_workers_default_to_one_per_two_usable_cores_and_a_cgroup_cpu_limit_narr
     assert Config(web_workers=3, torch_threads=1).threads_per_worker == 1
     monkeypatch.setattr("config.usable_cores", lambda: 1)
     assert Config().workers == 1
+
+
+def test_the_pool_holds_the_running_batch_and_the_next_one_with_spare_threads_for_the_probes():
+    from config import SPARE_THREADS
+
+    assert Config().pool_cap == 128 and Config().threads == 128 + SPARE_THREADS
+    assert Config(max_batch_size=8).pool_cap == 16 and Config(max_batch_size=8).threads == 16 + SPARE_THREADS
+    assert Config(max_batch_size=8, http_threads=16).threads == 16
+
+
+def test_available_memory_is_the_smaller_of_the_machines_and_the_cgroups(tmp_path):
+    from config import available_memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:  1000 kB\nMemAvailable:   20000000 kB\n")
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    assert available_memory(meminfo, cgroup) == 20000000 * 1024  # no cgroup files: the machine's
+    (cgroup / "memory.max").write_text("max\n")
+    assert available_memory(meminfo, cgroup) == 20000000 * 1024
+    (cgroup / "memory.max").write_text(f"{4 << 30}\n")  # a container limited to 4 GiB, 1 GiB of it used
+    (cgroup / "memory.current").write_text(f"{1 << 30}\n")
+    assert available_memory(meminfo, cgroup) == 3 << 30
+    assert available_memory(tmp_path / "none", tmp_path / "none") is None
+
+
+@pytest.mark.parametrize(("settings", "fits"), [({"web_workers": 8}, 8), ({"web_workers": 9}, None),
+                                                ({"web_workers": 2, "batcher_workers": 4}, 8),
+                                                ({"web_workers": 3, "batcher_workers": 4}, None)])
+def test_workers_the_memory_cannot_hold_are_refused_naming_what_fits(settings, fits):
+    from config import MASTER_BYTES, MODEL_PROCESS_BYTES, check_workers
+
+    available = MASTER_BYTES + 8 * MODEL_PROCESS_BYTES + 1
+    config = Config(**settings)
+    if fits:
+        assert check_workers(config, available=available, cores=64) is None
+    else:
+        with pytest.raises(ConfigError, match=rf"web_workers={config.workers} needs about .* at most \d+ fit"):
+            check_workers(config, available=available, cores=64)
+
+
+def test_more_workers_than_cores_is_a_warning_and_an_unknown_memory_refuses_nothing():
+    from config import check_workers
+
+    assert check_workers(Config(web_workers=3), available=None, cores=2) == (
+        "web_workers=3 is more than the 2 usable cores: the workers take turns on them (one per core or fewer serves "
+        "more, docs/deploy.md)")
+    assert check_workers(Config(web_workers=2), available=None, cores=2) is None

@@ -193,7 +193,7 @@ def test_bad_settings_are_refused():
         Config(overload_target_s=0.75)
 
 
-@pytest.mark.parametrize(("name", "successor"), [("POOL_LIMIT", "HTTP_THREADS"), ("MAX_IN_FLIGHT", "HTTP_THREADS"),
+@pytest.mark.parametrize(("name", "successor"), [("POOL_LIMIT", "MAX_BATCH_SIZE"), ("MAX_IN_FLIGHT", "MAX_BATCH_SIZE"),
                                                  ("OVERLOAD_INTERVAL_S", "OVERLOAD_TARGET_S"),
                                                  ("OVERLOAD_MODEL_SHARE", "OVERLOAD_TARGET_S")])
 def test_a_removed_setting_stops_the_start_in_one_line_naming_its_successor(name, successor):

@@ -47,7 +47,7 @@ def test_index_describes_service_model_and_settings(client, config):
     assert data["model"] == {"name": "fake-corrector", "version": "test", "parameters": 0, "weights": "/nowhere"}
     assert data["config"]["max_batch_size"] == config.max_batch_size
     assert data["config"]["budget_s"] == pytest.approx(config.budget_s)
-    assert data["config"]["pool_cap"] == config.http_threads // 2  # POOL_LIMIT 0: half the threads
+    assert data["config"]["pool_cap"] == 2 * config.max_batch_size  # the running batch and the next one
     assert data["config"]["server_uuid_salt"] == "<set>"  # secrets are never shown
 
 

@@ -143,6 +143,28 @@ def test_a_full_write_queue_drops_and_counts_writes_without_blocking(make_layere
     assert sorted(k.removeprefix("test:") for k in client.data) == ["q0", "q1", "q2", "q3", "q4"]
 
 
+def test_settled_waits_for_its_own_keys_write_and_no_longer():
+    redis = GatedRedis()
+    writer = WriteBehind(lambda key, value: redis.set(key, value, px=1000))
+    try:
+        assert writer.settled("never-queued", timeout=0)  # nothing to wait for
+        writer.submit("a", "甲")
+        assert redis.writing.wait(2)
+        writer.submit("b", "乙")
+        assert not writer.settled("a", timeout=0.05)  # being written: Redis holds it
+        assert not writer.settled("b", timeout=0.05)  # queued behind it
+        landed: list[bool] = []
+        waiter = threading.Thread(target=lambda: landed.append(writer.settled("b", timeout=5)))
+        waiter.start()
+        redis.gate.set()
+        waiter.join(5)
+        assert landed == [True] and redis.get("b") is not None
+        assert writer.settled("a", timeout=0)
+    finally:
+        redis.gate.set()
+        writer.close()
+
+
 def test_a_new_answer_for_a_queued_question_replaces_it_without_growing_the_queue():
     gate, written = threading.Event(), []
     writer = WriteBehind(lambda key, value: (gate.wait(10), written.append((key, value))), max_pending=2)

@@ -21,7 +21,7 @@ from tests.faults.judge import JudgeClient
 def fault_config() -> Config:
     """The judge's default timeout (1 s) with a 0.5 s answer budget: room for a loaded 2-core CI machine."""
     return Config(
-        judge_timeout_s=1.0, safety_margin_s=0.5, max_batch_wait_s=0.01, max_batch_size=4,
+        judge_timeout_s=1.0, safety_margin_s=0.5, max_batch_wait_s=0.01, max_batch_size=8,
         http_threads=32, device="cpu", captain_email="captain@example.com", server_uuid_salt="pepper",
     )
 

@@ -31,7 +31,7 @@ CAPACITY_PER_S = MAX_BATCH_SIZE / BATCH_COST_S
 LOAD_FACTOR = 5
 ROUNDS = 3
 ROUND_S = 2.0
-POOL_CAP = 4  # the batcher's bound on questions on the model
+POOL_CAP = 2 * MAX_BATCH_SIZE  # the batcher's bound on questions on the model (Config.pool_cap)
 # Generous, as allocator and thread warm-up move RSS by a few MiB: it catches a gross leak (about 64 KiB per
 # request over the 400 sent after the first round) and a queue that grows without bound; small leaks are
 # for the benchmark, which runs for minutes. In-flight and thread counts are checked exactly.

@@ -51,3 +51,29 @@ def test_retries_find_the_first_attempts_answer_in_whichever_worker_takes_them(t
     assert len(answered) == 2 and sum(answered.values()) == 80  # both workers answered retries, all from the cache
     assert sum(series(metrics, "esun_cache_lookups_total", level="sqlite", result="hit").values()) > 0
     assert sum(series(metrics, "esun_request_duration_seconds_count", path="retry_top1").values()) == 0
+
+
+def test_a_retry_sent_the_moment_its_first_answer_arrives_finds_it_in_the_other_worker(tmp_path, make_body):
+    """Issue 46: the answer reached the shared SQLite file a moment after its response left, so a retry sent at once
+    on a new connection to the other worker got TOP1 (7 of 240). Now each response waits for its answer's write."""
+    port = free_port()
+    with gunicorn("tests.fakes:create_fake_app()", port, tmp_path / "server.log",
+                  {"WEB_WORKERS": "2", "FAKE_DELAY_S": "0.01"}):
+        url = f"http://127.0.0.1:{port}"
+
+        def ask_then_retry(i: int) -> tuple[str, str]:
+            body = make_body(esun_uuid=f"at-once-{i}", sentences=[f"第 {i} 個 問題 喂 你好"])
+            first = requests.post(f"{url}/inference", json=body, timeout=5, headers={"Connection": "close"})
+            retry = requests.post(f"{url}/inference", json={**body, "retry": 1}, timeout=5,
+                                  headers={"Connection": "close"})
+            return first.json()["answer"], retry.json()["answer"]
+
+        with ThreadPoolExecutor(8) as pool:
+            pairs = list(pool.map(ask_then_retry, range(500)))
+        time.sleep(1.5)  # each worker writes its series for the others once a second
+        metrics = requests.get(f"{url}/metrics", timeout=5).text
+    assert all(first.startswith(FakeCorrector.MARK) for first, _ in pairs)  # the model answered every first attempt
+    assert [retry for _, retry in pairs] == [first for first, _ in pairs]
+    answered = series(metrics, "esun_request_duration_seconds_count", path="retry_cached")
+    assert len(answered) == 2 and sum(answered.values()) == 500  # both workers answered retries, all from the cache
+    assert sum(series(metrics, "esun_request_duration_seconds_count", path="retry_top1").values()) == 0
