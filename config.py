@@ -86,7 +86,7 @@ class Config:
     cache_ttl_s: float = 3600.0
     redis_url: str = ""
     # gunicorn worker processes, each with its own thread pool, batcher and model (one process's GIL caps what it
-    # serves). 0: chosen from the machine, one per two cores the process may use (1 on a 2-core machine).
+    # serves). 0: chosen from the machine, one per core the process may use (2 on a 2-core machine: docs/deploy.md).
     web_workers: int = 0
     # A folder the worker processes of one server share when there are several: the answers kept for retries (a
     # SQLite file, unless redis_url is set) and each worker's metrics. Empty: gunicorn's master makes one for its
@@ -139,8 +139,10 @@ class Config:
 
     @property
     def workers(self) -> int:
-        """gunicorn worker processes: `web_workers`, or when 0 one per two cores this process may use, at least 1."""
-        return self.web_workers or max(1, usable_cores() // 2)
+        """gunicorn worker processes: `web_workers`, or when 0 one per core this process may use, each with one torch
+        thread: one process's GIL caps what it serves, and on 2 cores two workers served more than one with two torch
+        threads, open loop and closed (docs/benchmarks.md, issue 46)."""
+        return self.web_workers or usable_cores()
 
     @property
     def threads_per_worker(self) -> int:

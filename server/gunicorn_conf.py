@@ -1,6 +1,6 @@
 """gunicorn settings: `gunicorn -c server/gunicorn_conf.py "api:create_app()"` (what `make run` does).
 
-`Config.workers` worker processes (WEB_WORKERS; by default one per two cores, so one on a 2-core machine), each
+`Config.workers` worker processes (WEB_WORKERS; by default one per core, each with one torch thread), each
 with its own thread pool, admission, batcher and model: one process's GIL caps what it serves (reading requests,
 JSON, features, the language model), so a machine's cores are used only by several. Each worker batches the share
 of the traffic the kernel hands it. Many threads per worker, because each waiting request holds one and a batch

@@ -96,7 +96,7 @@ def test_a_weights_dir_that_does_not_exist_is_one_clear_error(tmp_path):
         Config.from_env({"WEIGHTS_DIR": str(tmp_path / "nowhere")})
 
 
-def test_workers_default_to_one_per_two_usable_cores_and_a_cgroup_cpu_limit_narrows_the_cores(tmp_path, monkeypatch):
+def test_workers_default_to_one_per_usable_core_and_a_cgroup_cpu_limit_narrows_the_cores(tmp_path, monkeypatch):
     from config import usable_cores
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
@@ -107,7 +107,7 @@ def test_workers_default_to_one_per_two_usable_cores_and_a_cgroup_cpu_limit_narr
     limit.write_text("250000 100000\n")  # a limit of 2.5 CPUs
     assert usable_cores(limit) == 3
     monkeypatch.setattr("config.usable_cores", lambda: 16)
-    assert Config().workers == 8 and Config().threads_per_worker == 2
+    assert Config().workers == 16 and Config().threads_per_worker == 1
     assert Config(web_workers=3).workers == 3 and Config(web_workers=3).threads_per_worker == 5
     assert Config(web_workers=3, torch_threads=1).threads_per_worker == 1
     monkeypatch.setattr("config.usable_cores", lambda: 1)
