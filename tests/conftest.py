@@ -9,6 +9,7 @@ the tests using the live ones `live`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +24,11 @@ from api.state import EXTENSION_KEY
 from config import Config
 from testing.samples import real_bodies
 from tests.fakes import FakeCorrector
+
+# The servers the suite starts (gunicorn, `make run`, the tools) run one worker process unless a test asks for more
+# (WEB_WORKERS in its settings): the default, one per core, would double each server's memory and start-up on CI's
+# two cores, and most tests read one worker's log and metrics. tests/test_config.py checks the default itself.
+os.environ.setdefault("WEB_WORKERS", "1")
 
 # Fixtures that serve over real sockets: a test that uses one is `live` even if it forgets the mark, so that
 # `pytest -m "not live"` (the fast local run) never starts a server.
