@@ -26,6 +26,28 @@ def test_stage_cer_answers_the_best_other_sentence_only_past_the_margin():
     assert stage_cer(lists, replace(weights, margin=2.0)) == 0.1
 
 
+def test_a_margin_keeps_the_precision_bounds_in_each_group_not_only_on_average():
+    feats = np.zeros((2, len(RerankWeights().vector())))
+    w = np.zeros(len(RerankWeights().vector()))
+    w[0] = 1.0  # the lm feature's weight: a list's lead is its other sentence's lm feature
+
+    def described(lead: float, chosen_errors: int, top1_errors: int) -> DevList:
+        f = feats.copy()
+        f[1, 0] = lead
+        return DevList(f, np.array([top1_errors, chosen_errors]), 10)
+
+    # 100 easy lists (group 0) the other sentence fixes at leads 3-4; 10 hard ones (group 1): two made worse at lead
+    # 2, eight fixed at lead 1.5
+    easy = [described(3.0 + k / 100, 0, 1) for k in range(100)]
+    hard = [described(2.0, 2, 1), described(2.0, 2, 1)] + [described(1.5, 0, 1) for _ in range(8)]
+    lists = easy + hard
+    pooled, _ = tune.pick_margin(lists, w, max_worse=0.02, max_right_changed=1.0)
+    assert pooled == 1.5  # 2 worse of 110 lists is within 2 % on average
+    grouped, figures = tune.pick_margin(lists, w, 0.02, 1.0, groups=[0] * 100 + [1] * 10)
+    assert grouped == 3.0  # but 2 of the hard group's 10 is 20 %: the margin stops above them
+    assert figures["worse"] == 0.0
+
+
 @pytest.mark.real_model
 def test_a_refit_that_loses_on_its_own_lists_says_so_and_writes_nothing(tmp_path: Path, monkeypatch, capsys):
     weights = tmp_path / "weights"
