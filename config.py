@@ -277,13 +277,7 @@ def _validate(c: Config) -> None:
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
     if not c.weights_dir.is_dir():
         raise ConfigError(f"weights_dir must name an existing weights folder, got {str(c.weights_dir)!r}")
-    # a mismatch or a missing part would load and give wrong answers or fail late: stop here, before serving
-    from model.contract import FeatureContractError, check_weights_dir
-
-    try:
-        check_weights_dir(c.weights_dir)
-    except FeatureContractError as e:
-        raise ConfigError(f"weights_dir: {e}") from None
+    # what the folder holds is checked at start-up, beside the device (model.contract.check_weights)
     if c.stage != "net" and not c.lm_path.is_file():
         raise ConfigError(f"lm_path must name an existing KenLM file, got {str(c.lm_path)!r}")
     _one_of(c, "log_level", LOG_LEVELS)

@@ -32,6 +32,7 @@ if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
 from config import Config, ConfigError, check_device  # noqa: E402
+from model.contract import check_weights  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
 try:
@@ -41,6 +42,7 @@ try:
         _made_shared_dir = os.environ["SHARED_DIR"] = tempfile.mkdtemp(prefix="esun-shared-")
         _config = Config.from_env()
     check_device(_config)
+    check_weights(_config)
 except ConfigError as exc:
     # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
     # SystemExit through: one line naming the setting, JSON as every line of the server's, and a non-zero status.

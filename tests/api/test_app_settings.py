@@ -27,6 +27,14 @@ def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app,
     assert isinstance(app.extensions[EXTENSION_KEY].cache.shared, RedisResultCache)  # connects lazily
 
 
+def test_create_app_refuses_an_incomplete_weights_folder_before_building_anything(tmp_path):
+    from api import create_app
+    from config import Config
+
+    with pytest.raises(ConfigError, match=r"^weights_dir: .* is incomplete: config.json, vocab.json, model"):
+        create_app(Config(weights_dir=tmp_path))
+
+
 def test_cli_flags_override_the_environment(tmp_path):
     weights = tmp_path / "w"
     weights.symlink_to(Path(__file__).resolve().parents[2] / "model" / "weights")
