@@ -90,6 +90,13 @@ GUNICORN = Path(sys.executable).parent / "gunicorn"
 @pytest.mark.parametrize(("env", "message"), [
     ({"MAX_BATCH_SIZE": "0"}, "max_batch_size must be >= 1, got 0"),
     ({"JUDGE_TIMEOUT_S": "soon"}, "judge_timeout_s must be a number, got 'soon'"),
+    # Regression: these three printed a worker's traceback and "Worker failed to boot", or made /nonexistent/x.
+    ({"REDIS_URL": "notaurl"}, "redis_url must be a redis://, rediss:// or unix:// URL (e.g. redis://host:6379/0), "
+                               "got one with no scheme"),
+    ({"SHARED_DIR": str(REPO_ROOT / "README.md")}, f"shared_dir must name a folder, got '{REPO_ROOT / 'README.md'}', "
+                                                   "which is a file"),
+    ({"SHARED_DIR": "/nonexistent/x"}, "shared_dir must name a folder or a new one in an existing folder, got "
+                                       "'/nonexistent/x', whose parent '/nonexistent' does not exist"),
 ])
 def test_server_start_says_a_bad_setting_in_one_line_and_exits_nonzero(command, env, message):
     """Regression: under gunicorn a bad setting printed 26 lines of traceback under "Failed to read config file"."""
