@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import NamedTuple
 
 from config import Config, ConfigError
 from model.weights_meta import WEIGHTS_FILES, FeatureColumns, WeightsMeta, WeightsMetaError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 # Scales that bring each column near [-1, 1] (their units in the names of the columns they divide).
 LOG_FREQ_SCALE = 16.0  # natural log of a character's corpus frequency
@@ -27,20 +24,6 @@ LM_DELTA_CLIP = 3.0  # lm_delta is clipped to [-LM_DELTA_CLIP, LM_DELTA_CLIP]
 EDGE_COUNT_SCALE = 8.0  # log(1 + count) of a candidate's edge bigram
 ALTERNATIVES_SCALE = 9.0  # distinct segments the other hypotheses offer at a position
 HYPOTHESES_SCALE = 10.0  # hypotheses in the list
-
-
-Delta = TypeVar("Delta", float, "np.ndarray")
-
-
-def lm_delta(candidate_minus_keep: Delta) -> Delta:
-    """The lm_delta column: the bigram LM's log probability of TOP1's neighbours with a candidate in place, minus
-    the same with keep (`candidate_minus_keep`), scaled by LM_DELTA_SCALE and clipped to [-LM_DELTA_CLIP,
-    LM_DELTA_CLIP]. Of one float (the general path, `model.features`: by comparisons, cheaper than np.clip on one
-    number) or of a numpy array (the unanimous rows, `model.unanimous`: one clip for the batch)."""
-    delta = candidate_minus_keep / LM_DELTA_SCALE
-    if isinstance(delta, float):
-        return LM_DELTA_CLIP if delta > LM_DELTA_CLIP else -LM_DELTA_CLIP if delta < -LM_DELTA_CLIP else delta
-    return delta.clip(-LM_DELTA_CLIP, LM_DELTA_CLIP)
 
 
 class CandidateFeatures(NamedTuple):

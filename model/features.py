@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.bigram import BigramLM
+from model.bigram import BigramLM, lm_delta
 from model.contract import (
     ALTERNATIVES_SCALE,
     CANDIDATE_FEATURES,
@@ -25,7 +25,6 @@ from model.contract import (
     LOG_FREQ_SCALE,
     POSITION_FEATURES,
     FeatureContractError,
-    lm_delta,
 )
 from model.memo import Memo
 from model.unanimous import Pending, UnanimousRows

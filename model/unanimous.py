@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.bigram import BigramLM
-from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE, lm_delta
+from model.bigram import BigramLM, lm_delta
+from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE
 from model.memo import MemoTable
 
 # Characters whose blocks are memoised at once, and neighbour-character pairs whose bigram terms are, per side

@@ -14,14 +14,11 @@ import pytest
 from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT, Config, ConfigError
 from model.contract import (
     CANDIDATE_FEATURES,
-    LM_DELTA_CLIP,
-    LM_DELTA_SCALE,
     FeatureContractError,
     check_features,
     check_weights,
     check_weights_dir,
     feature_columns,
-    lm_delta,
 )
 from model.corrector import Corrector
 from model.features import N_CAND_FEATS
@@ -95,13 +92,3 @@ def test_server_start_stops_in_one_line_on_weights_of_other_features(tmp_path, c
     message = run.stderr if command[0] == sys.executable else json.loads(run.stderr)["msg"]  # make run: JSON
     assert run.stderr.count("\n") == 1 and message.startswith("config error: weights_dir: ")
 
-
-def test_lm_delta_scales_and_clips_one_float_and_an_array_alike():
-    import numpy as np
-
-    diffs = [-100.0, -LM_DELTA_CLIP * LM_DELTA_SCALE, -1.0, 0.0, 2.5, LM_DELTA_CLIP * LM_DELTA_SCALE + 1e-9, 1e9]
-    expected = [-LM_DELTA_CLIP, -LM_DELTA_CLIP, -1.0 / LM_DELTA_SCALE, 0.0, 2.5 / LM_DELTA_SCALE, LM_DELTA_CLIP,
-                LM_DELTA_CLIP]
-    assert [lm_delta(d) for d in diffs] == expected
-    assert all(type(lm_delta(d)) is float for d in diffs)  # the general path keeps Python floats
-    assert lm_delta(np.array([diffs, diffs])).tolist() == [expected, expected]
