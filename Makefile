@@ -86,6 +86,7 @@ image:
 
 lint: install-dev
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 corpus: install-dev
 	$(PY) -m learn.data.corpus

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
+from urllib.parse import urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parent
 DEFAULT_WEIGHTS_DIR = REPO_ROOT / "model" / "weights"
@@ -342,13 +343,7 @@ def _validate(c: Config) -> None:
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
     if not c.weights_dir.is_dir():
         raise ConfigError(f"weights_dir must name an existing weights folder, got {str(c.weights_dir)!r}")
-    # a mismatch or a missing part would load and give wrong answers or fail late: stop here, before serving
-    from model.contract import FeatureContractError, check_weights_dir
-
-    try:
-        check_weights_dir(c.weights_dir)
-    except FeatureContractError as e:
-        raise ConfigError(f"weights_dir: {e}") from None
+    # what the folder holds is checked at start-up, beside the device (model.contract.check_weights)
     if c.stage != "net" and not c.lm_path.is_file():
         raise ConfigError(f"lm_path must name an existing KenLM file, got {str(c.lm_path)!r}")
     _one_of(c, "log_level", LOG_LEVELS)
@@ -379,6 +374,38 @@ def _validate(c: Config) -> None:
         raise ConfigError(f"cuda_devices must be comma-separated device ids like '0,1', got {c.cuda_devices!r}")
     if not c.host:
         raise ConfigError("host must not be empty")
+    _check_redis_url(c.redis_url)
+    _check_shared_dir(c.shared_dir)
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _check_redis_url(url: str) -> None:
+    """A Redis URL as redis-py reads it, or empty; its value is never shown (it may hold a password)."""
+    if not url:
+        return
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError on a port that is not a number
+    except ValueError:
+        raise ConfigError("redis_url is not a URL redis can read (e.g. redis://host:6379/0)") from None
+    if parts.scheme not in REDIS_SCHEMES:
+        found = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        raise ConfigError(f"redis_url must be a redis://, rediss:// or unix:// URL (e.g. redis://host:6379/0), got "
+                          f"one with {found}")
+
+
+def _check_shared_dir(folder: str) -> None:
+    """A folder, or a new one to make in an existing folder, or empty (the master makes one)."""
+    if not folder:
+        return
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"shared_dir must name a folder, got {folder!r}, which is a file")
+    if not path.exists() and not path.absolute().parent.is_dir():
+        raise ConfigError(f"shared_dir must name a folder or a new one in an existing folder, got {folder!r}, "
+                          f"whose parent {str(path.absolute().parent)!r} does not exist")
 
 
 def _at_least(c: Config, name: str, low: float) -> None:

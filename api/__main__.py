@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from cli import exit_outside_venv
 from config import SECRET_FIELDS, Config, ConfigError, check_device
+from model.contract import check_weights
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(argv)
         check_device(config)
+        check_weights(config)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

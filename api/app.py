@@ -21,6 +21,7 @@ from api.state import EXTENSION_KEY, AppState
 from batching import Batcher
 from cache import LayeredResultCache, build_cache
 from config import Config
+from model.contract import check_weights
 
 log = logging.getLogger("api.app")
 
@@ -46,9 +47,12 @@ def create_app(
     own (`AppState.corrector` is None) and the engine describes the model. The admission (`api.admission`) is
     built by `make_admission` from the engine's count of questions on the model (by default `Admission.from_config`;
     tests build one on a fake clock); the answer cache is built from the config unless injected (tests inject a
-    cache on a fake Redis).
+    cache on a fake Redis). Building the real corrector, it first checks the weights folder as the start-up does
+    (`model.contract.check_weights`: ConfigError in one line, before anything is built).
     """
     config = config or Config.from_env()
+    if corrector is None and engine is None:
+        check_weights(config)
     configure_logging(config.log_level)
     metrics = Metrics(spool_dir=Path(config.shared_dir) / "metrics" if config.shared_dir else None)
     cache = cache or build_cache(config, observer=metrics)
@@ -62,7 +66,9 @@ def create_app(
             engine = _build_batcher(config, corrector, metrics)
 
     app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    # One byte over the limit: werkzeug cuts a streamed (chunked) body there without saying so, and the view refuses
+    # a body of more than max_body_bytes (api.routes.read_body) whichever way it came.
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes + 1
     app.json.ensure_ascii = False  # answers in UTF-8: shorter, and readable in logs
     admission = (make_admission or partial(Admission.from_config, config))(engine.in_flight)
     metrics.watch_admission(admission)

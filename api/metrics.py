@@ -121,8 +121,8 @@ class Metrics:
             "batch_queue_wait_seconds", "Time from a question's submit to the start of its batch (questions "
             "that ran).", namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
         self.cache_lookups = Counter(
-            "cache_lookups", "Answer cache lookups by level (local, redis) and result (hit, miss, error, "
-            "skipped: redis circuit open).", ["level", "result"], namespace=NAMESPACE, registry=r)
+            "cache_lookups", "Answer cache lookups by level (local; the shared level, sqlite or redis) and result "
+            "(hit, miss, error, skipped: redis circuit open).", ["level", "result"], namespace=NAMESPACE, registry=r)
         self.redis_circuit_open = Gauge(
             "redis_circuit_open", "1 while the Redis circuit breaker is open (Redis not asked).",
             namespace=NAMESPACE, registry=r)

@@ -44,8 +44,10 @@ def inference() -> dict[str, Any]:
 def read_body(max_body_bytes: int) -> bytes:
     """Read the raw body whatever its Content-Type (the judge's template used get_json(force=True))."""
     body = request.get_data(cache=False)
-    # werkzeug stops a streamed (chunked) body at MAX_CONTENT_LENGTH without saying it was cut.
-    if request.content_length is None and len(body) >= max_body_bytes:
+    # werkzeug refuses a Content-Length over MAX_CONTENT_LENGTH (max_body_bytes + 1, api.app) and cuts a streamed
+    # (chunked) body there without saying so: a body over the limit is this long, by Content-Length or chunked alike.
+    # (Under gunicorn the worker's framing refuses it first, server.framing; this acts under werkzeug's server.)
+    if len(body) > max_body_bytes:
         raise PayloadTooLarge(f"body must be under {max_body_bytes} bytes")
     return body
 

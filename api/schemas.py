@@ -11,9 +11,13 @@ A request is refused (400) only when it holds no usable question:
 - `esun_uuid` is missing, not a string, empty, longer than `MAX_UUID_CHARS` or holds control characters or
   lone surrogates (it is echoed back in the answer, so it must be safe to echo);
 - `sentence_list` is missing, not a list, or empty;
-- TOP1 (`sentence_list[0]`) is not a string, is blank, or holds control characters or lone surrogates.
+- TOP1 (`sentence_list[0]`) is not a string, or holds control characters or lone surrogates.
 
 Everything else is read leniently:
+
+- An empty or blank TOP1 is a question whose TOP1 has no characters: answered 200 with TOP1 without its spaces, the
+  empty answer (path `no_han`, as every TOP1 without a Han character, `api.answers`), never refused: a status other
+  than 200 only earns the judge's retries, and docs/contract.md allows an empty answer for exactly this TOP1.
 
 - Later hypotheses: only the first `max_hypotheses` entries of `sentence_list` are read (TOP1 first); among
   them, a later one that is not a string, is blank, is longer than `max_chars_per_hypothesis` or holds
@@ -100,7 +104,6 @@ _DEFAULT_LIMITS = ReadLimits(**{name: Config.__dataclass_fields__[name].default
 # (schemathesis sends requests the document allows and expects them answered). Lone surrogates are not
 # Unicode text, so a JSON Schema string cannot hold one and the patterns need not (and cannot) name them.
 _PLAIN_TEXT = rf"^[^{_CONTROL_CHARS}]*$"
-_PLAIN_NOT_BLANK = rf"^[^{_CONTROL_CHARS}]*[^\s{_CONTROL_CHARS}][^{_CONTROL_CHARS}]*$"
 
 
 def _as_retry(value: Any) -> int:
@@ -158,9 +161,9 @@ def _hypotheses_schema(config: Config | ReadLimits) -> dict[str, Any]:
         "type": "array",
         "minItems": 1,
         "prefixItems": [{
-            "type": "string", "pattern": _PLAIN_NOT_BLANK,
-            "description": f"TOP1: must hold characters and no control characters; any length (cut after "
-                           f"{MAX_TOP1_KEPT_CHARS} characters besides whitespace)",
+            "type": "string", "pattern": _PLAIN_TEXT,
+            "description": f"TOP1: no control characters; any length (cut after {MAX_TOP1_KEPT_CHARS} characters "
+                           "besides whitespace); an empty or blank TOP1 gets an empty answer",
         }],
         "items": {
             "description": f"a later hypothesis, any value: one past the first {config.max_hypotheses} entries, "
@@ -233,8 +236,6 @@ class InferenceRequest(BaseModel):
         if not isinstance(top1, str):
             raise PydanticCustomError("top1_type", "the first hypothesis (TOP1) must be a string, got {kind}",
                                       {"kind": _json_kind(top1)})
-        if not top1.strip():
-            raise PydanticCustomError("empty_top1", "the first hypothesis (TOP1) must hold characters")
         if _FORBIDDEN_CHARS.search(top1):
             raise PydanticCustomError("control_char", "the first hypothesis (TOP1) holds control characters")
         config = _config_of(info)
@@ -344,7 +345,7 @@ def read_at_door(body: bytes) -> Question | None:
             and type(hypotheses[0]) is str):
         return None
     top1 = hypotheses[0]
-    if not top1.strip() or _FORBIDDEN_CHARS.search(uuid) or _FORBIDDEN_CHARS.search(top1):
+    if _FORBIDDEN_CHARS.search(uuid) or _FORBIDDEN_CHARS.search(top1):
         return None
     retry = _as_retry(data["retry"]) if "retry" in data else FIRST_ATTEMPT
     return Question(uuid, retry, (_cut_top1(top1),))

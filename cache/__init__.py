@@ -5,7 +5,7 @@ owns: the views read and write it through the `ResultCache` protocol, the batche
 it, and nothing in it knows HTTP or tensors. It is called a cache, not a store, because it may forget: a miss
 is always answerable (TOP1), so an answer lives only for `cache_ttl_s`, in at most `cache_size` entries.
 
-`ResultCache` is the interface the views use (get/put). Three implementations:
+`ResultCache` is the interface the views use (get/put). Four implementations:
 
 - `MemoryResultCache` (`cache.memory`): the in-process LRU with a time-to-live (the default, and the first
   level of the layered cache);

@@ -1,4 +1,5 @@
-"""The cache the app serves with: the local level first, then (if configured) Redis; and how it is built."""
+"""The cache the app serves with: the local level first, then (if any) the shared one, Redis or SQLite; and how it is
+built."""
 
 from __future__ import annotations
 

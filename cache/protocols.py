@@ -21,7 +21,8 @@ class CacheObserver(Protocol):
     """What the cache reports to metrics: each lookup's level and result, and the breaker's state."""
 
     def cache_lookup(self, level: str, result: str) -> None:
-        """Count one lookup: level "local" or "redis"; result "hit", "miss", "error" or "skipped"."""
+        """Count one lookup: level "local", or the shared level's "sqlite" or "redis"; result "hit", "miss", "error"
+        or "skipped"."""
         ...
 
     def redis_circuit(self, is_open: bool) -> None:

@@ -9,7 +9,7 @@ beside `--out`:
 1. builds a **domain language model** of the train truths (IRSTLM, a character 4-gram, repaired and checked by
    loading it; `model.adaptation`);
 2. learns **the recogniser's confusions** (TOP1 → truth rewrite rules with counts, rates and trust: the rate out of
-   fold, shrunk toward its kind's; `preprocess.rules`) and, among them, **the transcribers' conventions** (variant
+   fold, shrunk toward its kind's; `learn.rule_trust`) and, among them, **the transcribers' conventions** (variant
    forms and fillers written otherwise, seen clearly);
 3. **fine-tunes the network** from the shipped weights on the train lists (checkpoints named by the data's sha256
    and the settings, inside the folder being built or under `--ckpt-dir`, where a stopped run resumes; removed
@@ -18,7 +18,7 @@ beside `--out`:
    shipped stage's, and its margin) on the dev lists and the train lists cross-fitted (each of `--folds` folds
    described by the domain LM and confusions the other folds taught), under the precision bound: at most
    `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed; once per gate
-   of `preprocess.rules.GATES` (the least trust that lets a rule act), keeping the gate whose stage does best on
+   of `learn.rule_trust.GATES` (the least trust that lets a rule act), keeping the gate whose stage does best on
    those lists;
 5. prints the held-out test split's table: TOP1, the shipped model, the adapted one, the rule memo reference learner
    (`learn.memo_baseline`), and the ceiling of the adapted model's candidates (the best of them on each list) with
@@ -57,6 +57,7 @@ from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
 from learn.fit import dev_probs, fit
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo
+from learn.rule_trust import GATE_CLOSED, GATES, learn_confusions
 from learn.train import pick_threshold, save, shipped_start
 from learn.train_data import MAX_HYPOTHESES, labelled_examples
 from learn.train_settings import TrainSettings
@@ -70,7 +71,7 @@ from model.features import Featurizer
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
 from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankStage, WeightsMeta
-from preprocess.rules import GATE_CLOSED, GATES, Confusions
+from preprocess.rules import Confusions
 from preprocess.text import NBest, han_chars
 
 SHOWN_MALFORMED = 20
@@ -154,7 +155,7 @@ def learn(items: list[Labelled], out: Path, args: AdaptSettings, gate: float | N
     truths = [han_chars(it.truth) for it in items]
     lm_counts = build_domain_lm(truths, out / DOMAIN_LM_FILE)
     pairs = [(han_chars(it.nbest.top1), truth) for it, truth in zip(items, truths, strict=True)]
-    confusions = Confusions.learn([p for p in pairs if p[0] and p[1]], min_count=args.min_count,
+    confusions = learn_confusions([p for p in pairs if p[0] and p[1]], min_count=args.min_count,
                                   folds=max(2, args.folds), seed=args.seed, gate=gate)
     save_confusions(confusions, out / CONFUSIONS_FILE)
     return lm_counts, confusions

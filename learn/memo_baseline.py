@@ -1,6 +1,6 @@
 """The reference learner `learn.adapt` and `learn.data.standin --stats` measure against (issue 39): a **rule memo**.
 
-It learns the recogniser's confusions from train (TOP1, truth) pairs (`preprocess.rules.Confusions`, in-sample
+It learns the recogniser's confusions from train (TOP1, truth) pairs (`learn.rule_trust.learn_confusions`, in-sample
 rates), keeps the rules seen at least `MEMO_MIN_COUNT` times at a rate of at least `MEMO_MIN_RATE`, and answers,
 for a new TOP1, the best of its rewrites (each rule alone, then all of them together) when the shipped word
 trigram plus `CHAR_WEIGHT` times a Witten-Bell character trigram of the train truths scores it above TOP1 by at
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from rapidfuzz.distance import Levenshtein
 
+from learn.rule_trust import learn_confusions
 from model.lm import LanguageModel
 from preprocess.rules import Confusions
 from preprocess.text import han_chars
@@ -81,7 +82,7 @@ class RuleMemo:
     @classmethod
     def learn(cls, pairs: Sequence[tuple[str, str]], lm: LanguageModel, margin: float = 0.0) -> RuleMemo:
         """Learn from (TOP1, truth) pairs, Han characters only."""
-        learnt = Confusions.learn([p for p in pairs if p[0] and p[1]], min_count=MEMO_MIN_COUNT)
+        learnt = learn_confusions([p for p in pairs if p[0] and p[1]], min_count=MEMO_MIN_COUNT)
         kept = Confusions([r for r in learnt.rules if r.rate >= MEMO_MIN_RATE], gate=MEMO_MIN_RATE)
         return cls(kept, CharTrigram([t for _, t in pairs if t]), lm, margin)
 
@@ -119,7 +120,7 @@ def hardness(train: Sequence[tuple[str, str]], held: Sequence[tuple[str, str]], 
     lm_wins = sum(lm.score(b).logp > lm.score(a).logp for a, b in wrong)
     both_wins = sum(lm.score(b).logp + CHAR_WEIGHT * chars.score(b) > lm.score(a).logp + CHAR_WEIGHT * chars.score(a)
                     for a, b in wrong)
-    rules = Confusions.learn([p for p in train if p[0] and p[1]], min_count=MEMO_MIN_COUNT).rules
+    rules = learn_confusions([p for p in train if p[0] and p[1]], min_count=MEMO_MIN_COUNT).rules
     rates = sorted(r.rate for r in rules)
     quartiles = tuple(statistics.quantiles(rates, n=4)) if len(rates) >= 2 else (0.0, 0.0, 0.0)
     top1_errors = sum(Levenshtein.distance(a, b) for a, b in held)

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from model.contract import LM_DELTA_CLIP, LM_DELTA_SCALE
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # How many counts' worth of the unigram estimate a bigram's estimate is smoothed towards.
 PRIOR_WEIGHT = 5.0
@@ -84,3 +90,17 @@ class BigramLM:
                 first = last
             score += term
         return score, first, last
+
+
+Delta = TypeVar("Delta", float, "np.ndarray")
+
+
+def lm_delta(candidate_minus_keep: Delta) -> Delta:
+    """The lm_delta column: the bigram LM's log probability of TOP1's neighbours with a candidate in place, minus
+    the same with keep (`candidate_minus_keep`), scaled by LM_DELTA_SCALE and clipped to [-LM_DELTA_CLIP,
+    LM_DELTA_CLIP]. Of one float (the general path, `model.features`: by comparisons, cheaper than np.clip on one
+    number) or of a numpy array (the unanimous rows, `model.unanimous`: one clip for the batch)."""
+    delta = candidate_minus_keep / LM_DELTA_SCALE
+    if isinstance(delta, float):
+        return LM_DELTA_CLIP if delta > LM_DELTA_CLIP else -LM_DELTA_CLIP if delta < -LM_DELTA_CLIP else delta
+    return delta.clip(-LM_DELTA_CLIP, LM_DELTA_CLIP)

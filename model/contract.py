@@ -3,8 +3,9 @@
 `model.features` computes the columns in this order and `model.network` reads them by name; training records
 the names in the weights' `config.json` (`features`; the file is read and written by `model.weights_meta`), and
 loading checks them, so a reordered, added or removed column stops start-up with one line instead of giving wrong
-answers. `check_weights_dir` is the start-up check of a whole folder. Pure: no numpy, no torch, so that `config.py`
-can check a weights folder before anything heavy is imported.
+answers. `check_weights_dir` is the check of a whole folder; `check_weights` is the start-up's, run beside
+`config.check_device` wherever the service starts (server/gunicorn_conf.py, `python -m api`, `api.create_app`). Pure:
+no numpy, no torch, so that gunicorn's master can check a weights folder before anything heavy is imported.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 from pathlib import Path
 from typing import NamedTuple
 
+from config import Config, ConfigError
 from model.weights_meta import WEIGHTS_FILES, FeatureColumns, WeightsMeta, WeightsMetaError
 
 # Scales that bring each column near [-1, 1] (their units in the names of the columns they divide).
@@ -121,6 +123,15 @@ def check_weights_dir(weights_dir: Path) -> WeightsMeta:
             raise IncompleteWeightsError(f"{weights_dir} is inconsistent: {entry.name} is not the {part} this "
                                          f"folder was adapted with (sha256 differs; re-run python -m learn.adapt)")
     return meta
+
+
+def check_weights(config: Config) -> WeightsMeta:
+    """Stop the start in one line (ConfigError naming `weights_dir`) when the configured weights folder would load
+    and give wrong answers, or fail late: the start-up's check, beside `config.check_device`. Return its config."""
+    try:
+        return check_weights_dir(config.weights_dir)
+    except FeatureContractError as e:
+        raise ConfigError(f"weights_dir: {e}") from None
 
 
 def sha256(path: Path) -> str:

@@ -16,14 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from model.bigram import BigramLM
+from model.bigram import BigramLM, lm_delta
 from model.contract import (
     ALTERNATIVES_SCALE,
     CANDIDATE_FEATURES,
     EDGE_COUNT_SCALE,
     HYPOTHESES_SCALE,
-    LM_DELTA_CLIP,
-    LM_DELTA_SCALE,
     LOG_FREQ_SCALE,
     POSITION_FEATURES,
     FeatureContractError,
@@ -222,7 +220,6 @@ class Featurizer:
             ranks = votes.get(seg)
             rel = relation.get(seg, -1)
             seg_ids, log_freq = segment_memo.get(seg) or self._segment(seg)
-            delta = (score - keep_lm) / LM_DELTA_SCALE
             ids.append(seg_ids)
             feats.append((
                 k == 0,  # keep
@@ -236,8 +233,7 @@ class Featurizer:
                 ranks is None,  # not_offered
                 log_freq,  # log_freq
                 ranks is not None and ranks[0] == 1,  # offered_by_second
-                # lm_delta, clipped (by comparisons: np.clip's result, cheaper on one float)
-                LM_DELTA_CLIP if delta > LM_DELTA_CLIP else -LM_DELTA_CLIP if delta < -LM_DELTA_CLIP else delta,
+                lm_delta(score - keep_lm),  # lm_delta, scaled and clipped
                 edge_l / EDGE_COUNT_SCALE,  # left_edge_count
                 edge_r / EDGE_COUNT_SCALE,  # right_edge_count
             ))

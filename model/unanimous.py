@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.bigram import BigramLM
-from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE, LM_DELTA_CLIP, LM_DELTA_SCALE
+from model.bigram import BigramLM, lm_delta
+from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE
 from model.memo import MemoTable
 
 # Characters whose blocks are memoised at once, and neighbour-character pairs whose bigram terms are, per side
@@ -122,7 +122,7 @@ class UnanimousRows:
         (left,) = self.left.take([t for p in pending for t in p.left])  # [N, 2, max_candidates]
         (right,) = self.right.take([t for p in pending for t in p.right])
         score = left[:, 0] + right[:, 0]
-        delta = np.clip((score - score[:, :1]) / LM_DELTA_SCALE, -LM_DELTA_CLIP, LM_DELTA_CLIP)
+        delta = lm_delta(score - score[:, :1])
         ids, feats, mask = self.blocks.take(blocks)
         edges = (left[:, 1] / EDGE_COUNT_SCALE, right[:, 1] / EDGE_COUNT_SCALE)
         feats[:, :, LM_COLUMNS] = np.where(mask[:, :, None], np.stack((delta, *edges), axis=-1), 0.0)

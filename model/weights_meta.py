@@ -9,8 +9,8 @@ again, never edited in place.
 
 The layout is the one written since the weights first recorded their features (a folder from 427ba62, shipped or
 adapted, loads: tests/model/test_weights_meta.py). Whether the recorded feature columns are the ones this code
-computes is `model.contract`'s question, not this module's. Pure (json and dataclasses): `config.py` checks a folder
-with it before torch is imported.
+computes is `model.contract`'s question, not this module's. Pure (json and dataclasses): the start-up check
+(`model.contract.check_weights`) reads a folder with it before torch is imported.
 """
 
 from __future__ import annotations

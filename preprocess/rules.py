@@ -1,7 +1,7 @@
-"""A recogniser's confusions, learned from (TOP1, truth) pairs: rewrite rules with their evidence counts.
+"""A recogniser's confusions: rewrite rules with their evidence counts, as an adapted folder serves them.
 
-Each pair is aligned by Levenshtein opcodes; adjacent edits merge into one span (`edit_spans`). A span becomes a
-rule `source -> target` at two levels of context:
+Each (TOP1, truth) pair is aligned by Levenshtein opcodes; adjacent edits merge into one span (`edit_spans`). A span
+becomes a rule `source -> target` at two levels of context:
 
 - **in context**: the source with one character on each side (`^` / `$` at the sentence's edges), so that an
   insertion or a deletion (a filler the recogniser dropped or added) is anchored where it happens;
@@ -9,25 +9,13 @@ rule `source -> target` at two levels of context:
   homophone is recognised wherever it comes.
 
 A rule's **rate** is how often the truth rewrote its source this way among all the times the source (in its
-context) appears in the training TOP1s, right or wrong: the recogniser's own error rate for that string, not
-merely how often the error was seen. Rules seen fewer than `min_count` times are not kept.
-
-The in-sample rate flatters a rule: it was kept because its rewrite was seen, on the very lists that count it. On
-real lists most rules are wrong most of the time they could fire (有 → 又 right 10 times of 252, issue 39), so a
-rule earns its place by its **trust** (`Confusions.learn(..., folds=K)`):
-
-- **out of fold**: the pairs are cut in K folds; in each, the rules the other folds saw (at least `min_count` - 1
-  times: the held-out rewrite is the one missing) are counted on the held-out fold: how often its TOP1s hold the
-  rule's source (`held_seen`) and how often its truths rewrote it so (`held_count`). Summed over folds, that is how
-  the rule does on lists it did not come from;
-- **shrunk toward its kind**: rules of one kind (the span's class, `preprocess.error_stats.classify_span`, in
-  context or bare) share a Beta prior fitted to their held-out counts by maximum beta-binomial likelihood
-  (empirical Bayes); a rule's trust is its posterior mean, (held_count + a) / (held_seen + a + b): a rule seen
-  rarely out of fold is trusted as its kind is, one seen often as it did.
+context) appears in the training TOP1s, right or wrong; its **trust** is its rate out of fold, shrunk toward its
+kind's (issue 39). How both are learned is `learn.rule_trust`'s (`learn_confusions`); this module holds what serving
+needs of them: the rules, and what they offer and credit.
 
 Only rules whose trust reaches the **gate** offer a rewrite or earn confusion credit; `learn.adapt` fits the gate
-on the lists it fits the stage on (`GATES`), never fixes it. Rules learned without folds (and folders written before
-trust) have no trust: their rate stands in for it and the old floors apply (`MIN_REWRITE_RATE`, `RATE_FLOOR`).
+on the lists it fits the stage on, never fixes it. Rules learned without folds (and folders written before trust)
+have no trust: their rate stands in for it and the old floors apply (`MIN_REWRITE_RATE`, `RATE_FLOOR`).
 
 Pure strings: no model, no torch. `model.adaptation` saves the rules with their counts beside the weights.
 """
@@ -35,8 +23,6 @@ Pure strings: no model, no torch. `model.adaptation` saves the rules with their 
 from __future__ import annotations
 
 import math
-import random
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -48,12 +34,6 @@ RATE_FLOOR = 0.01  # a rule rarer than this among its source's occurrences carri
 MIN_REWRITE_RATE = 0.05  # a rule offers its rewrite as a candidate sentence only at this rate or more
 MAX_REWRITES = 8  # candidate sentences offered per list from single rules
 COMBINED_RATE = 0.3  # rules at this rate or more are also applied together, in one candidate
-# the gates `learn.adapt` chooses among, on the lists it fits the stage on; GATE_CLOSED lets no rule act
-GATES = (0.05, 0.1, 0.2, 0.3, 0.5)
-GATE_CLOSED = 1.01
-# a kind with fewer rules measured out of fold takes the prior of all rules
-MIN_RULES_PER_KIND = 8
-PRIOR_STRENGTHS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 
 
 @dataclass(frozen=True)
@@ -85,7 +65,7 @@ def edit_spans(top1: str, truth: str) -> list[Span]:
     return spans
 
 
-def _context(top1: str, span: Span) -> str:
+def span_context(top1: str, span: Span) -> str:
     """The span's source with one character of context on each side."""
     padded = BOS + top1 + EOS
     return padded[span.i1 : span.i2 + 2]
@@ -147,20 +127,6 @@ class Confusions:
     def __len__(self) -> int:
         return len(self.rules)
 
-    @classmethod
-    def learn(cls, pairs: Iterable[tuple[str, str]], min_count: int = 2, folds: int = 0, seed: int = 0,
-              gate: float | None = None) -> Confusions:
-        """Count rules over (TOP1, truth) pairs, then how often each kept rule's source appears in the TOP1s; with
-        `folds` >= 2, each rule's trust (out of fold, shrunk toward its kind: the module's docstring)."""
-        pairs = list(pairs)
-        counts = _rule_counts(pairs)
-        kept = {k: n for k, n in counts.items() if n >= min_count}
-        seen = _occurrences([top1 for top1, _ in pairs], {(src, ctx) for src, _, ctx in kept})
-        rules = [Rule(src, tgt, ctx, n, seen.get((src, ctx), n)) for (src, tgt, ctx), n in kept.items()]
-        if folds >= 2 and len(pairs) >= folds:
-            rules = _trusted(rules, _held_out(pairs, kept, min_count, folds, seed))
-        return cls(rules, gate)
-
     def trusted(self) -> list[Rule]:
         """The rules, most trusted first (ties: more often seen)."""
         return sorted(self.rules, key=lambda r: (-r.weight, -r.count, r.source, r.target))
@@ -188,7 +154,7 @@ class Confusions:
 
     def rule_for(self, top1: str, span: Span) -> Rule | None:
         """The rule that explains one edit of a candidate against TOP1: in context if known, else bare."""
-        ctx = _context(top1, span)
+        ctx = span_context(top1, span)
         found = self._by_pair.get((ctx, ctx[0] + span.target + ctx[-1], True))
         if found is None and span.source:
             found = self._by_pair.get((span.source, span.target, False))
@@ -240,98 +206,3 @@ class Confusions:
         if combined != top1 and combined:
             out.setdefault(combined)
         return list(out)
-
-
-def _rule_counts(pairs: list[tuple[str, str]]) -> Counter[tuple[str, str, bool]]:
-    """How often each rule (in context, and bare) rewrote TOP1 into the truth over the pairs."""
-    counts: Counter[tuple[str, str, bool]] = Counter()
-    for top1, truth in pairs:
-        for span in edit_spans(top1, truth):
-            if len(span.source) > MAX_SPAN or len(span.target) > MAX_SPAN:
-                continue
-            ctx = _context(top1, span)
-            counts[(ctx, ctx[0] + span.target + ctx[-1], True)] += 1
-            if span.source:
-                counts[(span.source, span.target, False)] += 1
-    return counts
-
-
-def _held_out(pairs: list[tuple[str, str]], kept: dict[tuple[str, str, bool], int], min_count: int, folds: int,
-              seed: int) -> dict[tuple[str, str, bool], tuple[int, int]]:
-    """Each kept rule's (hits, trials) on held-out folds, counted only in the folds whose other folds teach it."""
-    rng = random.Random(seed)
-    fold_of = [rng.randrange(folds) for _ in pairs]
-    parts: list[list[tuple[str, str]]] = [[] for _ in range(folds)]
-    for pair, k in zip(pairs, fold_of, strict=True):
-        parts[k].append(pair)
-    part_counts = [_rule_counts(part) for part in parts]
-    out: dict[tuple[str, str, bool], tuple[int, int]] = {}
-    for k, part in enumerate(parts):
-        # taught by the other folds where they saw it at least once (min_count - 1): a rule the folder serves was
-        # seen min_count times, and one of them is the evidence being held out; at min_count a rule seen twice would
-        # never score a held-out hit (both rewrites elsewhere), and trust would punish every rare rule alike
-        taught = [key for key, n in kept.items() if n - part_counts[k][key] >= max(1, min_count - 1)]
-        seen = _occurrences([top1 for top1, _ in part], {(src, ctx) for src, _, ctx in taught})
-        for key in taught:
-            hits = part_counts[k][key]
-            trials = max(seen.get((key[0], key[2]), 0), hits)
-            h, t = out.get(key, (0, 0))
-            out[key] = (h + hits, t + trials)
-    return out
-
-
-def rule_kind(rule: Rule) -> tuple[str, bool]:
-    """The kind a rule's prior is shared with: its span's class, and whether it is in context."""
-    from preprocess.error_stats import classify_span  # error_stats imports this module
-
-    source, target = (rule.source[1:-1], rule.target[1:-1]) if rule.in_context else (rule.source, rule.target)
-    return classify_span(source, target), rule.in_context
-
-
-def beta_prior(measured: list[tuple[int, int]]) -> tuple[float, float]:
-    """The Beta(a, b) that best explains (hits, trials) pairs (beta-binomial likelihood over `PRIOR_STRENGTHS`,
-    its mean the pooled rate)."""
-    hits, trials = sum(h for h, _ in measured), sum(t for _, t in measured)
-    mean = min(max((hits + 0.5) / (trials + 1.0), 1e-3), 1 - 1e-3)
-
-    def log_lik(strength: float) -> float:
-        a, b = mean * strength, (1 - mean) * strength
-        return sum(math.lgamma(h + a) + math.lgamma(t - h + b) - math.lgamma(t + a + b)
-                   - math.lgamma(a) - math.lgamma(b) + math.lgamma(a + b) for h, t in measured)
-
-    strength = max(PRIOR_STRENGTHS, key=log_lik) if measured else PRIOR_STRENGTHS[0]
-    return mean * strength, (1 - mean) * strength
-
-
-def _trusted(rules: list[Rule], held: dict[tuple[str, str, bool], tuple[int, int]]) -> list[Rule]:
-    """Each rule with its held-out counts and its trust: the posterior mean under its kind's Beta prior."""
-    kinds = {id(r): rule_kind(r) for r in rules}
-    measured: dict[tuple[str, bool] | None, list[tuple[int, int]]] = {None: []}
-    for r in rules:
-        h, t = held.get((r.source, r.target, r.in_context), (0, 0))
-        if t:
-            measured.setdefault(kinds[id(r)], []).append((h, t))
-            measured[None].append((h, t))
-    priors = {kind: beta_prior(m) for kind, m in measured.items() if kind is None or len(m) >= MIN_RULES_PER_KIND}
-    out = []
-    for r in rules:
-        h, t = held.get((r.source, r.target, r.in_context), (0, 0))
-        a, b = priors.get(kinds[id(r)], priors[None])
-        out.append(replace(r, held_count=h, held_seen=t, trust=round((h + a) / (t + a + b), 5)))
-    return out
-
-
-def _occurrences(texts: list[str], sources: set[tuple[str, bool]]) -> dict[tuple[str, bool], int]:
-    """Count how often each (source, in_context) appears in the texts (edges padded as in the rules)."""
-    lengths = {len(src) for src, _ in sources}
-    counts: Counter[tuple[str, bool]] = Counter()
-    for text in texts:
-        padded = BOS + text + EOS
-        for n in lengths:
-            for i in range(len(padded) - n + 1):
-                sub = padded[i : i + n]
-                if (sub, True) in sources:
-                    counts[(sub, True)] += 1
-                if (sub, False) in sources and BOS not in sub and EOS not in sub:
-                    counts[(sub, False)] += 1
-    return dict(counts)

@@ -32,17 +32,20 @@ if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
 from config import Config, ConfigError, check_device, check_workers  # noqa: E402
+from model.contract import check_weights  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
 try:
     _config = Config.from_env()
     # Before any fork: a worker count the machine's memory cannot hold stops here (a warning for more than its cores).
     _workers_warning = check_workers(_config)
+    check_device(_config)
+    check_weights(_config)
     if _config.workers > 1 and not _config.shared_dir:
-        # Made here, at the config's first reading, so that every worker's Config.from_env reads the same folder.
+        # Made here, at the config's first reading and after every check (a refused start leaves no folder), so that
+        # every worker's Config.from_env reads the same folder.
         _made_shared_dir = os.environ["SHARED_DIR"] = tempfile.mkdtemp(prefix="esun-shared-")
         _config = Config.from_env()
-    check_device(_config)
 except ConfigError as exc:
     # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
     # SystemExit through: one line naming the setting, JSON as every line of the server's, and a non-zero status.

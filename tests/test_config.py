@@ -96,6 +96,36 @@ def test_a_weights_dir_that_does_not_exist_is_one_clear_error(tmp_path):
         Config.from_env({"WEIGHTS_DIR": str(tmp_path / "nowhere")})
 
 
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "rediss://:pw@cache.example:6380/1",
+                                 "unix:///run/redis.sock?db=0"])
+def test_a_redis_url_redis_can_read_is_taken(url):
+    assert Config.from_env({"REDIS_URL": url}).redis_url == url
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("notaurl", "redis_url must be a redis://, rediss:// or unix:// URL .*, got one with no scheme"),
+    ("http://s3cret@cache:6379", "redis_url must be a redis://, .*, got one with scheme 'http'"),
+    ("redis://:s3cret@cache:port", "redis_url is not a URL redis can read"),
+])
+def test_a_redis_url_redis_cannot_read_is_one_clear_error_that_never_shows_the_url(url, message):
+    with pytest.raises(ConfigError, match=message) as raised:
+        Config.from_env({"REDIS_URL": url})
+    assert "s3cret" not in str(raised.value) and "notaurl" not in str(raised.value)
+
+
+def test_a_shared_dir_that_is_a_file_is_one_clear_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="shared_dir must name a folder, got '.*file', which is a file"):
+        Config.from_env({"SHARED_DIR": str(tmp_path / "file")})
+
+
+def test_a_shared_dir_is_made_only_inside_an_existing_folder(tmp_path):
+    assert Config.from_env({"SHARED_DIR": str(tmp_path / "new")}).shared_dir == str(tmp_path / "new")
+    with pytest.raises(ConfigError, match="shared_dir must name a folder or a new one in an existing folder, got "
+                                          "'.*nowhere/x', whose parent '.*nowhere' does not exist"):
+        Config.from_env({"SHARED_DIR": str(tmp_path / "nowhere" / "x")})
+
+
 def test_workers_default_to_one_per_usable_core_and_a_cgroup_cpu_limit_narrows_the_cores(tmp_path, monkeypatch):
     from config import usable_cores
 

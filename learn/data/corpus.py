@@ -20,6 +20,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,7 @@ def review_sentences(dirpath: Path, convert, lexicon: set[str], rng: random.Rand
 
 
 def build(seed: int = 1998, progress: bool = True) -> Corpus:
-    """Build the corpus in memory."""
+    """Build the corpus in memory; with `progress`, tqdm's bar where stderr is a terminal (a log gets no \\r lines)."""
     from tqdm import tqdm
 
     rng = random.Random(seed)
@@ -140,7 +141,7 @@ def build(seed: int = 1998, progress: bool = True) -> Corpus:
     splits: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
     seen: set[str] = set()
     lexicon: Counter = Counter()
-    for idx, doc in enumerate(tqdm(docs, desc="news documents", disable=not progress)):
+    for idx, doc in enumerate(tqdm(docs, desc="news documents", disable=not (progress and sys.stderr.isatty()))):
         name = split_of(idx)
         for para in doc:
             for sent in merge_short(clauses_from_words(para), rng):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from preprocess.confusion import ConfusionSet, near_toneless
 from learn.data.decode_sim import BOS, EOS, CharBigram
-from preprocess.error_stats import REAL, SPAN_CLASSES, classify_span, simplified
+from learn.error_stats import REAL, SPAN_CLASSES, classify_span, simplified
 from preprocess.phones import char_syllable
 from preprocess.text import SPOKEN_FILLERS
 

@@ -1,7 +1,7 @@
 """Stand-ins for a team's labelled file, and the error statistics to compare them with real ones.
 
 `python -m learn.data.standin --stats FILE [--against OTHER]` prints a labelled file's aggregate TOP1 errors
-(`preprocess.error_stats`: definitions there) beside the real competition data's (`REAL`), and, with
+(`learn.error_stats`: definitions there) beside the real competition data's (`REAL`), and, with
 `--against`, the share of OTHER's spans already seen in FILE.
 
 `python -m learn.data.standin --profile real|hard|easy --out DIR [--train N --test M]` writes one, in two versions of
@@ -57,7 +57,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from learn.data.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
-from preprocess.error_stats import (
+from learn.error_stats import (
     LENGTH_CHANGES,
     REAL,
     REAL_HARDNESS,

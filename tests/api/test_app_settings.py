@@ -27,6 +27,14 @@ def test_create_app_shares_answers_through_redis_when_redis_url_is_set(make_app,
     assert isinstance(app.extensions[EXTENSION_KEY].cache.shared, RedisResultCache)  # connects lazily
 
 
+def test_create_app_refuses_an_incomplete_weights_folder_before_building_anything(tmp_path):
+    from api import create_app
+    from config import Config
+
+    with pytest.raises(ConfigError, match=r"^weights_dir: .* is incomplete: config.json, vocab.json, model"):
+        create_app(Config(weights_dir=tmp_path))
+
+
 def test_cli_flags_override_the_environment(tmp_path):
     weights = tmp_path / "w"
     weights.symlink_to(Path(__file__).resolve().parents[2] / "model" / "weights")
@@ -82,6 +90,13 @@ GUNICORN = Path(sys.executable).parent / "gunicorn"
 @pytest.mark.parametrize(("env", "message"), [
     ({"MAX_BATCH_SIZE": "0"}, "max_batch_size must be >= 1, got 0"),
     ({"JUDGE_TIMEOUT_S": "soon"}, "judge_timeout_s must be a number, got 'soon'"),
+    # Regression: these three printed a worker's traceback and "Worker failed to boot", or made /nonexistent/x.
+    ({"REDIS_URL": "notaurl"}, "redis_url must be a redis://, rediss:// or unix:// URL (e.g. redis://host:6379/0), "
+                               "got one with no scheme"),
+    ({"SHARED_DIR": str(REPO_ROOT / "README.md")}, f"shared_dir must name a folder, got '{REPO_ROOT / 'README.md'}', "
+                                                   "which is a file"),
+    ({"SHARED_DIR": "/nonexistent/x"}, "shared_dir must name a folder or a new one in an existing folder, got "
+                                       "'/nonexistent/x', whose parent '/nonexistent' does not exist"),
 ])
 def test_server_start_says_a_bad_setting_in_one_line_and_exits_nonzero(command, env, message):
     """Regression: under gunicorn a bad setting printed 26 lines of traceback under "Failed to read config file"."""

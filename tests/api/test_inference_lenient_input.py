@@ -87,6 +87,22 @@ def test_inference_drops_blank_later_hypotheses(client, make_body, corrector):
     assert corrector.batches[-1][0].sentences == (TOP1, SECOND)
 
 
+@pytest.mark.parametrize("top1", ["", "   ", "\u3000 "], ids=["empty", "blank", "unicode-blank"])
+@pytest.mark.parametrize("retry", [2, 0], ids=["first-attempt", "last-attempt"])
+def test_inference_answers_an_empty_or_blank_top1_with_the_empty_answer_without_the_model(
+    client, make_body, corrector, request_paths, top1, retry
+):
+    """Regression: a blank TOP1 got a 400 (a failed attempt, retried twice, then scored nothing), while
+    docs/contract.md allows an empty answer for exactly this TOP1. It is TOP1 without a Han character."""
+    body = make_body([top1, SECOND], retry=retry)
+    response = post_raw(client, body)
+    assert response.status_code == 200
+    assert response.get_json() | {"server_uuid": "", "server_timestamp": 0} == {
+        "esun_uuid": body["esun_uuid"], "server_uuid": "", "server_timestamp": 0, "answer": ""}
+    assert request_paths() == ["no_han" if retry == 2 else "retry_top1"]
+    assert corrector.calls == 0
+
+
 def test_inference_drops_hypotheses_past_ten(client, make_body, corrector, config):
     sentences = [TOP1] + [f"喂 {i}" for i in range(1, 15)]
     body = make_body(sentences)

@@ -80,3 +80,21 @@ def test_live_inference_rejects_chunked_body_over_max_body_bytes(live_server, ht
     response = http.post(f"{live_server}/inference", data=chunks(), timeout=5)
     assert response.status_code == 413
     assert response.json()["error"] == "payload_too_large"
+
+
+@pytest.mark.parametrize(("extra", "status"), [(0, 200), (1, 413)], ids=["at-the-limit", "one-byte-over"])
+def test_live_inference_takes_a_chunked_body_up_to_max_body_bytes_as_one_with_content_length(
+    live_server, http, config, make_body, extra, status
+):
+    """Regression: a chunked body of exactly max_body_bytes was refused (413) while the same body sent with a
+    Content-Length was answered."""
+    text = json.dumps(make_body()).encode()
+    body = text + b" " * (config.max_body_bytes - len(text) + extra)
+
+    def chunks():
+        for start in range(0, len(body), 1024):
+            yield body[start:start + 1024]
+
+    chunked = http.post(f"{live_server}/inference", data=chunks(), timeout=5)
+    with_length = http.post(f"{live_server}/inference", data=body, timeout=5)
+    assert (chunked.status_code, with_length.status_code) == (status, status)

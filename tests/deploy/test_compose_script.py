@@ -1,6 +1,7 @@
 """deploy/compose.sh as a new user meets it (issue 40).
 
 - Without podman-compose (the usual case on a fresh machine) `up` prints the script's own hint and exits 2.
+- Where no engine can run, its one line says which engine is not installed and which is and does not answer.
 - With podman-compose, `down` after `up -d --scale api=2` leaves no container, pod or network of the project, and a
   second `down` is harmless. This runs real podman and podman-compose on a tiny compose file whose one service
   sleeps in an image made here from the host's `sleep` (no registry, no build: seconds).
@@ -32,9 +33,9 @@ def run_script(args: list[str], env: dict[str, str], script: Path = COMPOSE_SH,
     return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
-def test_compose_up_without_podman_compose_prints_the_install_hint_and_exits_2(tmp_path: Path) -> None:
-    """Regression: `command -v ... | head` failed under `set -euo pipefail` when neither .venv/bin/podman-compose
-    nor podman-compose existed, so `up` exited 1 with no output before the script's own hint could print."""
+def script_tree(tmp_path: Path, fakes: dict[str, str]) -> tuple[Path, Path]:
+    """A copy of the scripts in a tree without .venv, and a PATH folder holding only `SCRIPT_TOOLS` and `fakes` (name:
+    a /bin/sh script's body). Return the copy's compose.sh and the folder."""
     tree = tmp_path / "tree"  # the script looks in its tree's .venv: a copy whose tree has none
     (tree / "deploy" / "podman").mkdir(parents=True)
     for name in ("compose.sh", "engine.sh"):
@@ -43,17 +44,47 @@ def test_compose_up_without_podman_compose_prints_the_install_hint_and_exits_2(t
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in SCRIPT_TOOLS:
-        (bin_dir / tool).symlink_to(find_tool(tool))
-    fake_podman = bin_dir / "podman"  # a podman that works, so that the engine is podman, as on a fresh machine
-    fake_podman.write_text("#!/bin/sh\nexit 0\n")
-    fake_podman.chmod(0o755)
+        if tool not in fakes:
+            (bin_dir / tool).symlink_to(find_tool(tool))
+    for name, body in fakes.items():
+        fake = bin_dir / name
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(0o755)
+    return tree / "deploy" / "compose.sh", bin_dir
 
-    result = run_script(["up", "-d", "--scale", "api=5"], {"PATH": str(bin_dir), "ENGINE": "podman"},
-                        script=tree / "deploy" / "compose.sh")
+
+def test_compose_up_without_podman_compose_prints_the_install_hint_and_exits_2(tmp_path: Path) -> None:
+    """Regression: `command -v ... | head` failed under `set -euo pipefail` when neither .venv/bin/podman-compose
+    nor podman-compose existed, so `up` exited 1 with no output before the script's own hint could print."""
+    # a podman that works, so that the engine is podman, as on a fresh machine
+    script, bin_dir = script_tree(tmp_path, {"podman": "exit 0"})
+
+    result = run_script(["up", "-d", "--scale", "api=5"], {"PATH": str(bin_dir), "ENGINE": "podman"}, script=script)
 
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     assert "podman-compose 1.1 or newer is needed (found: none)" in result.stderr
     assert "pip install podman-compose==" in result.stderr
+
+
+NO_DAEMON = "echo 'Cannot connect to the Docker daemon' >&2; exit 1"
+
+
+@pytest.mark.parametrize(("fakes", "engine", "line"), [
+    ({"docker": NO_DAEMON}, "", "no container engine can run: docker has no daemon here and podman is not installed "
+                                "(deploy/install_tools.sh installs it, as root)"),
+    ({}, "podman", "ENGINE=podman cannot run here: podman is not installed"),
+    ({"podman": "exit 125"}, "podman", "ENGINE=podman cannot run here: 'podman info' fails"),
+    ({"podman": "exit 125"}, "", "no container engine can run: docker is not installed and 'podman info' fails"),
+    ({}, "dokker", "ENGINE must be docker or podman, got 'dokker'"),
+], ids=["podman-missing", "engine-podman-missing", "engine-podman-failing", "docker-missing", "engine-misspelt"])
+def test_compose_says_which_engine_is_not_installed_and_which_does_not_answer(tmp_path: Path, fakes: dict[str, str],
+                                                                             engine: str, line: str) -> None:
+    """Regression: where podman was not installed at all, the script said "'podman info' fails"."""
+    script, bin_dir = script_tree(tmp_path, {"id": "echo 0", **fakes})  # as root, where podman is an engine
+
+    result = run_script(["ps"], {"PATH": str(bin_dir), "ENGINE": engine}, script=script)
+
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")
 
 
 def podman_compose() -> str:

@@ -38,7 +38,8 @@ def test_openapi_document_holds_for_generated_requests_over_http(
     phoneme_sequence_list a list of strings while any value is accepted and ignored. Since only a request
     without a usable question is refused, the document allows any value for esun_timestamp, retry and the
     hypotheses after TOP1 (all answered), and its negative cases are what is still refused: no esun_uuid that
-    can be echoed, no sentence_list, or no usable TOP1."""
+    can be echoed, no sentence_list, or no TOP1 string without control characters (an empty or blank TOP1 is
+    answered, with the empty answer)."""
     assert SCHEMATHESIS.exists(), f"{SCHEMATHESIS} is missing: pip install -r requirements-dev.txt"
     _, base = serve(FaultCorrector())
     report = tmp_path / "schemathesis.json"

@@ -17,6 +17,7 @@ from learn.adapt_folder import run_key
 from learn.adapt_settings import data_paths, parse_args
 from learn.data.labelled import Labelled, write_labelled
 from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
+from model.contract import check_weights
 from model.corrector import Corrector
 from preprocess.text import NBest
 from tests.deploy.procs import free_port, gunicorn
@@ -70,7 +71,7 @@ def test_adapt_writes_a_complete_folder_that_applies_the_files_convention(tmp_pa
     assert sum(provenance["split"][k] for k in ("train", "dev", "test")) == len(_rows(top1_alone))
     assert {"full", "lm"} <= set(meta["rerank"])
     assert {c["source"] + c["target"] for c in provenance["conventions"]} >= {"台臺"}
-    Config.from_env({"WEIGHTS_DIR": str(out)})  # the folder passes the start-up check
+    check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))  # the folder passes the start-up check
 
     corrector = Corrector(out, device="cpu")
     corrector.setup()
@@ -127,7 +128,7 @@ def test_an_incomplete_adapted_folder_stops_start_up_in_one_line(tmp_path):
     out, _ = _adapt(tmp_path, top1_alone=True)
     (out / DOMAIN_LM_FILE).unlink()
     with pytest.raises(ConfigError, match="incomplete adapted folder: its domain_lm file 'domain_lm.arpa' is missing"):
-        Config.from_env({"WEIGHTS_DIR": str(out)})
+        check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))
     command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "server/gunicorn_conf.py", "api:create_app()"]
     run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(out)},
                          capture_output=True, text=True, timeout=60)
@@ -140,7 +141,7 @@ def test_an_adapted_folder_with_another_runs_part_is_refused(tmp_path):
     with (out / "confusions.json").open("a", encoding="utf-8") as f:
         f.write(" ")
     with pytest.raises(ConfigError, match="inconsistent: confusions.json is not the confusions"):
-        Config.from_env({"WEIGHTS_DIR": str(out)})
+        check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))
 
 
 @pytest.mark.live
@@ -204,7 +205,7 @@ def test_a_rerun_replaces_the_folder_whole_and_keeps_no_checkpoint(tmp_path, cap
     assert meta["adaptation"]["provenance"]["data"][0]["file"] == "second.jsonl"
     assert list(ckpt.iterdir()) == []  # the finished run's checkpoint folder is gone
     assert _leftovers(tmp_path) == [] and not (Path.cwd() / "checkpoints" / "adapt-out").exists()
-    Config.from_env({"WEIGHTS_DIR": str(out)})
+    check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))
 
 
 def test_out_naming_the_weights_it_starts_from_or_a_foreign_folder_is_refused(tmp_path, capsys):
@@ -259,7 +260,7 @@ def test_an_adapted_folder_without_provenance_is_refused_as_unfinished(tmp_path)
     del meta["adaptation"]["provenance"]
     (out / "config.json").write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(ConfigError, match="unfinished adapted folder"):
-        Config.from_env({"WEIGHTS_DIR": str(out)})
+        check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))
 
 
 def test_a_checkpoint_folder_is_named_by_the_datas_content_and_the_settings_not_by_paths(tmp_path):
@@ -291,7 +292,7 @@ def test_a_file_where_the_stage_cannot_win_is_served_by_the_shipped_stage_and_sa
     shipped = json.loads((Corrector().weights_dir / "config.json").read_text(encoding="utf-8"))
     assert meta["adaptation"]["provenance"]["served"] == "shipped" and meta["rerank"] == shipped["rerank"]
     assert json.loads((out / "confusions.json").read_text(encoding="utf-8"))["gate"] > 1
-    Config.from_env({"WEIGHTS_DIR": str(out)})
+    check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))
 
 
 def test_out_naming_a_dangling_symlink_is_refused_before_anything_is_read(tmp_path, capsys):

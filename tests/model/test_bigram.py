@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from model.bigram import PRIOR_WEIGHT, BigramLM
+from model.bigram import PRIOR_WEIGHT, BigramLM, lm_delta
+from model.contract import LM_DELTA_CLIP, LM_DELTA_SCALE
 
 COUNTS = {"我": 6, "們": 3, "你": 1}
 BIGRAMS = {"我們": 3, "^我": 2}
@@ -51,3 +52,13 @@ def test_score_sums_the_bigrams_left_to_right_and_keeps_the_edge_counts(lm):
     assert score == t1 + t2 + t3
     assert (first, last) == (e1, e3)
     assert lm.score("我") == (0.0, 0.0, 0.0)
+
+def test_lm_delta_scales_and_clips_one_float_and_an_array_alike():
+    import numpy as np
+
+    diffs = [-100.0, -LM_DELTA_CLIP * LM_DELTA_SCALE, -1.0, 0.0, 2.5, LM_DELTA_CLIP * LM_DELTA_SCALE + 1e-9, 1e9]
+    expected = [-LM_DELTA_CLIP, -LM_DELTA_CLIP, -1.0 / LM_DELTA_SCALE, 0.0, 2.5 / LM_DELTA_SCALE, LM_DELTA_CLIP,
+                LM_DELTA_CLIP]
+    assert [lm_delta(d) for d in diffs] == expected
+    assert all(type(lm_delta(d)) is float for d in diffs)  # the general path keeps Python floats
+    assert lm_delta(np.array([diffs, diffs])).tolist() == [expected, expected]

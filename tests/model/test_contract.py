@@ -16,6 +16,7 @@ from model.contract import (
     CANDIDATE_FEATURES,
     FeatureContractError,
     check_features,
+    check_weights,
     check_weights_dir,
     feature_columns,
 )
@@ -74,9 +75,9 @@ def test_corrector_setup_refuses_weights_trained_on_other_features(tmp_path):
         Corrector(_weights_with(tmp_path, _reordered()), device="cpu", lm_path=None, stage="net").setup()
 
 
-def test_config_refuses_weights_trained_on_other_features(tmp_path):
+def test_the_start_up_check_refuses_weights_trained_on_other_features(tmp_path):
     with pytest.raises(ConfigError, match="weights_dir: the weights in .* another order"):
-        Config.from_env({"WEIGHTS_DIR": str(_weights_with(tmp_path, _reordered()))})
+        check_weights(Config.from_env({"WEIGHTS_DIR": str(_weights_with(tmp_path, _reordered()))}))
 
 
 @pytest.mark.parametrize("command", [
@@ -90,3 +91,4 @@ def test_server_start_stops_in_one_line_on_weights_of_other_features(tmp_path, c
     assert run.returncode == 2
     message = run.stderr if command[0] == sys.executable else json.loads(run.stderr)["msg"]  # make run: JSON
     assert run.stderr.count("\n") == 1 and message.startswith("config error: weights_dir: ")
+

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT, Config, ConfigError
-from model.contract import check_weights_dir
+from model.contract import check_weights, check_weights_dir
 from model.corrector import Corrector
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, RerankStage, WeightsMeta, WeightsMetaError
 from preprocess.text import NBest
@@ -65,7 +65,7 @@ def test_a_folder_adapted_at_427ba62_loads_and_passes_the_start_up_check(adapted
     assert set(meta.adaptation.files) == {"domain_lm", "confusions"}
     assert meta.evaluation is None and set(meta.rerank) == {"full", "lm"}
     assert meta.to_dict() == _raw(adapted)  # nothing read is dropped or changed
-    Config.from_env({"WEIGHTS_DIR": str(adapted)})
+    check_weights(Config.from_env({"WEIGHTS_DIR": str(adapted)}))
 
 
 @pytest.mark.real_model
@@ -113,7 +113,7 @@ def test_a_wrong_typed_field_stops_start_up_in_one_line_naming_it(tmp_path):
     weights = _shipped_with(tmp_path, threshold="high")
 
     with pytest.raises(ConfigError, match=r"^weights_dir: .*config\.json: threshold must be a number, got 'high'$"):
-        Config.from_env({"WEIGHTS_DIR": str(weights)})
+        check_weights(Config.from_env({"WEIGHTS_DIR": str(weights)}))
     run = subprocess.run([sys.executable, "-m", "api"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(weights)})
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "threshold must be a number" in run.stderr

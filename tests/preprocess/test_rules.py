@@ -1,5 +1,6 @@
-"""preprocess.rules: a recogniser's confusions learned from (TOP1, truth) pairs, with counts and rates."""
+"""preprocess.rules: what a served folder's confusion rules offer (rewrites) and credit (evidence)."""
 
+from learn.rule_trust import learn_confusions
 from preprocess.rules import Confusions, Span, edit_spans
 
 PAIRS = [("痾我要查尋信用卡", "呃我要查詢信用卡"), ("痾你好", "呃你好"), ("我要查尋", "我要查詢"),
@@ -12,73 +13,23 @@ def test_edit_spans_merge_adjacent_edits_and_keep_insertions():
     assert edit_spans("abc", "abc") == []
 
 
-def test_confusions_rate_counts_every_time_the_recogniser_wrote_the_source():
-    rules = {(r.source, r.target, r.in_context): r for r in Confusions.learn(PAIRS).rules}
-    rule = rules[("尋", "詢", False)]
-    assert (rule.count, rule.seen) == (2, 3)  # one TOP1 wrote 查尋 rightly
-    assert rules[("痾", "呃", False)].rate == 1.0
-
-
-def test_confusions_anchor_an_insertion_in_its_context():
-    rules = {(r.source, r.target, r.in_context): r for r in Confusions.learn(PAIRS).rules}
-    assert ("^我", "^呃我", True) in rules  # a filler the recogniser dropped before 我 at the start
-
-
-def test_confusions_drop_rules_seen_fewer_than_min_count():
-    assert len(Confusions.learn(PAIRS, min_count=3)) == 0
-
-
 def test_rewrites_offer_each_rule_then_the_likeliest_together():
-    rewrites = Confusions.learn(PAIRS).rewrites("痾我要查尋")
+    rewrites = learn_confusions(PAIRS).rewrites("痾我要查尋")
     assert "痾我要查詢" in rewrites and "呃我要查尋" in rewrites and "呃我要查詢" in rewrites
 
 
 def test_evidence_weighs_known_edits_and_ignores_unknown_ones():
-    confusions = Confusions.learn(PAIRS)
+    confusions = learn_confusions(PAIRS)
     assert confusions.evidence("我要查尋", "我要查詢") > 0
     assert confusions.evidence("我要查尋", "我要查找") == 0.0
     assert confusions.evidence("我要查尋", "我要查尋") == 0.0
 
 
 def test_confusions_round_trip_through_their_saved_form():
-    confusions = Confusions.learn(PAIRS)
+    confusions = learn_confusions(PAIRS)
     assert Confusions.from_dict(confusions.to_dict()).rules == confusions.rules
 
 
-def _recogniser_pairs() -> list[tuple[str, str]]:
-    """A recogniser that always writes 卷 for 券."""
-    pairs = []
-    for k in range(200):
-        truth = f"我有{k % 10}張優惠券" if k % 2 else f"我有{k % 7}個問題"
-        pairs.append((truth.replace("券", "卷"), truth))
-    return pairs
-
-
-def test_trust_is_measured_out_of_fold():
-    confusions = Confusions.learn(_recogniser_pairs(), folds=5, seed=3)
-    good = {(r.source, r.target, r.in_context): r for r in confusions.rules}[("卷", "券", False)]
-    assert good.held_count == good.held_seen == 100 and good.trust is not None and good.trust > 0.9
-    assert confusions.trusted()[0].trust == max(r.trust or 0 for r in confusions.rules)
-    # a rule seen twice, in two folds: each fold's rewrite is scored by the rule the other fold saw
-    pairs = [("我要查尋", "我要查詢")] * 2 + [("我要查尋帳單", "我要查尋帳單")] * 20
-    learnt = Confusions.learn(pairs, folds=2, seed=0)
-    rule = {(r.source, r.target, r.in_context): r for r in learnt.rules}[("尋", "詢", False)]
-    assert rule.count == 2 and rule.held_count in (0, 2) and rule.held_seen >= rule.held_count
-
-
-def test_a_common_source_rarely_rewritten_is_trusted_little_and_the_gate_stops_it():
-    pairs = [("我的卡", "我的卡")] * 200 + [("我的卡", "我得卡")] * 6 + [("查尋", "查詢")] * 6
-    confusions = Confusions.learn(pairs, folds=5, seed=1, gate=0.2)
-    rules = {(r.source, r.target, r.in_context): r for r in confusions.rules}
-    weak, strong = rules[("的", "得", False)], rules[("尋", "詢", False)]
-    assert weak.trust is not None and weak.trust < 0.1 < 0.9 < (strong.trust or 0)
-    assert "我得卡" not in confusions.rewrites("我的卡") and "查詢" in confusions.rewrites("查尋")
-    assert confusions.evidence("我的卡", "我得卡") == 0.0 < confusions.evidence("查尋", "查詢")
-
-
-def test_trusted_rules_and_their_gate_round_trip_and_old_rows_still_load():
-    confusions = Confusions.learn(_recogniser_pairs(), folds=5, seed=3, gate=0.3)
-    again = Confusions.from_dict(confusions.to_dict())
-    assert again.rules == confusions.rules and again.gate == 0.3
+def test_rules_saved_before_trust_still_load_and_weigh_by_their_rate():
     old = Confusions.from_dict({"rules": [["尋", "詢", 0, 2, 3]]})
     assert old.gate is None and old.rules[0].trust is None and old.rules[0].weight == old.rules[0].rate

@@ -1,4 +1,4 @@
-"""The error statistics (`preprocess.error_stats`) and the stand-in calibrated to the real data's (`standin`)."""
+"""The error statistics (`learn.error_stats`) and the stand-in calibrated to the real data's (`standin`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from learn.data import standin
-from preprocess.error_stats import (
+from learn.error_stats import (
     REAL,
     REAL_HARDNESS,
     REAL_HELD_OUT,
