@@ -256,6 +256,7 @@ def main() -> None:
     ap.add_argument("--max-worse", type=float, default=0.003)
     ap.add_argument("--max-right-changed", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=21)
+    ap.add_argument("--margin-only", action="store_true", help="keep the current weights; choose the margin again")
     ap.add_argument("--per-file", action="store_true",
                     help="keep the precision bounds on the simulated lists and on each --data file alone, not only "
                          "on all of them together (a hard recogniser's few lists are not outweighed)")
@@ -277,9 +278,14 @@ def main() -> None:
                                 adaptation=corrector.adaptation)
     lists = [d for d in described if d is not None]
     groups = [g for d, g in zip(described, origin, strict=True) if d is not None] if args.per_file else None
-    weights, figures = fit_lists(lists, args.variant, args.max_worse, args.max_right_changed, groups=groups)
     meta = WeightsMeta.load(args.weights)
     current = meta.rerank.get(args.variant)
+    if args.margin_only and current is not None:  # the current weights kept, the margin chosen again
+        kept = RerankWeights.from_dict(current.weights)
+        margin, figures = pick_margin(lists, kept.vector(), args.max_worse, args.max_right_changed, groups)
+        weights, figures = replace(kept, margin=margin), figures | {"lists": len(lists)}
+    else:
+        weights, figures = fit_lists(lists, args.variant, args.max_worse, args.max_right_changed, groups=groups)
     if current is not None:
         figures["current_stage_cer"] = stage_cer(lists, RerankWeights.from_dict(current.weights))
         # a current stage that breaks the precision bounds on these lists is no stage to keep, whatever its CER
