@@ -18,6 +18,7 @@ from api.logs import configure_logging
 from api.metrics import METRICS_KEY, Metrics, instrument
 from api.routes import register_routes
 from api.state import EXTENSION_KEY, AppState
+from api.swap import ModelSwapper, SwapCollector, resolve
 from batching import Batcher
 from cache import LayeredResultCache, build_cache
 from config import Config
@@ -52,12 +53,16 @@ def create_app(
     configure_logging(config.log_level)
     metrics = Metrics(spool_dir=Path(config.shared_dir) / "metrics" if config.shared_dir else None)
     cache = cache or build_cache(config, observer=metrics)
-    loader = None
+    loader = swapper = None
+    folder = resolve(config.weights_dir)  # WEIGHTS_DIR may be a symlink (api.swap): what it leads to now is loaded
     if corrector is None and engine is None and config.batcher_workers > 1:
-        engine = build_process_batcher(config, metrics, target=CORRECTOR_TARGET)
+        engine = build_process_batcher(config, metrics, target=CORRECTOR_TARGET, folder=folder)
+        swapper = ModelSwapper(config.weights_dir, folder, None, None, config.weights_poll_s)
     else:
         if corrector is None:
-            corrector = loader = LoadingCorrector(partial(_load_corrector, config))
+            corrector = loader = LoadingCorrector(partial(_load_corrector, config, folder))
+            swapper = ModelSwapper(config.weights_dir, folder, loader, partial(_load_corrector, config),
+                                   config.weights_poll_s, forget=_forget_shared)
         if engine is None:
             engine = _build_batcher(config, corrector, metrics)
 
@@ -70,7 +75,9 @@ def create_app(
     metrics.watch_cache(cache.local)
     answers = AnswerPolicy(config, cache, corrector, engine, admission, metrics)
     app.extensions[EXTENSION_KEY] = AppState(config=config, corrector=corrector, engine=engine, cache=cache,
-                                             admission=admission, answers=answers, metrics=metrics)
+                                             admission=admission, answers=answers, metrics=metrics, swapper=swapper)
+    if swapper is not None:
+        metrics.registry.register(SwapCollector(swapper))
     app.extensions[METRICS_KEY] = metrics
     register_error_handlers(app)
     register_routes(app)
@@ -83,11 +90,15 @@ def create_app(
         metrics.spool.start()
     if loader is not None:
         loader.start()  # last: the loading competes for the GIL with whatever this thread still does
+    if swapper is not None:
+        swapper.start()  # waits for the loader, then looks where WEIGHTS_DIR leads every WEIGHTS_POLL_S
     return app
 
 
-def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Engine:
-    """Build `config.batcher_workers` worker processes, each with its own corrector built from `target`."""
+def build_process_batcher(config: Config, metrics: Metrics, target: str, folder: Path | None = None) -> Engine:
+    """Build `config.batcher_workers` worker processes, each with its own corrector built from `target`, on the
+    weights in `folder` (by default where `config.weights_dir` leads now: every process the same folder, also one
+    started later to replace a dead set)."""
     # Imported here: the process batcher starts processes, which the threaded default never needs.
     from batching.process import ImportedModel, ProcessBatcher
 
@@ -100,7 +111,7 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Engi
     return ProcessBatcher(
         ImportedModel,
         model_init_kwargs={"target": target, "env": env,
-                           "kwargs": {"weights_dir": config.weights_dir, "device": config.device,
+                           "kwargs": {"weights_dir": folder or resolve(config.weights_dir), "device": config.device,
                                       "lm_path": config.lm_path if config.stage != "net" else None,
                                       "stage": config.stage, "cpu_precision": config.cpu_precision}},
         worker_num=config.batcher_workers,
@@ -130,15 +141,22 @@ def preload(with_model: bool = True, config: Config | None = None) -> None:
     register_routes(Flask("preload"))
 
 
-def _load_corrector(config: Config) -> Corrector:
+def _load_corrector(config: Config, folder: Path) -> Corrector:
+    """Build and set up the corrector on the weights in `folder` (a folder, not a link that may move meanwhile)."""
     # Imported here, on the loader's thread: importing torch alone takes seconds. Tests with fakes never do.
     from model.corrector import Corrector
 
-    corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.threads_per_worker,
+    corrector = Corrector(weights_dir=folder, device=config.device, threads=config.threads_per_worker,
                           cpu_precision=config.cpu_precision,
                           lm_path=config.lm_path if config.stage != "net" else None, stage=config.stage)
     corrector.setup()
     return corrector
+
+
+def _forget_shared(folder: Path) -> None:
+    from model.corrector import forget_shared
+
+    forget_shared(folder)
 
 
 def _build_batcher(config: Config, corrector: Corrector, metrics: Metrics) -> Engine:

@@ -149,6 +149,16 @@ def _lexicon() -> TaiwanLexicon:
     return _shared("lexicon", path, lambda: TaiwanLexicon.load(path))
 
 
+def forget_shared(keep: Path) -> int:
+    """Drop what was read for any weights folder but `keep` (the one served after a swap, `api.swap`): the
+    vocabularies and confusion sets of folders no corrector serves any more. Return how many were dropped."""
+    kept = str(Path(keep).resolve())
+    stale = [key for key in _SHARED if key[0] in ("vocab", "confusion") and key[1] != kept]
+    for key in stale:
+        _SHARED.pop(key, None)
+    return len(stale)
+
+
 def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
     """Read the vocabulary, its bigram model, its confusion set and the Taiwan lexicon now, for the workers a fork will
     start."""
@@ -292,6 +302,20 @@ class Corrector:
         """Correct a list of n-best lists: batch → predict → unbatch."""
         batch = self.batch(items)
         return self.unbatch(items, batch, self.predict(batch))
+
+    def release(self) -> None:
+        """Drop what `setup()` built, so that reference counting frees it at once; call it only when no batch runs
+        on this corrector (`api.swap` does, after another took its place).
+
+        The language model's score cache holds its own bound method, and the featurizer's memos theirs: cycles that
+        only a full collection would free, and the served objects are frozen (`api.loading.freeze_set_up`), which
+        no collection frees. Emptying those parts' attributes breaks the cycles. Shared parts (the vocabulary, the
+        Taiwan lexicon) are only let go of."""
+        for part in (self.lm, self.featurizer, self.reranker, self.adaptation):
+            if part is not None and hasattr(part, "__dict__"):
+                vars(part).clear()
+        self.ready = False
+        self.lm = self.featurizer = self.reranker = self.adaptation = self.net = None
 
     @property
     def info(self) -> dict:
