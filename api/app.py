@@ -35,6 +35,7 @@ def create_app(
     engine: Engine | None = None,
     make_admission: Callable[[Callable[[], int]], Admission] | None = None,
     cache: LayeredResultCache | None = None,
+    build_corrector: Callable[[Path], Corrector] | None = None,
 ) -> Flask:
     """Build the Flask app with its corrector, engine (a batcher), answer cache and metrics.
 
@@ -47,7 +48,9 @@ def create_app(
     own (`AppState.corrector` is None) and the engine describes the model. The admission (`api.admission`) is
     built by `make_admission` from the engine's count of questions on the model (by default `Admission.from_config`;
     tests build one on a fake clock); the answer cache is built from the config unless injected (tests inject a
-    cache on a fake Redis).
+    cache on a fake Redis). Unless a corrector or an engine is injected, a `ModelSwapper` (`api.swap`) watches where
+    `weights_dir` leads and swaps the folder it leads to in; `build_corrector(folder)` builds the set-up corrector
+    of a folder, the first and each swapped in (by default the real one; tests inject fakes).
     """
     config = config or Config.from_env()
     configure_logging(config.log_level)
@@ -60,9 +63,10 @@ def create_app(
         swapper = ModelSwapper(config.weights_dir, folder, None, None, config.weights_poll_s)
     else:
         if corrector is None:
-            corrector = loader = LoadingCorrector(partial(_load_corrector, config, folder))
-            swapper = ModelSwapper(config.weights_dir, folder, loader, partial(_load_corrector, config),
-                                   config.weights_poll_s, forget=_forget_shared)
+            build = build_corrector or partial(_load_corrector, config)
+            corrector = loader = LoadingCorrector(partial(build, folder))
+            swapper = ModelSwapper(config.weights_dir, folder, loader, build, config.weights_poll_s,
+                                   forget=None if build_corrector else _forget_shared)
         if engine is None:
             engine = _build_batcher(config, corrector, metrics)
 
