@@ -50,6 +50,7 @@ RESULTS = (DONE, FAILED, REFUSED)
 # How long a swap waits for the batch running on the old corrector (a batch takes ~0.1 s; a stuck one keeps its
 # corrector, which is then not released: it is freed when that batch returns).
 BATCH_WAIT_S = 10.0
+LINK_GAP_S = 0.2
 
 
 class SwapFailed(RuntimeError):
@@ -154,6 +155,9 @@ class ModelSwapper:
         leads to the folder served, or to one that failed or was refused before."""
         with self._swapping:
             target = resolve(self.watched)
+            if not target.exists():  # `ln -sfn` removes the link, then makes the new one: look again a moment later
+                time.sleep(LINK_GAP_S)
+                target = resolve(self.watched)
             if target == self.folder:
                 self._tried = None
                 return None
