@@ -57,9 +57,10 @@ def publish(build: Path, out: Path) -> None:
 def swap_command(out: Path, link: str = "current") -> str:
     """The one command that swaps `out` into every running server whose `WEIGHTS_DIR` is the symlink `link` beside it
     (api.swap): the link repointed, which each worker sees within `WEIGHTS_POLL_S`, loads beside its model and swaps
-    in between two batches. Run it again with the previous folder to swap back."""
+    in between two batches. Run it again with the previous folder to swap back. The link's target is relative (the
+    folder's name), so that it resolves wherever the folder holding both is mounted (a container's volume)."""
     out = out.resolve()
-    return f"ln -sfn {shlex.quote(str(out))} {shlex.quote(str(out.parent / link))}"
+    return f"ln -sfn {shlex.quote(out.name)} {shlex.quote(str(out.parent / link))}"
 
 
 def check_destination(out: Path, init_from: Path) -> None:
