@@ -23,7 +23,7 @@ from api.swap import DONE, FAILED, REFUSED, ModelSwapper, resolve
 from config import DEFAULT_WEIGHTS_DIR, Config
 from model.contract import sha256
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE
-from preprocess.text import han_chars
+from preprocess.text import NBest, han_chars
 from tests.api.test_ops_routes import metric
 from tests.fakes import FakeCorrector
 from tests.model.test_weights_meta import ADAPTED_427BA62
@@ -37,7 +37,11 @@ class FolderCorrector(FakeCorrector):
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self.released = False
         super().__init__(answer=lambda item: MARKS.get(folder.name, "丙") + han_chars(item.top1))
+
+    def release(self) -> None:
+        self.released = True
 
 
 def build_fake(folder: Path) -> FolderCorrector:
@@ -172,6 +176,40 @@ def test_swapping_back_serves_the_first_folder_again(make_swap_app, make_body, w
 
     assert answer(app, make_body, esun_uuid="back").startswith(MARKS["a"])
     assert swapper_of(app).counts()["done"] == 2
+
+
+def test_the_old_corrector_is_released_once_no_batch_runs_on_it(make_swap_app, weights, tmp_path):
+    app = make_swap_app()
+    old = app.extensions[EXTENSION_KEY].corrector._corrector
+    shipped_copy(tmp_path / "b")
+    repoint(weights, tmp_path / "b")
+
+    assert swapper_of(app).check() == DONE
+
+    assert isinstance(old, FolderCorrector) and old.released
+
+
+def test_a_batch_stuck_on_the_old_corrector_keeps_it_unreleased_and_the_next_batches_run_on_the_new(
+        make_swap_app, make_body, weights, tmp_path):
+    import threading
+
+    app = make_swap_app()
+    loader = app.extensions[EXTENSION_KEY].corrector
+    old = loader._corrector
+    old.gate = threading.Event()  # its next batch hangs until set
+    stuck = threading.Thread(target=loader.predict_batch, args=([NBest(("卡 住",))],))
+    stuck.start()
+    assert old.started.wait(5)
+    swapper_of(app)._batch_wait_s = 0.1
+    shipped_copy(tmp_path / "b")
+    repoint(weights, tmp_path / "b")
+
+    assert swapper_of(app).check() == DONE
+
+    assert not old.released
+    assert loader.predict_batch([NBest(("你 好",))]) == [MARKS["b"] + "你好"]
+    old.gate.set()
+    stuck.join(5)
 
 
 def test_the_link_leading_where_it_did_changes_nothing(make_swap_app):
