@@ -94,7 +94,7 @@ class LoadingCorrector:
     def replace(self, corrector: Corrector, wait_s: float) -> tuple[Corrector | None, bool]:
         """Answer with `corrector` (set up already) from the next batch on; return the corrector it replaces and
         whether that one is now idle: False when the batch running on it did not end within `wait_s` (a stuck
-        batch keeps its corrector until it returns; the next batches run on the new one all the same)."""
+        batch keeps its corrector until it returns; the batch after it runs on the new one all the same)."""
         idle = self._using.acquire(timeout=wait_s)
         try:
             old, self._corrector = self._corrector, corrector

@@ -206,7 +206,8 @@ def memory(result: SwapRun) -> list[dict[str, Any]]:
         before = [next((r for t, r in reversed(samples) if t < s.asked), 0) for s in result.swaps]
         peaks = [max((r for t, r in samples if s.asked <= t <= s.done), default=0) for s in result.swaps]
         out.append({"worker": pid, "before_swap_mib": [r >> 20 for r in before],
-                    "peak_during_swap_mib": [r >> 20 for r in peaks], "end_mib": samples[-1][1] >> 20})
+                    "peak_during_swap_mib": [r >> 20 for r in peaks], "first_mib": samples[0][1] >> 20,
+                    "max_mib": max(r for _, r in samples) >> 20, "end_mib": samples[-1][1] >> 20})
     return out
 
 
@@ -244,7 +245,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--phase-s", type=float, default=8.0)
-    parser.add_argument("--swaps", type=int, default=2, help="swaps in all: to the second folder, back, ...")
+    parser.add_argument("--swaps", type=int, default=2, help="swaps in all: to the second folder, back, ... (0: a "
+                        "baseline, phase-s of load on the shipped folder)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/esun-swap-load"))
     parser.add_argument("--out", type=Path, default=None, help="write the run's summary here (JSON)")
     args = parser.parse_args()

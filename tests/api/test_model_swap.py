@@ -189,8 +189,8 @@ def test_the_old_corrector_is_released_once_no_batch_runs_on_it(make_swap_app, w
     assert isinstance(old, FolderCorrector) and old.released
 
 
-def test_a_batch_stuck_on_the_old_corrector_keeps_it_unreleased_and_the_next_batches_run_on_the_new(
-        make_swap_app, make_body, weights, tmp_path):
+def test_a_batch_that_outlasts_the_swaps_wait_keeps_its_corrector_unreleased_and_the_next_runs_on_the_new(
+        make_swap_app, weights, tmp_path):
     import threading
 
     app = make_swap_app()
@@ -205,11 +205,11 @@ def test_a_batch_stuck_on_the_old_corrector_keeps_it_unreleased_and_the_next_bat
     repoint(weights, tmp_path / "b")
 
     assert swapper_of(app).check() == DONE
-
-    assert not old.released
-    assert loader.predict_batch([NBest(("你 好",))]) == [MARKS["b"] + "你好"]
     old.gate.set()
     stuck.join(5)
+
+    assert not old.released  # it was running a batch: left to reference counting, once that batch returns
+    assert loader.predict_batch([NBest(("你 好",))]) == [MARKS["b"] + "你好"]
 
 
 def test_the_link_leading_where_it_did_changes_nothing(make_swap_app):
