@@ -11,6 +11,7 @@ import pytest
 
 from config import DEFAULT_WEIGHTS_DIR
 from model import corrector as corrector_module
+from model.contract import sha256
 from model.corrector import Corrector, forget_shared
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE
 
@@ -30,23 +31,39 @@ def test_a_released_corrector_is_freed_by_reference_counting_although_frozen():
         gc.unfreeze()
 
 
-def test_forget_shared_drops_what_was_read_for_other_folders_only(tmp_path: Path):
+def test_forget_shared_drops_what_was_read_for_other_vocabularies_only(tmp_path: Path):
+    """Keeps the served folder's reads and the master's (preloaded before the fork), drops the rest."""
     other = tmp_path / "other"
     other.mkdir()
-    for name in (CONFIG_FILE, NETWORK_FILE, VOCAB_FILE):
-        (other / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
-    shared = corrector_module._SHARED
-    saved = dict(shared)
+    (other / VOCAB_FILE).write_text('{"chars": []}', encoding="utf-8")  # another vocabulary: another key
+    shared, preloaded = corrector_module._SHARED, corrector_module._PRELOADED
+    saved, saved_preloaded = dict(shared), set(preloaded)
+    served = sha256(DEFAULT_WEIGHTS_DIR / VOCAB_FILE)
     try:
-        shared[("vocab", str(other.resolve()))] = object()
-        shared[("vocab", str(DEFAULT_WEIGHTS_DIR.resolve()))] = kept = object()
+        shared[("vocab", sha256(other / VOCAB_FILE))] = object()
+        shared[("vocab", served)] = kept = object()
+        shared[("confusion", "f" * 64)] = master = object()
+        preloaded.add(("confusion", "f" * 64))
         shared[("lexicon", "/somewhere/lexicon")] = lexicon = object()
 
-        assert forget_shared(DEFAULT_WEIGHTS_DIR) >= 1
+        assert forget_shared(DEFAULT_WEIGHTS_DIR) == 1
 
-        assert ("vocab", str(other.resolve())) not in shared
-        assert shared[("vocab", str(DEFAULT_WEIGHTS_DIR.resolve()))] is kept
+        assert ("vocab", sha256(other / VOCAB_FILE)) not in shared
+        assert shared[("vocab", served)] is kept and shared[("confusion", "f" * 64)] is master
         assert shared[("lexicon", "/somewhere/lexicon")] is lexicon
     finally:
         shared.clear()
         shared.update(saved)
+        preloaded.clear()
+        preloaded.update(saved_preloaded)
+
+
+def test_folders_with_the_same_vocabulary_file_share_one_reading(tmp_path: Path):
+    """learn.adapt copies the shipped vocab.json into each adapted folder: a swap to one reads no vocabulary again."""
+    copy = tmp_path / "adapted"
+    copy.mkdir()
+    for name in (CONFIG_FILE, NETWORK_FILE):
+        (copy / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
+    (copy / VOCAB_FILE).write_bytes((DEFAULT_WEIGHTS_DIR / VOCAB_FILE).read_bytes())
+
+    assert corrector_module._vocab(copy) is corrector_module._vocab(DEFAULT_WEIGHTS_DIR)
