@@ -224,6 +224,41 @@ def test_create_app_serves_from_worker_processes_when_batcher_workers_above_one(
         app.extensions[EXTENSION_KEY].engine.close(timeout=2)
 
 
+def test_the_process_engine_serves_where_the_link_led_at_start_and_refuses_a_swap_in_one_line(
+        config, monkeypatch, make_body, tmp_path, caplog):
+    """Issue 47's limit: the process engine does not swap (docs/deploy.md); its processes load the folder the link
+    led to, never the link, so that a set started later to replace a dead one loads the same."""
+    import logging
+
+    from config import DEFAULT_WEIGHTS_DIR
+
+    monkeypatch.setattr(api.app, "CORRECTOR_TARGET", "tests.deploy.fake_models:PicklableCorrector")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for part in DEFAULT_WEIGHTS_DIR.iterdir():
+            (tmp_path / name / part.name).symlink_to(part)
+    (tmp_path / "current").symlink_to(tmp_path / "a")
+    app = create_app(dataclasses.replace(config, batcher_workers=2, weights_dir=tmp_path / "current",
+                                         weights_poll_s=0.0))
+    state = app.extensions[EXTENSION_KEY]
+    caplog.set_level(logging.INFO, logger="api.swap")
+    try:
+        assert state.engine.describe()["init"]["kwargs"]["weights_dir"] == tmp_path / "a"
+        (tmp_path / "current").unlink()
+        (tmp_path / "current").symlink_to(tmp_path / "b")
+
+        assert state.swapper.check() == "refused"
+
+        [line] = [r for r in caplog.records if r.name == "api.swap"]
+        assert "restart" in line.getMessage()
+        client = app.test_client()
+        assert client.post("/inference", json=make_body()).get_json()["answer"] == "改喂你好密碼我要進去"
+        assert client.get("/").get_json()["serving"]["swaps"]["refused"] == 1
+    finally:
+        state.swapper.close()
+        state.engine.close(timeout=2)
+
+
 @pytest.mark.parametrize("queued", [False, True], ids=["idle", "items-queued"])
 def test_process_batcher_recovers_from_a_worker_killed_with_sigkill(batcher, queued):
     """Regression: a worker killed (kill -9, as the OOM killer does) while it waited in the shared queue's get took
