@@ -244,10 +244,10 @@ class SwapCollector(Collector):
         for result, count in self._swapper.counts().items():
             swaps.add_metric([result], count)
         served = GaugeMetricFamily(f"{NAMESPACE}_model_served_since_seconds", "Unix time since which this worker "
-                                   "serves the weights folder of its labels (its network's sha256; adapted: the "
-                                   "sha256 prefixes of the files its adaptation learned from).",
-                                   labels=["folder", "sha256", "adapted"])
+                                   "serves the weights folder of its labels (its config's name, its network's "
+                                   "sha256; adapted: the sha256 prefixes of the files its adaptation learned from).",
+                                   labels=["folder", "name", "sha256", "adapted"])
         now = self._swapper.served
         if now is not None:
-            served.add_metric([str(now.folder), now.sha256, now.adapted_from], now.since)
+            served.add_metric([str(now.folder), now.name, now.sha256, now.adapted_from], now.since)
         yield from (swaps, served)

@@ -165,6 +165,25 @@ def test_the_folder_the_link_leads_to_is_swapped_in_and_every_new_question_gets_
     assert client.get("/readyz").status_code == 200
 
 
+def test_an_adapted_folder_swapped_in_is_shown_with_its_provenance(make_swap_app, make_body, weights, tmp_path):
+    app = make_swap_app()
+    adapted = tmp_path / "adapted"
+    shutil.copytree(ADAPTED_427BA62, adapted)
+    for name in (NETWORK_FILE, VOCAB_FILE):
+        (adapted / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
+
+    repoint(weights, adapted)
+    assert swapper_of(app).check() == DONE
+
+    client = app.test_client()
+    serving = client.get("/").get_json()["serving"]
+    assert serving["folder"] == str(adapted) and serving["adaptation"]["split"]["seed"] == 7
+    [sample] = [s for family in text_string_to_metric_families(client.get("/metrics").get_data(as_text=True))
+                for s in family.samples if s.name == "esun_model_served_since_seconds"]
+    data_sha = serving["adaptation"]["data"][0]["sha256"]
+    assert sample.labels["adapted"] == data_sha[:12] and sample.labels["name"] == serving["name"]
+
+
 def test_swapping_back_serves_the_first_folder_again(make_swap_app, make_body, weights, tmp_path):
     app = make_swap_app()
     shipped_copy(tmp_path / "b")
