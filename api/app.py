@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from flask import Flask
 
@@ -60,7 +61,8 @@ def create_app(
     folder = resolve(config.weights_dir)  # WEIGHTS_DIR may be a symlink (api.swap): what it leads to now is loaded
     if corrector is None and engine is None and config.batcher_workers > 1:
         engine = build_process_batcher(config, metrics, target=CORRECTOR_TARGET, folder=folder)
-        swapper = ModelSwapper(config.weights_dir, folder, None, None, config.weights_poll_s)
+        swapper = ModelSwapper(config.weights_dir, folder, None, None, config.weights_poll_s,
+                               install=partial(_swap_processes, engine, config))
     else:
         if corrector is None:
             build = build_corrector or partial(_load_corrector, config)
@@ -107,17 +109,12 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str, folder:
     from batching.process import ImportedModel, ProcessBatcher
 
     devices = _devices(config)
-    # On CPU, share this worker's cores among its model processes instead of letting each torch take them all.
-    env = {} if devices else {"OMP_NUM_THREADS": str(max(1, config.threads_per_worker // config.batcher_workers))}
     log.info("corrector runs in worker processes", extra={"fields": {
         "workers": config.batcher_workers, "cuda_devices": list(devices), "target": target,
         "batch_window_s": config.max_batch_wait_s}})  # a fixed window: batch_policy applies to one worker thread
     return ProcessBatcher(
         ImportedModel,
-        model_init_kwargs={"target": target, "env": env,
-                           "kwargs": {"weights_dir": folder or resolve(config.weights_dir), "device": config.device,
-                                      "lm_path": config.lm_path if config.stage != "net" else None,
-                                      "stage": config.stage, "cpu_precision": config.cpu_precision}},
+        model_init_kwargs=_process_init_kwargs(config, target, folder or resolve(config.weights_dir)),
         worker_num=config.batcher_workers,
         cuda_devices=devices or None,
         max_batch_size=config.max_batch_size,
@@ -127,6 +124,26 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str, folder:
         on_batch=metrics.observe_batch,
         name="corrector",
     )
+
+
+def _process_init_kwargs(config: Config, target: str, folder: Path) -> dict[str, Any]:
+    """What each worker process builds its corrector from (`batching.process.ImportedModel.init_model`)."""
+    # On CPU, share this worker's cores among its model processes instead of letting each torch take them all.
+    env = {} if _devices(config) else {"OMP_NUM_THREADS": str(max(1, config.threads_per_worker
+                                                                      // config.batcher_workers))}
+    return {"target": target, "env": env,
+            "kwargs": {"weights_dir": folder, "device": config.device,
+                       "lm_path": config.lm_path if config.stage != "net" else None,
+                       "stage": config.stage, "cpu_precision": config.cpu_precision}}
+
+
+def _swap_processes(engine: Engine, config: Config, folder: Path) -> None:
+    """Serve `folder` from the process engine's workers, replaced one at a time (`batching.process_swap`)."""
+    from batching.process import ProcessBatcher
+
+    if not isinstance(engine, ProcessBatcher):
+        raise TypeError(f"only the process engine swaps its worker processes, not {type(engine).__name__}")
+    engine.swap_model(_process_init_kwargs(config, CORRECTOR_TARGET, folder))
 
 
 def _devices(config: Config) -> tuple[str, ...]:

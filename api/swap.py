@@ -18,8 +18,11 @@ answer, whichever model gave it; new questions get the new model. `GET /` (`serv
 (`esun_model_served_since_seconds`, labelled with the folder and its network's sha256; with several workers each
 worker's series) say which folder each worker serves and since when.
 
-The process engine (`BATCHER_WORKERS` > 1) does not swap: its worker processes load the folder `WEIGHTS_DIR` led to
-at start; a new target is refused in one log line (`result="refused"`), and a restart serves it.
+The process engine (`BATCHER_WORKERS` > 1) swaps its worker processes one at a time
+(`batching.process_swap`): after the check, each is replaced by a process that built the new folder's corrector,
+once that one is ready, the others answering meanwhile; a folder whose corrector fails to build there changes
+nothing either. Each worker process loads a folder, never the link (a set started later to replace a dead one
+loads the folder served).
 """
 
 from __future__ import annotations
@@ -99,19 +102,22 @@ def resolve(watched: Path) -> Path:
 class ModelSwapper:
     """Watch where `watched` leads, and swap the folder it leads to into `loader` (see the module docstring).
 
-    `loader` None: the process engine, which does not swap (a new target is refused in one log line). `build`
-    makes a set-up corrector from a folder (it raises on any failure). `folder` is the folder the served corrector
+    `loader` None: the process engine, whose worker processes `install(folder)` replaces one at a time (raising on
+    any failure); without `install` a new target is refused in one log line. `build` makes a set-up corrector from
+    a folder (it raises on any failure). `folder` is the folder the served corrector
     is built from (where `watched` led then). `forget(folder)` drops what was read for other folders than the one
     now served (`model.corrector.forget_shared`)."""
 
     def __init__(self, watched: Path, folder: Path, loader: LoadingCorrector | None,
                  build: Callable[[Path], Corrector] | None, poll_s: float,
-                 forget: Callable[[Path], object] | None = None, batch_wait_s: float = BATCH_WAIT_S) -> None:
+                 forget: Callable[[Path], object] | None = None, batch_wait_s: float = BATCH_WAIT_S,
+                 install: Callable[[Path], object] | None = None) -> None:
         self.watched = Path(watched)
         self.folder = Path(folder)
         self._loader = loader
         self._build = build
         self._forget = forget
+        self._install = install
         self._poll_s = poll_s
         self._batch_wait_s = batch_wait_s
         self._served: Served | None = None
@@ -164,10 +170,10 @@ class ModelSwapper:
             if target == self._tried:
                 return None
             self._tried = target
-            if self._loader is None or self._build is None:
+            if self._install is None and (self._loader is None or self._build is None):
                 self._counts[REFUSED] += 1
-                log.warning("weights_dir now leads to another folder, which the process engine (batcher_workers > 1) "
-                            "does not swap in: restart to serve it", extra={"fields": {
+                log.warning("weights_dir now leads to another folder, which this engine does not swap in: restart to "
+                            "serve it", extra={"fields": {
                                 "event": "model_swap_refused", "folder": str(target), "serving": str(self.folder)}})
                 return REFUSED
             try:
@@ -182,20 +188,31 @@ class ModelSwapper:
             return DONE
 
     def _swap(self, target: Path) -> None:
-        """Check, build and warm up `target` beside the served corrector, then put it in place (raises SwapFailed)."""
-        assert self._loader is not None and self._build is not None
+        """Check, build and warm up `target` beside the served model, then put it in place (raises SwapFailed)."""
         started = time.monotonic()
+        corrector = None
         try:
             meta = check_weights_dir(target)
-            with prompt_thread_switches():
-                corrector = self._build(target)
+            if self._loader is not None and self._build is not None:
+                with prompt_thread_switches():
+                    corrector = self._build(target)
+            elif self._install is not None:
+                self._install(target)  # the process engine: its processes replaced one at a time, or none
             served = Served.of(target, meta, time.time())
         except FeatureContractError as exc:
             raise SwapFailed(str(exc)) from None
         except Exception as exc:  # whatever setup() raises on a folder that is not a model: one line, no traceback
             raise SwapFailed(f"{type(exc).__name__}: {exc}") from None
-        old, idle = self._loader.replace(corrector, self._batch_wait_s)
         previous, self.folder, self._served = self.folder, target, served
+        released = corrector is not None and self._put_in_place(corrector, target)
+        log.info("model swapped in", extra={"fields": {
+            "event": "model_swapped", "folder": str(target), "previous": str(previous), "sha256": served.sha256,
+            "load_s": round(time.monotonic() - started, 3), "old_released": released}})
+
+    def _put_in_place(self, corrector: Corrector, target: Path) -> bool:
+        """Replace the served corrector between two batches and free the old one; say whether it was released."""
+        assert self._loader is not None
+        old, idle = self._loader.replace(corrector, self._batch_wait_s)
         if idle and isinstance(old, Releasable):
             old.release()
         del old
@@ -205,15 +222,14 @@ class ModelSwapper:
         # collection now: only the young generations, which stop the process for milliseconds, not hundreds.
         gc.collect(1)
         gc.freeze()
-        log.info("model swapped in", extra={"fields": {
-            "event": "model_swapped", "folder": str(target), "previous": str(previous), "sha256": served.sha256,
-            "load_s": round(time.monotonic() - started, 3), "old_released": idle}})
+        return idle
 
     def describe(self) -> dict[str, Any]:
         """What `GET /` shows: the link watched, the folder served and since when, the swaps by result."""
         served = self._served
         return {"weights_dir": str(self.watched), "swaps": self.counts(), "poll_s": self._poll_s,
-                "swaps_in": "this worker" if self._loader is not None else "no (process engine: restart)",
+                "swaps_in": ("this worker" if self._loader is not None else "its worker processes, one at a time"
+                             if self._install is not None else "no: restart"),
                 **(served.describe() if served is not None else {"folder": str(self.folder)})}
 
     def _run(self) -> None:

@@ -3,8 +3,9 @@ others answer meanwhile (issue 47; `ProcessBatcher.swap_model` is the entry poin
 
 For each slot in turn: a new process starts on the same queues with the new init arguments and builds its model
 beside the old ones (which go on taking batches); once it is ready it takes the slot, and the old process of the slot
-is asked to stop after its batch (its answers still reach the collector: same output queue). A batch runs wholly in
-one process, so on one model. If a new process exits before it is ready, it is the swap that fails: the slots
+is asked to stop after its batch (its answers still reach the collector: same output queue) and waited for, so that
+once the swap returns no process of the old model takes a question. A batch runs wholly in one process, so on one
+model. If a new process exits before it is ready, it is the swap that fails: the slots
 already swapped are swapped back the same way, so that every process answers with the model served before, and the
 error is raised.
 """
@@ -12,7 +13,6 @@ error is raised.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -76,7 +76,7 @@ def _swap_slot(streamer: Any, slot: int, worker: GuardedWorker, ready_timeout_s:
     streamer._worker_ready_events[slot] = ready
     streamer._worker_destroy_events[slot] = destroy
     old_destroy.set()  # it stops after its batch, whose answers still reach the collector
-    threading.Thread(target=_reap, args=(old,), name=f"{streamer._name}-retire-{slot}", daemon=True).start()
+    _reap(old)  # waited for: once the swap returns, no process of the old model takes a question
 
 
 def _reap(process: Any) -> None:
