@@ -155,22 +155,24 @@ class Load:
 
 
 def sample_rss(server: ServerProcess, into: dict[int, list[tuple[float, int]]], stop: threading.Event) -> None:
-    """Every 0.25 s, each worker's RSS (the master's children)."""
+    """Every 0.25 s, each worker's RSS (the master's children, and their model processes with the process engine)."""
     master = psutil.Process(server.process.pid)
     while not stop.wait(0.25):
-        for worker in master.children():
+        for worker in master.children(recursive=True):
             with contextlib.suppress(psutil.NoSuchProcess):
                 into.setdefault(worker.pid, []).append((time.time(), worker.memory_info().rss))
 
 
-def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0, swaps: int = 2) -> SwapRun:
+def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0, swaps: int = 2,
+        batcher_workers: int = 1) -> SwapRun:
     """Serve the shipped folder through a link, swap to the second folder and back under load (module docstring),
     `swaps` times in all (there, back, there, ...)."""
     first, second = shipped_folder(workdir / "shipped"), second_folder(workdir / "top1")
     link = workdir / "current"
     link.symlink_to(first)
     bodies = request_bodies(QUESTIONS)
-    settings = {"WEB_WORKERS": str(workers), "WEIGHTS_DIR": str(link), "LOG_LEVEL": "INFO"}
+    settings = {"WEB_WORKERS": str(workers), "WEIGHTS_DIR": str(link), "LOG_LEVEL": "INFO",
+                "BATCHER_WORKERS": str(batcher_workers)}
     rss: dict[int, list[tuple[float, int]]] = {}
     done: list[Swap] = []
     with start_server(settings, workdir / "server.log") as server:
@@ -247,11 +249,12 @@ def main() -> None:
     parser.add_argument("--phase-s", type=float, default=8.0)
     parser.add_argument("--swaps", type=int, default=2, help="swaps in all: to the second folder, back, ... (0: a "
                         "baseline, phase-s of load on the shipped folder)")
+    parser.add_argument("--batcher-workers", type=int, default=1, help="BATCHER_WORKERS: above 1, the process engine")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/esun-swap-load"))
     parser.add_argument("--out", type=Path, default=None, help="write the run's summary here (JSON)")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=False)
-    figures = summary(run(args.workdir, args.clients, args.workers, args.phase_s, args.swaps))
+    figures = summary(run(args.workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
     text = json.dumps(figures, indent=1)
     print(text)
     if args.out is not None:
