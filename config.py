@@ -105,6 +105,9 @@ class Config:
     # On CUDA it runs in half precision either way.
     cpu_precision: str = "int8"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
+    # How often each worker looks where weights_dir leads (a symlink: `ln -sfn new current` swaps the model in under
+    # traffic, api/swap.py); 0: never, the folder read at start is served until a restart.
+    weights_poll_s: float = 1.0
     # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).
     lm_path: Path = field(default=DEFAULT_LM_PATH)
@@ -330,7 +333,7 @@ def _validate(c: Config) -> None:
     for name in ("max_batch_size", "max_top1_chars", "max_hypotheses",
                  "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "batcher_workers"):
         _at_least(c, name, 1)
-    for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s", "overload_target_s"):
+    for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s", "overload_target_s", "weights_poll_s"):
         _at_least(c, name, 0)
     _at_least(c, "torch_threads", 0)
     _at_least(c, "http_threads", 0)

@@ -32,7 +32,7 @@ from safetensors.torch import load_file
 
 from config import DEFAULT_LM_PATH, DEFAULT_WEIGHTS_DIR
 from model.adaptation import Adaptation
-from model.contract import check_features
+from model.contract import check_features, sha256
 from model.features import Example, Featurizer, Vocab, collate
 from model.lm import LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.network import CorrectorNet, NetConfig
@@ -125,28 +125,44 @@ def quantized(net: torch.nn.Module) -> torch.nn.Module:
 # What every worker's setup reads and parses the same way (pure Python objects, no threads, no device): read once
 # in gunicorn's master by `preload`, before it forks, they are shared by every worker it starts, the first or one
 # replacing a dead one, which then skips 0.34 s of Python on its loading thread (more under load, where that thread
-# shares the GIL with the threads answering meanwhile).
+# shares the GIL with the threads answering meanwhile). A vocabulary (and its confusion set) is known by its file's
+# sha256: the same wherever it lies (`learn.adapt` copies the shipped one into every adapted folder), read once.
 _SHARED: dict[tuple[str, str], Any] = {}
+_PRELOADED: set[tuple[str, str]] = set()  # read by `preload`, in the master before the fork
 
 
-def _shared(kind: str, path: Path, build: Callable[[], Any]) -> Any:
-    key = (kind, str(Path(path).resolve()))
-    if key not in _SHARED:
-        _SHARED[key] = build()
-    return _SHARED[key]
+def _shared(kind: str, key: str, build: Callable[[], Any]) -> Any:
+    if (kind, key) not in _SHARED:
+        _SHARED[kind, key] = build()
+    return _SHARED[kind, key]
+
+
+def _vocab_key(weights_dir: Path) -> str:
+    return sha256(Path(weights_dir) / VOCAB_FILE)
 
 
 def _vocab(weights_dir: Path) -> Vocab:
-    return _shared("vocab", weights_dir, lambda: Vocab.load(weights_dir / VOCAB_FILE))
+    return _shared("vocab", _vocab_key(weights_dir), lambda: Vocab.load(weights_dir / VOCAB_FILE))
 
 
 def _confusion(weights_dir: Path) -> ConfusionSet:
-    return _shared("confusion", weights_dir, lambda: ConfusionSet(_vocab(weights_dir).counts))
+    return _shared("confusion", _vocab_key(weights_dir), lambda: ConfusionSet(_vocab(weights_dir).counts))
 
 
 def _lexicon() -> TaiwanLexicon:
     path = taiwan_lexicon_path()
-    return _shared("lexicon", path, lambda: TaiwanLexicon.load(path))
+    return _shared("lexicon", str(Path(path).resolve()), lambda: TaiwanLexicon.load(path))
+
+
+def forget_shared(keep: Path) -> int:
+    """Drop the vocabularies and confusion sets read for folders no longer served (after a swap, `api.swap`), but
+    `keep`'s and those gunicorn's master read before the fork: the master holds those, so dropping them here would
+    free nothing (the pages this process touched are its own copies either way). Return how many were dropped."""
+    kept = _vocab_key(keep)
+    stale = [key for key in _SHARED if key[0] in ("vocab", "confusion") and key[1] != kept and key not in _PRELOADED]
+    for key in stale:
+        _SHARED.pop(key, None)
+    return len(stale)
 
 
 def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
@@ -157,6 +173,7 @@ def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
     _confusion(weights_dir)
     if with_lm:
         _lexicon()
+    _PRELOADED.update(_SHARED)
 
 
 class Corrector:
@@ -292,6 +309,20 @@ class Corrector:
         """Correct a list of n-best lists: batch → predict → unbatch."""
         batch = self.batch(items)
         return self.unbatch(items, batch, self.predict(batch))
+
+    def release(self) -> None:
+        """Drop what `setup()` built, so that reference counting frees it at once; call it only when no batch runs
+        on this corrector (`api.swap` does, after another took its place).
+
+        The language model's score cache holds its own bound method, and the featurizer's memos theirs: cycles that
+        only a full collection would free, and the served objects are frozen (`api.loading.freeze_set_up`), which
+        no collection frees. Emptying those parts' attributes breaks the cycles. Shared parts (the vocabulary, the
+        Taiwan lexicon) are only let go of."""
+        for part in (self.lm, self.featurizer, self.reranker, self.adaptation):
+            if part is not None and hasattr(part, "__dict__"):
+                vars(part).clear()
+        self.ready = False
+        self.lm = self.featurizer = self.reranker = self.adaptation = self.net = None
 
     @property
     def info(self) -> dict:

@@ -161,6 +161,8 @@ def worker_exit(server: object, worker: object) -> None:
     state = worker.state if isinstance(worker, ReadingThreadWorker) else None
     try:
         if state is not None:
+            if state.swapper is not None:
+                state.swapper.close()
             state.engine.close()
             state.cache.close()
             state.metrics.close()

@@ -41,6 +41,7 @@ def test_config_from_env_reads_upper_case_field_names(tmp_path):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
+        ({"WEIGHTS_POLL_S": "-1"}, "weights_poll_s must be >= 0, got -1.0"),
         ({"MAX_BATCH_SIZE": "0"}, "max_batch_size must be >= 1, got 0"),
         ({"PORT": "eighty"}, "port must be an integer, got 'eighty'"),
         ({"PORT": "70000"}, "port must be <= 65535, got 70000"),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from config import DEFAULT_WEIGHTS_DIR
+from model.contract import sha256
 from model.corrector import Corrector, choose
 from model.features import Featurizer, Vocab
 from preprocess.text import NBest, is_han
@@ -113,7 +114,7 @@ def test_corrector_setup_reuses_what_preload_read_before_a_fork():
     from model.corrector import _SHARED, preload
 
     preload(DEFAULT_WEIGHTS_DIR)
-    key = str(DEFAULT_WEIGHTS_DIR.resolve())
+    key = sha256(DEFAULT_WEIGHTS_DIR / "vocab.json")  # the vocabulary's, wherever its file lies
     c = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu")
     c.setup()
     assert c.vocab is _SHARED[("vocab", key)]
