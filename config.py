@@ -24,12 +24,13 @@ BATCH_POLICIES = ("adaptive", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
 STAGES = ("full", "lm", "net")
 CPU_PRECISIONS = ("int8", "fp32")
+CPU_RUNTIMES = ("onnx", "torch")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # Settings no log, summary or --help shows.
 SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
 # Choice settings are matched case-insensitively: LOG_LEVEL=info and DEVICE=CPU both work.
 _CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower, "stage": str.lower,
-               "cpu_precision": str.lower}
+               "cpu_precision": str.lower, "cpu_runtime": str.lower}
 
 
 # Settings that existed once, with what took their place: set in the environment, they stop the start in one line.
@@ -101,6 +102,9 @@ class Config:
     # On CPU, the network's linear layers in int8 (model/corrector.py: torch's dynamic quantization) or fp32.
     # On CUDA it runs in half precision either way.
     cpu_precision: str = "int8"
+    # On CPU, what runs the network: ONNX Runtime (model/runtime.py: exported at set-up; torch where it cannot) or
+    # torch (TorchScript). On CUDA torch runs it either way.
+    cpu_runtime: str = "onnx"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
     # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).
@@ -275,6 +279,7 @@ def _validate(c: Config) -> None:
     _one_of(c, "device", DEVICES)
     _one_of(c, "stage", STAGES)
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
+    _one_of(c, "cpu_runtime", CPU_RUNTIMES)
     if not c.weights_dir.is_dir():
         raise ConfigError(f"weights_dir must name an existing weights folder, got {str(c.weights_dir)!r}")
     # a mismatch or a missing part would load and give wrong answers or fail late: stop here, before serving

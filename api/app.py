@@ -102,7 +102,8 @@ def build_process_batcher(config: Config, metrics: Metrics, target: str) -> Engi
         model_init_kwargs={"target": target, "env": env,
                            "kwargs": {"weights_dir": config.weights_dir, "device": config.device,
                                       "lm_path": config.lm_path if config.stage != "net" else None,
-                                      "stage": config.stage, "cpu_precision": config.cpu_precision}},
+                                      "stage": config.stage, "cpu_precision": config.cpu_precision,
+                                      "cpu_runtime": config.cpu_runtime}},
         worker_num=config.batcher_workers,
         cuda_devices=devices or None,
         max_batch_size=config.max_batch_size,
@@ -135,7 +136,7 @@ def _load_corrector(config: Config) -> Corrector:
     from model.corrector import Corrector
 
     corrector = Corrector(weights_dir=config.weights_dir, device=config.device, threads=config.threads_per_worker,
-                          cpu_precision=config.cpu_precision,
+                          cpu_precision=config.cpu_precision, cpu_runtime=config.cpu_runtime,
                           lm_path=config.lm_path if config.stage != "net" else None, stage=config.stage)
     corrector.setup()
     return corrector
