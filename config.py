@@ -24,7 +24,7 @@ BATCH_POLICIES = ("adaptive", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
 STAGES = ("full", "lm", "net")
 CPU_PRECISIONS = ("int8", "fp32")
-CPU_RUNTIMES = ("onnx", "torch")
+CPU_RUNTIMES = ("torch", "onnx")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # Settings no log, summary or --help shows.
 SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
@@ -102,9 +102,9 @@ class Config:
     # On CPU, the network's linear layers in int8 (model/corrector.py: torch's dynamic quantization) or fp32.
     # On CUDA it runs in half precision either way.
     cpu_precision: str = "int8"
-    # On CPU, what runs the network: ONNX Runtime (model/runtime.py: exported at set-up; torch where it cannot) or
-    # torch (TorchScript). On CUDA torch runs it either way.
-    cpu_runtime: str = "onnx"
+    # On CPU, what runs the network: torch (TorchScript) or ONNX Runtime (model/runtime.py: exported at set-up; torch
+    # where it cannot). On CUDA torch runs it either way.
+    cpu_runtime: str = "torch"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
     # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).

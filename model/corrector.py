@@ -12,12 +12,13 @@ second from the served model (docs/benchmarks.md). The answers barely move: `pyt
 3000` gave answer CERs of 2.954 / 4.097 / 8.422 % (test / reviews / decoded) against 2.948 / 4.083 / 8.436 % in
 fp32, with the same sentences made worse (6 / 8 / 13). `cpu_precision="fp32"` keeps the network as trained.
 
-Since issue 46 the network runs on CPU in ONNX Runtime (`cpu_runtime="onnx"`, model/runtime.py: exported at set-up,
-int8 by ONNX Runtime's own dynamic quantization, the same scheme with other kernels), torch as above where it cannot
-or with `cpu_runtime="torch"`; CUDA is torch's either way. int8 is kept there too: it is the fastest of the variants
-measured, and on 3,000 lists of each simulated set its answer CERs are within 0.007 points of torch int8's (2.948 /
-4.090 / 8.434 % against 2.954 / 4.095 / 8.427 %), made worse 6 / 8 / 13 against 6 / 8 / 12, the extra list one that
-the network in fp32 (torch or ONNX Runtime: the same figures) makes worse too; int8 weights per channel or on 7 bits
+Since issue 46 the network can run on CPU in ONNX Runtime (`cpu_runtime="onnx"`, model/runtime.py: exported at
+set-up, int8 by ONNX Runtime's own dynamic quantization, the same scheme with other kernels; torch as above where it
+cannot). Not the default: slower than torch's TorchScript int8 on the quiet 2-core machine (docs/benchmarks.md).
+CUDA is torch's either way. int8 is kept there too: it is faster than its fp32, and on 3,000 lists of each simulated
+set its answer CERs are within 0.007 points of torch int8's (2.948 / 4.090 / 8.434 % against 2.954 / 4.095 /
+8.427 %), made worse 6 / 8 / 13 against 6 / 8 / 12, the extra list one that the network in fp32 (torch or ONNX
+Runtime: the same figures) makes worse too; int8 weights per channel or on 7 bits
 answered no better (docs/model.md, docs/bench/issue46/).
 """
 
@@ -173,12 +174,12 @@ class Corrector:
 
     def __init__(self, weights_dir: Path | None = None, device: str = "auto", threads: int = 0,
                  lm_path: Path | None = DEFAULT_LM_PATH, stage: str = "full", cpu_precision: str = "int8",
-                 cpu_runtime: str = "onnx") -> None:
+                 cpu_runtime: str = "torch") -> None:
         self.weights_dir = Path(weights_dir or DEFAULT_WEIGHTS_DIR)
         self.device_name = device
         self.threads = threads
         self.cpu_precision = cpu_precision  # "int8" or "fp32": how the network runs on CPU (module docstring)
-        self.cpu_runtime = cpu_runtime  # "onnx" (ONNX Runtime, torch where it cannot) or "torch": what runs it on CPU
+        self.cpu_runtime = cpu_runtime  # "torch" or "onnx" (ONNX Runtime, torch where it cannot): what runs it on CPU
         self.lm_path = lm_path
         self.stage = stage  # "full" (network + LM), "lm" (LM over the n-best), "net" (the network alone)
         self.ready = False

@@ -8,8 +8,10 @@ activations quantized on the fly: the same scheme as torch's `quantize_dynamic`,
 `InferenceSession` with the intra-op threads torch has. About 1-2 s of set-up on the 2-core machine; nothing is
 written into the weights folder, so any folder `learn.train` or `learn.adapt` writes serves through it.
 
-On the 2-core machine the forward passes of a batch of 64 take about a third of torch's int8 TorchScript ones
-(docs/benchmarks.md, "Issue 46"); the answers of 3,000 lists of each simulated set are compared in docs/model.md.
+Not the default (`CPU_RUNTIME=torch` is): on the 2-core machine, quiet enough to measure, its forward pass of a
+batch of 64 took 1.2-2x torch's int8 TorchScript one (the attention stays unfused here), while under CPU contention
+from other processes torch's collapsed to over a second and this one did not (docs/benchmarks.md, "Issue 46"). Its
+answers against torch's on 3,000 lists of each simulated set are in docs/model.md.
 
 Where it cannot serve (onnxruntime or onnx not installed, an export, check or session failure) it returns None
 after one log line, and torch serves as before.
@@ -79,13 +81,16 @@ def _quantizer_lines(record: logging.LogRecord) -> bool:
 
 
 def session(model: bytes, threads: int) -> Any:
-    """An ONNX Runtime CPU session on `model`, `threads` intra-op threads, all graph optimizations."""
+    """An ONNX Runtime CPU session on `model`: `threads` intra-op threads, all graph optimizations."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Its threads sleep between runs instead of spinning: on 2 cores a spinning pool took the CPU the next batch's
+    # featurization needed (a batch of 64: 226 ms spinning, 118 ms not, in one process).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only: its warnings go to stderr in its own format
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 

@@ -61,7 +61,7 @@ def test_config_from_env_reads_upper_case_field_names(tmp_path):
         ({"LM_PATH": "/nowhere/zh.lm"}, "lm_path must name an existing KenLM file, got '/nowhere/zh.lm'"),
         ({"STAGE": "oracle"}, "stage must be one of full, lm, net, got 'oracle'"),
         ({"CPU_PRECISION": "fp16"}, "cpu_precision must be one of int8, fp32, got 'fp16'"),
-        ({"CPU_RUNTIME": "tvm"}, "cpu_runtime must be one of onnx, torch, got 'tvm'"),
+        ({"CPU_RUNTIME": "tvm"}, "cpu_runtime must be one of torch, onnx, got 'tvm'"),
     ],
 )
 

@@ -102,7 +102,8 @@ def test_the_quantizer_lines_stay_out_of_the_root_logger(caplog):
 
 @pytest.mark.real_model
 def test_on_cpu_the_corrector_runs_the_network_in_onnx_runtime_and_answers_as_torch():
-    onnx, torch_ = Corrector(device="cpu", stage="net"), Corrector(device="cpu", stage="net", cpu_runtime="torch")
+    onnx = Corrector(device="cpu", stage="net", cpu_runtime="onnx")
+    torch_ = Corrector(device="cpu", stage="net", cpu_runtime="torch")
     onnx.setup()
     torch_.setup()
     assert (onnx.info["runtime"], torch_.info["runtime"]) == ("onnx", "torch")
@@ -119,7 +120,7 @@ def test_where_the_export_fails_the_corrector_serves_with_torch(monkeypatch, cap
         raise RuntimeError("no exporter")
 
     monkeypatch.setattr(runtime, "export", export)
-    corrector = Corrector(device="cpu", stage="net")
+    corrector = Corrector(device="cpu", stage="net", cpu_runtime="onnx")
     with caplog.at_level(logging.WARNING, logger="model.runtime"):
         corrector.setup()
     assert corrector.ready and corrector.info["runtime"] == "torch" and corrector.info["precision"] == "int8"
