@@ -29,11 +29,12 @@ def test_config_from_env_reads_upper_case_field_names(tmp_path):
     config = Config.from_env({
         "PORT": "9000", "MAX_BATCH_SIZE": "16", "MAX_BATCH_WAIT_S": "0.05", "JUDGE_TIMEOUT_S": "2",
         "DEVICE": "CPU", "LOG_LEVEL": "debug", "WEIGHTS_DIR": str(weights), "CAPTAIN_EMAIL": "a@b.c",
+        "CPU_RUNTIME": "ONNX",
         "UNRELATED": "ignored",
     })
     assert (config.port, config.max_batch_size, config.max_batch_wait_s) == (9000, 16, 0.05)
     assert config.budget_s == pytest.approx(1.75)
-    assert (config.device, config.log_level) == ("cpu", "DEBUG")
+    assert (config.device, config.log_level, config.cpu_runtime) == ("cpu", "DEBUG", "onnx")
     assert config.weights_dir == weights
     assert config.captain_email == "a@b.c"
 

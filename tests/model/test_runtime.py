@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 
 import pytest
 import torch
 
+from config import REPO_ROOT
 from model import runtime
 from model.corrector import NET_INPUTS, Corrector
 from model.features import MAX_CANDIDATES, MAX_SEGMENT, N_CAND_FEATS, N_POS_FEATS
@@ -126,3 +128,12 @@ def test_where_the_export_fails_the_corrector_serves_with_torch(monkeypatch, cap
     assert corrector.ready and corrector.info["runtime"] == "torch" and corrector.info["precision"] == "int8"
     assert isinstance(corrector.net, torch.jit.ScriptModule)
     assert len(caplog.records) == 1
+
+
+@pytest.mark.real_model
+def test_loading_the_model_on_onnx_runtime_prints_nothing_on_stderr():
+    """Every stderr line of the service is JSON: neither the exporter, the quantizer nor the session may print."""
+    code = "from model.corrector import Corrector; c = Corrector(device='cpu', cpu_runtime='onnx'); c.setup(); " \
+           "assert c.runtime == 'onnx'"
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0 and run.stderr == ""
