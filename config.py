@@ -25,6 +25,7 @@ BATCH_POLICIES = ("adaptive", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
 STAGES = ("full", "lm", "net")
 CPU_PRECISIONS = ("int8", "fp32")
+CPU_RUNTIMES = ("torch", "onnx")
 # Threads of a worker beyond the pool's cap, by default: /healthz, /readyz, /metrics, / while the pool is full.
 SPARE_THREADS = 32
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -32,7 +33,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
 # Choice settings are matched case-insensitively: LOG_LEVEL=info and DEVICE=CPU both work.
 _CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower, "stage": str.lower,
-               "cpu_precision": str.lower}
+               "cpu_precision": str.lower, "cpu_runtime": str.lower}
 
 
 # Settings that existed once, with what took their place: set in the environment, they stop the start in one line.
@@ -104,6 +105,9 @@ class Config:
     # On CPU, the network's linear layers in int8 (model/corrector.py: torch's dynamic quantization) or fp32.
     # On CUDA it runs in half precision either way.
     cpu_precision: str = "int8"
+    # On CPU, what runs the network: torch (TorchScript) or ONNX Runtime (model/runtime.py: exported at set-up; torch
+    # where it cannot). On CUDA torch runs it either way.
+    cpu_runtime: str = "torch"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
     # How often each worker looks where weights_dir leads (a symlink: `ln -sfn new current` swaps the model in under
     # traffic, api/swap.py); 0: never, the folder read at start is served until a restart.
@@ -344,6 +348,7 @@ def _validate(c: Config) -> None:
     _one_of(c, "device", DEVICES)
     _one_of(c, "stage", STAGES)
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
+    _one_of(c, "cpu_runtime", CPU_RUNTIMES)
     if not c.weights_dir.is_dir():
         raise ConfigError(f"weights_dir must name an existing weights folder, got {str(c.weights_dir)!r}")
     # what the folder holds is checked at start-up, beside the device (model.contract.check_weights)

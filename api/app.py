@@ -141,7 +141,8 @@ def _process_init_kwargs(config: Config, target: str, folder: Path) -> dict[str,
     return {"target": target, "env": env,
             "kwargs": {"weights_dir": folder, "device": config.device,
                        "lm_path": config.lm_path if config.stage != "net" else None,
-                       "stage": config.stage, "cpu_precision": config.cpu_precision}}
+                       "stage": config.stage, "cpu_precision": config.cpu_precision,
+                       "cpu_runtime": config.cpu_runtime}}
 
 
 def _swap_processes(engine: Engine, config: Config, folder: Path) -> None:
@@ -175,7 +176,7 @@ def _load_corrector(config: Config, folder: Path) -> Corrector:
     from model.corrector import Corrector
 
     corrector = Corrector(weights_dir=folder, device=config.device, threads=config.threads_per_worker,
-                          cpu_precision=config.cpu_precision,
+                          cpu_precision=config.cpu_precision, cpu_runtime=config.cpu_runtime,
                           lm_path=config.lm_path if config.stage != "net" else None, stage=config.stage)
     corrector.setup()
     return corrector

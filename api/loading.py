@@ -124,7 +124,7 @@ class LoadingCorrector:
             info = corrector.info
             log.info("%s loaded", self._name, extra={"fields": {
                 "load_s": round(time.monotonic() - self._started, 3), "device": info.get("device"),
-                "precision": info.get("precision")}})
+                "precision": info.get("precision"), "runtime": info.get("runtime")}})
         finally:
             self._done.set()
 

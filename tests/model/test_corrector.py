@@ -123,13 +123,15 @@ def test_corrector_setup_reuses_what_preload_read_before_a_fork():
 
 
 
-def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the_bit(corrector, real_requests,
-                                                                                     monkeypatch):
-    """Guards issue 21's TorchScript trace: the same kernels, so the same logits, padded or not."""
+def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the_bit(real_requests, monkeypatch):
+    """Guards issue 21's TorchScript trace (`CPU_RUNTIME=torch`): the same kernels, so the same logits, padded or
+    not."""
     import torch
 
+    corrector = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu", cpu_runtime="torch")
+    corrector.setup()
     monkeypatch.setattr("model.corrector.traced", lambda net, example: net)
-    eager = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu")
+    eager = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu", cpu_runtime="torch")
     eager.setup()
     assert isinstance(corrector.net, torch.jit.ScriptModule)
     assert not isinstance(eager.net, torch.jit.ScriptModule)
