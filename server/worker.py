@@ -21,7 +21,8 @@ server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three add
   written: a closed-loop client's next request must not find its own last one still counted).
 
 Every log line of the worker (the app's and gunicorn's) goes through the process's log writer
-(`api.logs.LOG_WRITER`), started here after the fork: none waits for stderr on the event loop or a request's thread.
+(`sidecar.log_writer.LOG_WRITER`), started here after the fork (`sidecar.lifecycle.start`): none waits for stderr on
+the event loop or a request's thread.
 
 Everything comes from the app's `api.state.AppState`; an app not built by `api.create_app` is served by plain gthread.
 gthread documents no extension point but `get_thread_pool()`, so this class overrides and reads the internals named in
@@ -50,10 +51,10 @@ from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import ThreadWorker
 
 from api.accept import ACCEPTED_AT_KEY
-from api.logs import LOG_WRITER
 from api.state import AppState, serving_state
 from server.framing import Refusal, RequestReader, Verdict
 from server.kept_alive import KeptAlive
+from sidecar import lifecycle
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -112,9 +113,9 @@ class ReadingThreadWorker(ThreadWorker):
         self._reads_plain = self._h2c = False  # until the app is loaded (load_wsgi)
         self.keepalived_conns = KeptAlive()  # gthread's deque, with O(1) removal (server.kept_alive)
         self._fit_open_file_limit()
-        # Here, after the fork: no log line of the worker waits for stderr (api.logs.LogWriter; stopped at the
-        # worker's exit, server/gunicorn_conf.py worker_exit).
-        LOG_WRITER.start()
+        # Here, after the fork: no log line of the worker waits for stderr (sidecar.log_writer.LogWriter; stopped at
+        # the worker's exit, server/gunicorn_conf.py worker_exit).
+        lifecycle.start()
         super().init_process()  # loads the app (load_wsgi), then runs the event loop until the worker stops
 
     def load_wsgi(self) -> None:
