@@ -100,6 +100,9 @@ logconfig_dict = {
     "handlers": {"json": {"class": "sidecar.log_writer.StderrHandler", "formatter": "json"}},
     "formatters": {"json": {"()": "sidecar.log_writer.JsonFormatter", "with_pid": True}},
 }
+# What the master's hooks here read of gunicorn 27.0.1 beyond its documented settings (tests/server/
+# test_gthread_internals.py reads this literal without running the file): on_starting's `server.app.app_uri`.
+GUNICORN_INTERNALS = {"Application attributes": ("app_uri",)}
 # No control socket (gunicornc is not used): by default gunicorn 27 opens one at ~/.gunicorn/gunicorn.ctl, which a
 # second instance on another port takes over, and deletes when it exits.
 control_socket_disable = True
