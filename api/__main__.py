@@ -13,7 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from cli import exit_outside_venv
-from config import SECRET_FIELDS, Config, ConfigError, check_device
+from config import SECRET_FIELDS, Config, ConfigError
+from machine import check_device
 from model.contract import check_weights
 
 

@@ -8,7 +8,7 @@ fills only when at least `max_batch_size` requests wait at once. With several wo
 they share (`shared_dir`): a retry finds the answer its first attempt got in whichever worker took it
 (cache.sqlite_cache, unless REDIS_URL is set), and `/metrics` shows every worker's series (api.metrics).
 
-The master never initializes CUDA: it would leave every forked worker unable to (`config.check_device` asks in a
+The master never initializes CUDA: it would leave every forked worker unable to (`machine.check_device` asks in a
 child process, and the preload touches no device).
 """
 
@@ -29,7 +29,8 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from config import Config, ConfigError, check_device, check_workers  # noqa: E402
+from config import Config, ConfigError  # noqa: E402
+from machine import check_device, check_workers  # noqa: E402
 from model.contract import check_weights  # noqa: E402
 from sidecar.shared_dir import make_shared_dir  # noqa: E402
 
