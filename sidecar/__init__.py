@@ -14,14 +14,15 @@ module of the project, so the app (api), the batchers and the gunicorn seam may 
 - `sidecar.heap`: glibc's `malloc_trim(0)` after a batch, at most once in 30 s (the batch workers call it).
 - `sidecar.shared_dir`: the folder the master makes for its workers when they are several, removed at its exit.
 
-Why a spool rather than prometheus_client's multiprocess mode: that mode needs PROMETHEUS_MULTIPROC_DIR set before
-prometheus_client is first imported (its value class is chosen at import), in every process, to a folder wiped
-between runs; each process then keeps every metric's values in mmap'd files per process id (a dead worker's must be
-marked with `mark_process_dead` from gunicorn's `child_exit` hook), and a scrape merges them with a
-`MultiProcessCollector`. It exports only metrics built from its own classes, whatever registry they were put in:
-collectors that compute their series at each scrape (the admission's state, the batching engine's counters, the
-GC's pauses, the cache's size, the log lines dropped here) are not carried to the other workers, each gauge needs a
-`multiprocess_mode` to say how workers' values combine, and every app in one process (the tests build many) would
-share one set of values instead of each app its own registry. The spool writes each worker's whole exposition, its
-collectors' series included, with the same registry as with one worker, and labels each worker's samples.
+Why a spool rather than prometheus_client's multiprocess mode: that mode needs PROMETHEUS_MULTIPROC_DIR set in
+every process before prometheus_client is first imported (its value class is chosen at import), to a folder wiped
+between runs; each process then keeps its metrics' values in mmap'd files named by its process id (one per metric
+type), a scrape merges them with a `MultiProcessCollector`, and a dead worker's live gauges must be marked with
+`mark_process_dead` from gunicorn's `child_exit` hook. It exports only the values of metrics built from its own
+classes (all of them, whatever registry they were put in): custom collectors, which compute their series at each
+scrape (here the admission's state, the batching engine's counters, the GC's pauses, the cache's size, the log
+lines dropped), are not carried to the other workers; each gauge takes a `multiprocess_mode` to say how the workers'
+values combine (by default one series per process); and every app built in one process (the tests build many)
+would share one set of values where each now has its own registry. The spool writes each worker's whole exposition,
+its collectors' series included, from the same registry as with one worker, and labels each worker's samples.
 """
