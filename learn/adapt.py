@@ -50,21 +50,21 @@ import torch
 from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
+from learn.adapt_data import nbests, read_files
 from learn.adapt_folder import adaptation_record, building, check_destination, run_key
 from learn.adapt_settings import AdaptSettings, parse_args
-from learn.data.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
+from learn.data.labelled import Labelled, LabelledFormatError, Split, split_three
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
 from learn.fit import dev_probs, fit
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo
 from learn.rule_trust import GATE_CLOSED, GATES, learn_confusions
 from learn.train import pick_threshold, save, shipped_start
-from learn.train_data import MAX_HYPOTHESES, labelled_examples
+from learn.train_data import labelled_examples
 from learn.train_settings import TrainSettings
 from learn.tune import described_lists, dev_lists, fit_lists
 from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
-from model.contract import sha256
 from model.corrector import Corrector
 from model.features import Featurizer
 from model.network import CorrectorNet
@@ -73,39 +73,9 @@ from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankSt
 from preprocess.rules import Confusions
 from preprocess.text import NBest, han_chars
 
-SHOWN_MALFORMED = 20
 # Fewer lists leave the split's parts a handful each, and too little text for the domain LM's estimate.
 MIN_LISTS = 50
 TEST_ROWS = [*ROWS[:4], ("candidates_cer", "{:.2%}"), ("candidates_gap_closed", "{:.1%}"), *ROWS[4:]]
-
-
-def read_files(paths: list[Path]) -> tuple[list[Labelled], list[dict[str, Any]]]:
-    """Read every file leniently: print its rows and each malformed row; return the rows and a record per file."""
-    items: list[Labelled] = []
-    record = []
-    seen: set[str] = set()
-    for path in paths:
-        read = read_labelled_lenient(path)
-        dup = [it for it in read.items if it.id in seen]
-        malformed = read.malformed + [f"{path}: id {it.id!r} already read from an earlier file" for it in dup]
-        kept = [it for it in read.items if it.id not in seen]
-        seen.update(it.id for it in kept)
-        print(f"{path}: {len(kept)} rows read, {len(malformed)} malformed")
-        long = sum(len(it.nbest.sentences) > MAX_HYPOTHESES for it in kept)
-        if long:
-            print(f"  {long} rows hold more than {MAX_HYPOTHESES} hypotheses: the first {MAX_HYPOTHESES} are used, "
-                  f"as the service reads them")
-        for line in malformed[:SHOWN_MALFORMED]:
-            print(f"  malformed: {line}")
-        if len(malformed) > SHOWN_MALFORMED:
-            print(f"  ... and {len(malformed) - SHOWN_MALFORMED} more malformed rows")
-        items += kept
-        record.append({"file": path.name, "sha256": sha256(path), "rows": len(kept), "malformed": len(malformed)})
-    return items, record
-
-
-def nbests(items: list[Labelled]) -> list[NBest]:
-    return [NBest(it.nbest.sentences[:MAX_HYPOTHESES], it.nbest.phonemes[:MAX_HYPOTHESES]) for it in items]
 
 
 def answers(corrector: Corrector, lists: list[NBest], desc: str) -> list[str]:
