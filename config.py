@@ -25,6 +25,7 @@ BATCH_POLICIES = ("adaptive", "fixed")
 DEVICES = ("auto", "cpu", "cuda")
 STAGES = ("full", "lm", "net")
 CPU_PRECISIONS = ("int8", "fp32")
+CPU_RUNTIMES = ("torch", "onnx")
 # Threads of a worker beyond the pool's cap, by default: /healthz, /readyz, /metrics, / while the pool is full.
 SPARE_THREADS = 32
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -32,7 +33,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SECRET_FIELDS = frozenset({"server_uuid_salt", "redis_url"})
 # Choice settings are matched case-insensitively: LOG_LEVEL=info and DEVICE=CPU both work.
 _CASE_FOLDS = {"log_level": str.upper, "batch_policy": str.lower, "device": str.lower, "stage": str.lower,
-               "cpu_precision": str.lower}
+               "cpu_precision": str.lower, "cpu_runtime": str.lower}
 
 
 # Settings that existed once, with what took their place: set in the environment, they stop the start in one line.
@@ -104,7 +105,13 @@ class Config:
     # On CPU, the network's linear layers in int8 (model/corrector.py: torch's dynamic quantization) or fp32.
     # On CUDA it runs in half precision either way.
     cpu_precision: str = "int8"
+    # On CPU, what runs the network: torch (TorchScript) or ONNX Runtime (model/runtime.py: exported at set-up; torch
+    # where it cannot). On CUDA torch runs it either way.
+    cpu_runtime: str = "torch"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
+    # How often each worker looks where weights_dir leads (a symlink: `ln -sfn new current` swaps the model in under
+    # traffic, api/swap.py); 0: never, the folder read at start is served until a restart.
+    weights_poll_s: float = 1.0
     # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).
     lm_path: Path = field(default=DEFAULT_LM_PATH)
@@ -236,7 +243,7 @@ def _validate(c: Config) -> None:
     for name in ("max_batch_size", "max_top1_chars", "max_hypotheses",
                  "max_chars_per_hypothesis", "max_body_bytes", "cache_size", "batcher_workers"):
         _at_least(c, name, 1)
-    for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s", "overload_target_s"):
+    for name in ("max_batch_wait_s", "safety_margin_s", "min_model_budget_s", "overload_target_s", "weights_poll_s"):
         _at_least(c, name, 0)
     _at_least(c, "torch_threads", 0)
     _at_least(c, "http_threads", 0)
@@ -247,6 +254,7 @@ def _validate(c: Config) -> None:
     _one_of(c, "device", DEVICES)
     _one_of(c, "stage", STAGES)
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
+    _one_of(c, "cpu_runtime", CPU_RUNTIMES)
     if not c.weights_dir.is_dir():
         raise ConfigError(f"weights_dir must name an existing weights folder, got {str(c.weights_dir)!r}")
     # what the folder holds is checked at start-up, beside the device (model.contract.check_weights)

@@ -6,7 +6,11 @@ gunicorn replaced a dead worker, every question waiting past its deadline. `Load
 corrector from the start instead: while `build()` runs it is not ready, so questions are answered TOP1 at once
 (path `model_loading`, `api.answers`) and `/readyz` says 503 with the reason; once `build()`
 has returned a set-up corrector, it answers through it. A failed build is logged and leaves it unready for good
-(TOP1 answers, `/readyz` 503 naming the error) until the process is restarted.
+(TOP1 answers, `/readyz` 503 naming the error) until the process is restarted or another folder is swapped in.
+
+`replace()` puts another set-up corrector in its place (`api.swap`, which builds it beside the old one): it waits for
+the batch running on the old corrector to end, so that every batch runs wholly on one corrector, and returns the old
+one, then used by no batch.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ class LoadingCorrector:
     """A corrector that `build()` makes on a thread of its own; a `Corrector` from the start.
 
     Thread safety: the built corrector is published by one reference assignment, after its setup() returned,
-    and read once per call, so a reader sees either nothing or a corrector that is set up.
+    and read once per call, so a reader sees either nothing or a corrector that is set up. A batch holds `_using`
+    while it runs (one batch thread: never contended but by `replace`), so a replacement waits for it.
     """
 
     def __init__(self, build: Callable[[], Corrector], name: str = "corrector") -> None:
@@ -45,6 +50,7 @@ class LoadingCorrector:
         self._error: str | None = None
         self._started = time.monotonic()
         self._done = threading.Event()
+        self._using = threading.Lock()
 
     def start(self) -> LoadingCorrector:
         """Start building the corrector on a daemon thread; return self."""
@@ -79,10 +85,24 @@ class LoadingCorrector:
         self._load()
 
     def predict_batch(self, items: list[NBest]) -> list[Any]:
-        corrector = self._corrector
-        if corrector is None:
-            raise ModelNotLoaded(self.trouble())
-        return corrector.predict_batch(items)
+        with self._using:  # the whole batch on one corrector: replace() waits for it
+            corrector = self._corrector
+            if corrector is None:
+                raise ModelNotLoaded(self.trouble())
+            return corrector.predict_batch(items)
+
+    def replace(self, corrector: Corrector, wait_s: float) -> tuple[Corrector | None, bool]:
+        """Answer with `corrector` (set up already) from the next batch on; return the corrector it replaces and
+        whether that one is now idle: False when the batch running on it did not end within `wait_s` (a stuck
+        batch keeps its corrector until it returns; the batch after it runs on the new one all the same)."""
+        idle = self._using.acquire(timeout=wait_s)
+        try:
+            old, self._corrector = self._corrector, corrector
+            self._error = None
+        finally:
+            if idle:
+                self._using.release()
+        return old, idle
 
     @property
     def info(self) -> dict[str, Any]:
@@ -93,7 +113,7 @@ class LoadingCorrector:
 
     def _load(self) -> None:
         try:
-            with _prompt_thread_switches():
+            with prompt_thread_switches():
                 corrector = self._build()
         except Exception as exc:  # reported by /readyz and the log; the service goes on answering TOP1
             self._error = f"{type(exc).__name__}: {exc}"
@@ -104,7 +124,7 @@ class LoadingCorrector:
             info = corrector.info
             log.info("%s loaded", self._name, extra={"fields": {
                 "load_s": round(time.monotonic() - self._started, 3), "device": info.get("device"),
-                "precision": info.get("precision")}})
+                "precision": info.get("precision"), "runtime": info.get("runtime")}})
         finally:
             self._done.set()
 
@@ -115,7 +135,7 @@ _default_switch_interval_s = sys.getswitchinterval()
 
 
 @contextmanager
-def _prompt_thread_switches() -> Iterator[None]:
+def prompt_thread_switches() -> Iterator[None]:
     """Shorten the GIL's switch interval while any corrector loads.
 
     A loading thread is Python-bound for long stretches; a request thread that gave the GIL up for I/O waits up to

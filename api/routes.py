@@ -80,12 +80,13 @@ def engine_trouble(engine: Engine) -> str:
 
 
 def index() -> dict[str, Any]:
-    """Describe the service: name, version, model and settings."""
+    """Describe the service: name, version, model, the weights folder this worker serves (api.swap) and settings."""
     state = app_state()
     name, version = _project()
     model = state.engine.describe() if state.corrector is None else state.corrector.info
+    serving = state.swapper.describe() if state.swapper is not None else None
     return {"name": name, "version": version, "model": _json_safe(model),
-            "config": state.config.summary()}
+            "serving": _json_safe(serving) if serving is not None else None, "config": state.config.summary()}
 
 
 def docs() -> WerkzeugResponse:

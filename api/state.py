@@ -10,6 +10,7 @@ from api.admission import Admission
 from api.answers import AnswerPolicy
 from api.interfaces import Corrector, Engine
 from api.metrics import Metrics
+from api.swap import ModelSwapper
 from cache import LayeredResultCache
 from config import Config
 
@@ -19,7 +20,8 @@ EXTENSION_KEY = "asr_correction"
 @dataclass
 class AppState:
     """What the doors of one app share (the views, and the worker's event loop through `api.state.serving_state`):
-    its config, corrector, engine (a `batching` batcher), answer cache, admission, answer policy and metrics.
+    its config, corrector, engine (a `batching` batcher), answer cache, admission, answer policy and metrics, and the
+    swapper that watches where `weights_dir` leads (`api.swap`; None for an injected corrector or engine).
 
     corrector is None when the model runs in the engine's worker processes (`batching.process`), which set it up
     before the engine was built; the engine then describes it (`Engine.describe`).
@@ -32,6 +34,7 @@ class AppState:
     admission: Admission
     answers: AnswerPolicy
     metrics: Metrics
+    swapper: ModelSwapper | None = None
 
 
 def app_state() -> AppState:

@@ -40,6 +40,8 @@ Contract:
 - Thread safety. ``submit``, ``stats``, ``alive`` and ``close`` may be called from any thread. Futures are resolved on
   the collector, monitor or closing thread, so done-callbacks run there and must be quick. Cancelling a future only
   discards its answer.
+- Model swap. ``swap_model(init_kwargs)`` replaces the worker processes one at a time by ones built with the new
+  arguments, each once its replacement is ready, so the others answer meanwhile (``batching.process_swap``).
 - Shutdown. ``close`` refuses new items (``BatcherClosed``), lets items in flight finish until its timeout, fails the
   rest with ``BatcherClosed``, asks the workers to stop, and terminates those that do not within the timeout.
 - Pickling. Items, init arguments and results cross process boundaries: they must pickle, and the model class must be
@@ -232,6 +234,7 @@ class ProcessBatcher(Generic[T, R]):
         worker_args = (model_class, max_batch_size, max_wait_s, tuple(model_init_args), dict(model_init_kwargs or {}))
         self._streamer = _Streamer(worker_args, worker_num, devices, self._deliver, name)
         self._answering = False  # a worker has its model built (see loading); False while a generation loads
+        self._swapping = threading.Lock()  # a model swap and the monitor's replacement of a dead set, one at a time
         try:
             self._wait_until_ready(ready_timeout_s)
         except BaseException:
@@ -277,6 +280,15 @@ class ProcessBatcher(Generic[T, R]):
     def worker_pids(self) -> list[int | None]:
         """Return the process id of each worker slot."""
         return self._streamer.worker_pids()
+
+    def swap_model(self, model_init_kwargs: dict[str, Any], ready_timeout_s: float = 300.0) -> None:
+        """Serve the model `model_init_kwargs` builds: each worker process replaced in turn, the others answering
+        meanwhile (`batching.process_swap`); raises BatcherError, the model served before kept, when it fails."""
+        from batching.process_swap import swap_slots
+
+        with self._swapping:
+            swap_slots(self._streamer, model_init_kwargs, ready_timeout_s)
+            self._description["init"] = dict(model_init_kwargs)
 
     def close(self, timeout: float = 5.0) -> None:
         """Refuse new items, let those in flight finish until timeout, fail the rest, and stop the workers."""
@@ -340,23 +352,30 @@ class ProcessBatcher(Generic[T, R]):
         poll)."""
         # close() joins the monitor before it stops the workers, so no process is started behind its back.
         dead = self._streamer.dead_slots()
-        if dead and not self._core.closed:
-            self._answering = False
-            self._streamer.replace_all()  # see _Streamer.replace_all: a dead process may hold a queue's lock
-            self._answering = False  # a caller may have seen the old generation ready meanwhile
-            self._core.tally.restarted()
-            dropped = 0
-            for job in self._core.jobs():  # queued for or held by the old generation: never answered now
-                dropped += settle(job.future, error=BatchFailed("a worker process died; its generation was replaced"))
-            slot, code = dead[0]
-            logger.error("worker process %d exited with code %s; started a new set of %d workers", slot, code,
-                         self._streamer.worker_num, extra={"fields": {"event": "worker_died", "slot": slot,
-                                                                        "exit_code": code, "items_failed": dropped}})
+        if dead and not self._core.closed and self._swapping.acquire(blocking=False):  # after a swap under way
+            try:
+                self._replace_dead(dead)
+            finally:
+                self._swapping.release()
         # Their worker died, or the queue stalled.
         for job in self._core.overdue(self._late_grace_s):
             if settle(job.future, error=BatchFailed(f"no worker answered within {self._late_grace_s:g} s "
                                                     "of the deadline")):
                 self._core.tally.expired()
+
+    def _replace_dead(self, dead: list[tuple[int, int | None]]) -> None:
+        """A worker died: start a new set on fresh queues and fail every item in flight."""
+        self._answering = False
+        self._streamer.replace_all()  # see _Streamer.replace_all: a dead process may hold a queue's lock
+        self._answering = False  # a caller may have seen the old generation ready meanwhile
+        self._core.tally.restarted()
+        dropped = 0
+        for job in self._core.jobs():  # queued for or held by the old generation: never answered now
+            dropped += settle(job.future, error=BatchFailed("a worker process died; its generation was replaced"))
+        slot, code = dead[0]
+        logger.error("worker process %d exited with code %s; started a new set of %d workers", slot, code,
+                     self._streamer.worker_num, extra={"fields": {"event": "worker_died", "slot": slot,
+                                                                    "exit_code": code, "items_failed": dropped}})
 
 
 def _validate(model_class: type, worker_num: int, max_batch_size: int, max_wait_s: float, max_in_flight: int,

@@ -51,7 +51,7 @@ from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
 from learn.adapt_data import nbests, read_files
-from learn.adapt_folder import adaptation_record, building, check_destination, run_key
+from learn.adapt_folder import adaptation_record, building, check_destination, run_key, swap_command
 from learn.adapt_settings import AdaptSettings, parse_args
 from learn.data.labelled import Labelled, LabelledFormatError, Split, split_three
 from learn.domain_lm import build_domain_lm, save_confusions
@@ -200,7 +200,8 @@ def run(settings: AdaptSettings, wall0: float, cpu0: float) -> int:
         shutil.rmtree(ckpt, ignore_errors=True)  # the run is done: its checkpoints are not needed again
         shutil.rmtree(build / "checkpoints", ignore_errors=True)
     print(f"\nwrote {out} in {learnt['wall_s']:.0f} s ({learnt['cpu_s']:.0f} s of CPU); serve it with "
-          f"WEIGHTS_DIR={out} make run")
+          f"WEIGHTS_DIR={out} make run, or swap it into servers started with WEIGHTS_DIR={out.parent / 'current'}, "
+          f"without a restart (docs/deploy.md):\n{swap_command(out)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Where `learn.adapt` writes, whole or not at all: the folder it builds beside `--out` (`building`), renamed into
 place when every step is done (`publish`) and removed if any fails; what `--out` may replace (`check_destination`);
-what its config.json records of the adaptation (`adaptation_record`); and the name of a fine-tuning run's checkpoints
-(`run_key`).
+what its config.json records of the adaptation (`adaptation_record`); the name of a fine-tuning run's checkpoints
+(`run_key`); and the command that swaps the folder into running servers (`swap_command`).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -51,6 +52,15 @@ def publish(build: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         build.rename(out)
+
+
+def swap_command(out: Path, link: str = "current") -> str:
+    """The one command that swaps `out` into every running server whose `WEIGHTS_DIR` is the symlink `link` beside it
+    (api.swap): the link repointed, which each worker sees within `WEIGHTS_POLL_S`, loads beside its model and swaps
+    in between two batches. Run it again with the previous folder to swap back. The link's target is relative (the
+    folder's name), so that it resolves wherever the folder holding both is mounted (a container's volume)."""
+    out = out.resolve()
+    return f"ln -sfn {shlex.quote(out.name)} {shlex.quote(str(out.parent / link))}"
 
 
 def check_destination(out: Path, init_from: Path) -> None:

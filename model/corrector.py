@@ -11,6 +11,15 @@ the 2-core machine, the whole batch 80-87 ms instead of 110-120, and 64 clients 
 second from the served model (docs/benchmarks.md). The answers barely move: `python -m learn.evaluate --limit
 3000` gave answer CERs of 2.954 / 4.097 / 8.422 % (test / reviews / decoded) against 2.948 / 4.083 / 8.436 % in
 fp32, with the same sentences made worse (6 / 8 / 13). `cpu_precision="fp32"` keeps the network as trained.
+
+Since issue 46 the network can run on CPU in ONNX Runtime (`cpu_runtime="onnx"`, model/runtime.py: exported at
+set-up, int8 by ONNX Runtime's own dynamic quantization, the same scheme with other kernels; torch as above where it
+cannot). Not the default: slower than torch's TorchScript int8 on the quiet 2-core machine (docs/benchmarks.md).
+CUDA is torch's either way. int8 is kept there too: it is faster than its fp32, and on 3,000 lists of each simulated
+set its answer CERs are within 0.007 points of torch int8's (2.948 / 4.090 / 8.434 % against 2.954 / 4.095 /
+8.427 %), made worse 6 / 8 / 13 against 6 / 8 / 12, the extra list one that the network in fp32 (torch or ONNX
+Runtime: the same figures) makes worse too; int8 weights per channel or on 7 bits
+answered no better (docs/model.md, docs/bench/issue46/).
 """
 
 from __future__ import annotations
@@ -32,11 +41,12 @@ from safetensors.torch import load_file
 
 from config import DEFAULT_LM_PATH, DEFAULT_WEIGHTS_DIR
 from model.adaptation import Adaptation
-from model.contract import check_features
+from model.contract import check_features, sha256
 from model.features import Example, Featurizer, Vocab, collate
 from model.lm import LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
+from model.runtime import OnnxNet, onnx_net
 from model.weights_meta import DEFAULT_NAME, NETWORK_FILE, VOCAB_FILE, WeightsMeta
 from preprocess.confusion import ConfusionSet
 from preprocess.text import NBest, top1_answer
@@ -125,28 +135,44 @@ def quantized(net: torch.nn.Module) -> torch.nn.Module:
 # What every worker's setup reads and parses the same way (pure Python objects, no threads, no device): read once
 # in gunicorn's master by `preload`, before it forks, they are shared by every worker it starts, the first or one
 # replacing a dead one, which then skips 0.34 s of Python on its loading thread (more under load, where that thread
-# shares the GIL with the threads answering meanwhile).
+# shares the GIL with the threads answering meanwhile). A vocabulary (and its confusion set) is known by its file's
+# sha256: the same wherever it lies (`learn.adapt` copies the shipped one into every adapted folder), read once.
 _SHARED: dict[tuple[str, str], Any] = {}
+_PRELOADED: set[tuple[str, str]] = set()  # read by `preload`, in the master before the fork
 
 
-def _shared(kind: str, path: Path, build: Callable[[], Any]) -> Any:
-    key = (kind, str(Path(path).resolve()))
-    if key not in _SHARED:
-        _SHARED[key] = build()
-    return _SHARED[key]
+def _shared(kind: str, key: str, build: Callable[[], Any]) -> Any:
+    if (kind, key) not in _SHARED:
+        _SHARED[kind, key] = build()
+    return _SHARED[kind, key]
+
+
+def _vocab_key(weights_dir: Path) -> str:
+    return sha256(Path(weights_dir) / VOCAB_FILE)
 
 
 def _vocab(weights_dir: Path) -> Vocab:
-    return _shared("vocab", weights_dir, lambda: Vocab.load(weights_dir / VOCAB_FILE))
+    return _shared("vocab", _vocab_key(weights_dir), lambda: Vocab.load(weights_dir / VOCAB_FILE))
 
 
 def _confusion(weights_dir: Path) -> ConfusionSet:
-    return _shared("confusion", weights_dir, lambda: ConfusionSet(_vocab(weights_dir).counts))
+    return _shared("confusion", _vocab_key(weights_dir), lambda: ConfusionSet(_vocab(weights_dir).counts))
 
 
 def _lexicon() -> TaiwanLexicon:
     path = taiwan_lexicon_path()
-    return _shared("lexicon", path, lambda: TaiwanLexicon.load(path))
+    return _shared("lexicon", str(Path(path).resolve()), lambda: TaiwanLexicon.load(path))
+
+
+def forget_shared(keep: Path) -> int:
+    """Drop the vocabularies and confusion sets read for folders no longer served (after a swap, `api.swap`), but
+    `keep`'s and those gunicorn's master read before the fork: the master holds those, so dropping them here would
+    free nothing (the pages this process touched are its own copies either way). Return how many were dropped."""
+    kept = _vocab_key(keep)
+    stale = [key for key in _SHARED if key[0] in ("vocab", "confusion") and key[1] != kept and key not in _PRELOADED]
+    for key in stale:
+        _SHARED.pop(key, None)
+    return len(stale)
 
 
 def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
@@ -157,17 +183,20 @@ def preload(weights_dir: Path | None = None, with_lm: bool = True) -> None:
     _confusion(weights_dir)
     if with_lm:
         _lexicon()
+    _PRELOADED.update(_SHARED)
 
 
 class Corrector:
     """Correct batches of n-best lists with the shipped network."""
 
     def __init__(self, weights_dir: Path | None = None, device: str = "auto", threads: int = 0,
-                 lm_path: Path | None = DEFAULT_LM_PATH, stage: str = "full", cpu_precision: str = "int8") -> None:
+                 lm_path: Path | None = DEFAULT_LM_PATH, stage: str = "full", cpu_precision: str = "int8",
+                 cpu_runtime: str = "torch") -> None:
         self.weights_dir = Path(weights_dir or DEFAULT_WEIGHTS_DIR)
         self.device_name = device
         self.threads = threads
         self.cpu_precision = cpu_precision  # "int8" or "fp32": how the network runs on CPU (module docstring)
+        self.cpu_runtime = cpu_runtime  # "torch" or "onnx" (ONNX Runtime, torch where it cannot): what runs it on CPU
         self.lm_path = lm_path
         self.stage = stage  # "full" (network + LM), "lm" (LM over the n-best), "net" (the network alone)
         self.ready = False
@@ -177,10 +206,11 @@ class Corrector:
         self.vocab: Vocab | None = None
         self.featurizer: Featurizer | None = None
         self.threshold: float | None = None
-        self.net: torch.nn.Module | None = None
+        self.net: torch.nn.Module | OnnxNet | None = None
         self.dtype: torch.dtype | None = None
         self.n_parameters: int | None = None
         self.precision: str | None = None  # "fp16", "int8" or "fp32"
+        self.runtime: str | None = None  # "torch" or "onnx": what runs the network
         self.lm: LanguageModel | None = None
         self.adaptation: Adaptation | None = None  # what learn.adapt learned, when the folder holds it
         self.reranker: Reranker | None = None
@@ -203,21 +233,33 @@ class Corrector:
         self.net = net.to(self.device, self.dtype)
         self.n_parameters = sum(p.numel() for p in net.parameters())
         self.precision = "fp16" if self.device.type == "cuda" else "fp32"
-        if self.device.type == "cpu" and self.cpu_precision == "int8":
-            self.net = quantized(self.net)
-            self.precision = "int8" if self.net is not net else "fp32"
+        self.runtime = "torch"
         if self.lm_path is not None:
             self.lm = LanguageModel(Path(self.lm_path), lexicon=_lexicon())
         if self.meta.adaptation is not None and self.lm is not None:
             self.adaptation = Adaptation.load(self.weights_dir, self.meta.adaptation.to_dict(), self.lm.to_simplified)
         self.reranker = self._reranker()
         warm = self._warm_up_lists()
-        if self.device.type == "cpu":  # measured there; on CUDA the network runs as before (no device to check it)
+        if self.device.type == "cpu":  # on CUDA the network runs in torch, as it was loaded
             groups = self.batch(warm[:64]).groups
-            self.net = traced(self.net, max(groups, key=lambda g: len(g[0]))[1])
+            self.net = self._cpu_net(net, max(groups, key=lambda g: len(g[0]))[1])
         for start in range(0, len(warm), 64):
             self.predict_batch(warm[start : start + 64])
         self.ready = True
+
+    def _cpu_net(self, net: torch.nn.Module, example: dict[str, torch.Tensor]) -> torch.nn.Module | OnnxNet:
+        """The fp32 `net` as it runs on CPU: in ONNX Runtime (`cpu_runtime="onnx"`, model/runtime.py) where it can,
+        else in torch (int8 by dynamic quantization for `cpu_precision="int8"`, then traced); sets `precision` and
+        `runtime`."""
+        int8 = self.cpu_precision == "int8"
+        if self.cpu_runtime == "onnx":
+            exported = onnx_net(net, example, NET_INPUTS, torch.get_num_threads(), int8)
+            if exported is not None:
+                self.runtime, self.precision = "onnx", self.cpu_precision
+                return exported
+        cpu = quantized(net) if int8 else net
+        self.runtime, self.precision = "torch", "int8" if cpu is not net else "fp32"
+        return traced(cpu, example)
 
     def _warm_up_lists(self) -> list[NBest]:
         """Lists of frequent Taiwan words, seeded: the first full batches after start-up otherwise run 3-4 times
@@ -293,6 +335,20 @@ class Corrector:
         batch = self.batch(items)
         return self.unbatch(items, batch, self.predict(batch))
 
+    def release(self) -> None:
+        """Drop what `setup()` built, so that reference counting frees it at once; call it only when no batch runs
+        on this corrector (`api.swap` does, after another took its place).
+
+        The language model's score cache holds its own bound method, and the featurizer's memos theirs: cycles that
+        only a full collection would free, and the served objects are frozen (`api.loading.freeze_set_up`), which
+        no collection frees. Emptying those parts' attributes breaks the cycles. Shared parts (the vocabulary, the
+        Taiwan lexicon) are only let go of."""
+        for part in (self.lm, self.featurizer, self.reranker, self.adaptation):
+            if part is not None and hasattr(part, "__dict__"):
+                vars(part).clear()
+        self.ready = False
+        self.lm = self.featurizer = self.reranker = self.adaptation = self.net = None
+
     @property
     def info(self) -> dict:
         """Describe the loaded model for `GET /`: name, version, size, settings and evaluation figures."""
@@ -303,6 +359,7 @@ class Corrector:
             "device": str(self.device or self.device_name),
             "parameters": self.n_parameters if self.ready else None,
             "precision": self.precision if self.ready else None,
+            "runtime": self.runtime if self.ready else None,
             "threshold": meta.threshold if meta is not None else None,
             "stage": self.stage if self.reranker is not None else "net",
             "language_model": str(self.lm.path) if self.lm is not None else None,

@@ -163,7 +163,9 @@ def worker_exit(server: object, worker: object) -> None:
     from sidecar import lifecycle
 
     state = worker.state if isinstance(worker, ReadingThreadWorker) else None
-    closing = () if state is None else (state.engine.close, state.cache.close, state.metrics.close)
+    closing = () if state is None else (
+        *((state.swapper.close,) if state.swapper is not None else ()),
+        state.engine.close, state.cache.close, state.metrics.close)
     lifecycle.stop(*closing)
 
 

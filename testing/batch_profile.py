@@ -10,6 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
+from config import CPU_PRECISIONS, CPU_RUNTIMES
 from testing import cli
 from testing.report import table
 from testing.samples import request_bodies
@@ -17,14 +18,14 @@ from testing.samples import request_bodies
 HOOKS = ("batch", "predict", "unbatch")
 
 
-def profile(device: str, rounds: int, size: int, threads: int) -> dict:
+def profile(device: str, rounds: int, size: int, threads: int, runtime: str = "torch", precision: str = "int8") -> dict:
     """Time each hook of `rounds` batches of `size` different real-shaped lists; medians in ms, shares of the sum."""
     import torch
 
     from model.corrector import Corrector
     from preprocess.text import NBest
 
-    corrector = Corrector(device=device, threads=threads)
+    corrector = Corrector(device=device, threads=threads, cpu_runtime=runtime, cpu_precision=precision)
     corrector.setup()
     bodies = request_bodies(size * rounds, seed=1)
     lists = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in bodies]
@@ -44,7 +45,8 @@ def profile(device: str, rounds: int, size: int, threads: int) -> dict:
             times[hook].append(seconds * 1000)
     medians = {hook: statistics.median(ms) for hook, ms in times.items()}
     total = sum(medians.values())
-    return {"device": str(corrector.device), "precision": corrector.precision, "batch_size": size, "rounds": rounds,
+    return {"device": str(corrector.device), "precision": corrector.precision, "runtime": corrector.runtime,
+            "batch_size": size, "rounds": rounds,
             "torch_threads": torch.get_num_threads(), "median_ms": medians, "total_ms": total,
             "share": {hook: ms / total for hook, ms in medians.items()}, "machine": platform.processor() or
             platform.machine(), "cores": os.cpu_count(), "gpu": torch.cuda.get_device_name(0)
@@ -57,12 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: its default)")
+    ap.add_argument("--runtime", choices=CPU_RUNTIMES, default="torch", help="the network on CPU (CPU_RUNTIME)")
+    ap.add_argument("--precision", choices=CPU_PRECISIONS, default="int8", help="on CPU (CPU_PRECISION)")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = ap.parse_args(argv)
-    result = profile(args.device, args.rounds, args.size, args.threads)
+    result = profile(args.device, args.rounds, args.size, args.threads, args.runtime, args.precision)
     rows = [[hook, f"{result['median_ms'][hook]:.1f}", f"{100 * result['share'][hook]:.0f} %"] for hook in HOOKS]
-    print(f"{result['device']} {result['precision']}, {result['torch_threads']} torch threads, batches of "
-          f"{result['batch_size']}, median of {result['rounds']}: {result['total_ms']:.1f} ms a batch")
+    print(f"{result['device']} {result['precision']} ({result['runtime']}), {result['torch_threads']} torch threads, "
+          f"batches of {result['batch_size']}, median of {result['rounds']}: {result['total_ms']:.1f} ms a batch")
     print("\n".join(table("hook | ms | share", rows)))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -29,11 +29,12 @@ def test_config_from_env_reads_upper_case_field_names(tmp_path):
     config = Config.from_env({
         "PORT": "9000", "MAX_BATCH_SIZE": "16", "MAX_BATCH_WAIT_S": "0.05", "JUDGE_TIMEOUT_S": "2",
         "DEVICE": "CPU", "LOG_LEVEL": "debug", "WEIGHTS_DIR": str(weights), "CAPTAIN_EMAIL": "a@b.c",
+        "CPU_RUNTIME": "ONNX",
         "UNRELATED": "ignored",
     })
     assert (config.port, config.max_batch_size, config.max_batch_wait_s) == (9000, 16, 0.05)
     assert config.budget_s == pytest.approx(1.75)
-    assert (config.device, config.log_level) == ("cpu", "DEBUG")
+    assert (config.device, config.log_level, config.cpu_runtime) == ("cpu", "DEBUG", "onnx")
     assert config.weights_dir == weights
     assert config.captain_email == "a@b.c"
 
@@ -41,6 +42,7 @@ def test_config_from_env_reads_upper_case_field_names(tmp_path):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
+        ({"WEIGHTS_POLL_S": "-1"}, "weights_poll_s must be >= 0, got -1.0"),
         ({"MAX_BATCH_SIZE": "0"}, "max_batch_size must be >= 1, got 0"),
         ({"PORT": "eighty"}, "port must be an integer, got 'eighty'"),
         ({"PORT": "70000"}, "port must be <= 65535, got 70000"),
@@ -62,6 +64,7 @@ def test_config_from_env_reads_upper_case_field_names(tmp_path):
         ({"LM_PATH": "/nowhere/zh.lm"}, "lm_path must name an existing KenLM file, got '/nowhere/zh.lm'"),
         ({"STAGE": "oracle"}, "stage must be one of full, lm, net, got 'oracle'"),
         ({"CPU_PRECISION": "fp16"}, "cpu_precision must be one of int8, fp32, got 'fp16'"),
+        ({"CPU_RUNTIME": "tvm"}, "cpu_runtime must be one of torch, onnx, got 'tvm'"),
     ],
 )
 

@@ -50,28 +50,30 @@ def test_cli_rejects_bad_flag_values():
         parse_config(["--max-batch-size", "0"], {})
 
 
-def test_gunicorn_conf_serves_one_gthread_worker_on_port_on_a_two_core_machine(monkeypatch):
+def test_gunicorn_conf_serves_a_gthread_worker_per_core_on_port_on_a_two_core_machine(monkeypatch):
     monkeypatch.delenv("HOST", raising=False)
     monkeypatch.delenv("WEB_WORKERS", raising=False)
+    monkeypatch.setenv("SHARED_DIR", "")
     monkeypatch.setenv("PORT", "9123")
     monkeypatch.setenv("MAX_BATCH_SIZE", "32")
     monkeypatch.setattr("config.usable_cores", lambda: 2)
     settings = runpy.run_path(str(REPO_ROOT / "server" / "gunicorn_conf.py"))
     assert settings["bind"] == "0.0.0.0:9123"
-    assert settings["workers"] == 1
-    assert "SHARED_DIR" not in os.environ  # one worker shares nothing
+    assert settings["workers"] == 2
     assert settings["worker_class"] == "server.worker.ReadingThreadWorker"  # gthread, stamping requests at accept
-    assert settings["threads"] >= 2 * 32
+    assert settings["threads"] > 2 * 32  # the pool's cap (two batches) and threads for the probes
     assert settings["graceful_timeout"] > 0
     assert settings["preload_app"] is False
+    settings["on_exit"](None)
 
 
-def test_gunicorn_conf_runs_a_worker_per_two_cores_sharing_a_folder_the_master_removes_at_exit(monkeypatch):
+def test_gunicorn_conf_runs_a_worker_per_core_sharing_a_folder_the_master_removes_at_exit(monkeypatch):
     monkeypatch.setenv("SHARED_DIR", "")
     monkeypatch.delenv("WEB_WORKERS", raising=False)
     monkeypatch.setattr("config.usable_cores", lambda: 16)
+    monkeypatch.setattr("machine.available_memory", lambda: 64 << 30)
     settings = runpy.run_path(str(REPO_ROOT / "server" / "gunicorn_conf.py"))
-    assert settings["workers"] == 8
+    assert settings["workers"] == 16
     shared = Path(os.environ["SHARED_DIR"])
     assert shared.is_dir()
     settings["on_exit"](None)

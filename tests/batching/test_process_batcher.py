@@ -224,6 +224,47 @@ def test_create_app_serves_from_worker_processes_when_batcher_workers_above_one(
         app.extensions[EXTENSION_KEY].engine.close(timeout=2)
 
 
+def test_the_process_engine_loads_where_the_link_leads_and_swaps_its_processes_when_it_is_repointed(
+        config, monkeypatch, make_body, tmp_path, caplog):
+    """Issue 47 on the process engine: its processes load the folder the link leads to, never the link (a set started
+    later to replace a dead one loads the same); a repointed link is swapped in process by process, a broken folder
+    is refused and changes nothing."""
+    import logging
+
+    from config import DEFAULT_WEIGHTS_DIR
+
+    monkeypatch.setattr(api.app, "CORRECTOR_TARGET", "tests.deploy.fake_models:PicklableCorrector")
+    for name in ("a", "b", "broken"):
+        (tmp_path / name).mkdir()
+        for part in DEFAULT_WEIGHTS_DIR.iterdir():
+            if not (name == "broken" and part.name == "vocab.json"):
+                (tmp_path / name / part.name).symlink_to(part)
+    (tmp_path / "current").symlink_to(tmp_path / "a")
+    app = create_app(dataclasses.replace(config, batcher_workers=2, weights_dir=tmp_path / "current",
+                                         weights_poll_s=0.0))
+    state = app.extensions[EXTENSION_KEY]
+    client = app.test_client()
+    caplog.set_level(logging.INFO, logger="api.swap")
+    try:
+        assert state.engine.describe()["init"]["kwargs"]["weights_dir"] == tmp_path / "a"
+        pids = state.engine.worker_pids()
+        for name, result in (("broken", "failed"), ("b", "done")):
+            (tmp_path / "current").unlink()
+            (tmp_path / "current").symlink_to(tmp_path / name)
+            assert state.swapper.check() == result
+
+        assert state.engine.describe()["init"]["kwargs"]["weights_dir"] == tmp_path / "b"
+        assert not set(pids) & set(state.engine.worker_pids())
+        assert client.post("/inference", json=make_body()).get_json()["answer"] == "改喂你好密碼我要進去"
+        serving = client.get("/").get_json()["serving"]
+        assert serving["folder"] == str(tmp_path / "b") and serving["swaps"] == {"done": 1, "failed": 1, "refused": 0}
+        assert [r.fields["event"] for r in caplog.records if r.name == "api.swap"] == ["model_swap_failed",
+                                                                                       "model_swapped"]
+    finally:
+        state.swapper.close()
+        state.engine.close(timeout=2)
+
+
 @pytest.mark.parametrize("queued", [False, True], ids=["idle", "items-queued"])
 def test_process_batcher_recovers_from_a_worker_killed_with_sigkill(batcher, queued):
     """Regression: a worker killed (kill -9, as the OOM killer does) while it waited in the shared queue's get took

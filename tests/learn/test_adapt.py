@@ -13,7 +13,7 @@ import requests
 
 from config import Config, ConfigError
 from learn.adapt import MIN_LISTS, main
-from learn.adapt_folder import run_key
+from learn.adapt_folder import run_key, swap_command
 from learn.adapt_settings import data_paths, parse_args
 from learn.data.labelled import Labelled, write_labelled
 from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
@@ -64,6 +64,7 @@ def test_adapt_writes_a_complete_folder_that_applies_the_files_convention(tmp_pa
 
     assert "split by id (seed 7)" in printed and "## held-out test split" in printed
     assert "| answer_cer |" in printed and "shipped | adapted" in printed
+    assert printed.rstrip().splitlines()[-1] == swap_command(out)  # it ends with the command that swaps it in
     meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
     provenance = meta["adaptation"]["provenance"]
     assert provenance["data"][0]["rows"] == len(_rows(top1_alone))
@@ -114,6 +115,16 @@ def test_adapt_names_and_counts_malformed_rows(tmp_path, capsys):
     assert f"{data}: {len(_rows(False))} rows read, 2 malformed" in printed
     assert "malformed: " in printed and "(id 'bad1'): ground_truth_sentence" in printed
     assert "not valid JSON" in printed
+
+
+def test_the_swap_command_points_the_current_link_beside_the_folder_at_it(tmp_path):
+    (tmp_path / "run 1").mkdir()
+    (tmp_path / "run 2").mkdir()
+    (tmp_path / "current").symlink_to(tmp_path / "run 1")
+
+    subprocess.run(["sh", "-c", swap_command(tmp_path / "run 2")], check=True)
+
+    assert (tmp_path / "current").resolve() == tmp_path / "run 2"
 
 
 def test_adapt_stops_in_one_line_on_a_file_without_rows(tmp_path, capsys):

@@ -48,6 +48,18 @@ def test_a_margin_keeps_the_precision_bounds_in_each_group_not_only_on_average()
     assert figures["worse"] == 0.0
 
 
+def test_a_stage_that_breaks_the_bounds_in_one_group_is_told_apart_from_one_that_keeps_them():
+    feats = np.zeros((2, len(RerankWeights().vector())))
+    feats[1, 0] = 1.0
+    fixes = DevList(feats, np.array([1, 0]), 10)
+    harms = DevList(feats, np.array([0, 2]), 10)  # a right TOP1 changed, and the list made worse
+    lists = [fixes] * 99 + [harms]
+    eager = replace(RerankWeights(lm=1.0), margin=0.5)
+    assert not tune.breaks_bounds(lists, eager, max_worse=0.01, max_right_changed=1.0)  # 1 of 100
+    assert tune.breaks_bounds(lists, eager, 0.01, 1.0, groups=[0] * 90 + [1] * 10)  # 1 of 10 in the second group
+    assert not tune.breaks_bounds(lists, replace(eager, margin=2.0), 0.0, 0.0, groups=[0] * 90 + [1] * 10)
+
+
 @pytest.mark.real_model
 def test_a_refit_that_loses_on_its_own_lists_says_so_and_writes_nothing(tmp_path: Path, monkeypatch, capsys):
     weights = tmp_path / "weights"

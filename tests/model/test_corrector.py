@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from config import DEFAULT_WEIGHTS_DIR
+from model.contract import sha256
 from model.corrector import Corrector, choose
 from model.features import Featurizer, Vocab
 from preprocess.text import NBest, is_han
@@ -113,7 +114,7 @@ def test_corrector_setup_reuses_what_preload_read_before_a_fork():
     from model.corrector import _SHARED, preload
 
     preload(DEFAULT_WEIGHTS_DIR)
-    key = str(DEFAULT_WEIGHTS_DIR.resolve())
+    key = sha256(DEFAULT_WEIGHTS_DIR / "vocab.json")  # the vocabulary's, wherever its file lies
     c = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu")
     c.setup()
     assert c.vocab is _SHARED[("vocab", key)]
@@ -122,13 +123,15 @@ def test_corrector_setup_reuses_what_preload_read_before_a_fork():
 
 
 
-def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the_bit(corrector, real_requests,
-                                                                                     monkeypatch):
-    """Guards issue 21's TorchScript trace: the same kernels, so the same logits, padded or not."""
+def test_on_cpu_the_traced_network_gives_the_eager_networks_probabilities_to_the_bit(real_requests, monkeypatch):
+    """Guards issue 21's TorchScript trace (`CPU_RUNTIME=torch`): the same kernels, so the same logits, padded or
+    not."""
     import torch
 
+    corrector = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu", cpu_runtime="torch")
+    corrector.setup()
     monkeypatch.setattr("model.corrector.traced", lambda net, example: net)
-    eager = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu")
+    eager = Corrector(DEFAULT_WEIGHTS_DIR, device="cpu", cpu_runtime="torch")
     eager.setup()
     assert isinstance(corrector.net, torch.jit.ScriptModule)
     assert not isinstance(eager.net, torch.jit.ScriptModule)

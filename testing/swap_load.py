@@ -1,0 +1,265 @@
+"""Swap weights folders there and back under closed-loop load (issue 47), as `make run` serves: gunicorn with
+`WEIGHTS_DIR` a symlink, every answer timed, every worker's RSS sampled.
+
+    python -m testing.swap_load [--clients 8] [--workers 2] [--phase-s 8] [--out swap.json]
+
+The second folder is the shipped one with no fitted second stage and a threshold of 1.01 (`second_folder`): the
+network alone then never changes a character, so every answer of it is TOP1's, told apart from the shipped model's
+wherever that one corrects. The run: traffic on the shipped folder (phase `a`), the link repointed to the second
+(`ln -sfn`), traffic until every worker says (/metrics) it serves it and `phase_s` more (`b`), the link back, the
+same (`a_again`). tests/api/test_swap_live.py asserts on what it returns; docs/deploy.md quotes its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from config import DEFAULT_WEIGHTS_DIR
+from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WeightsMeta
+from preprocess.text import top1_answer
+from testing.samples import request_bodies
+from testing.server import ServerProcess, start_server
+
+QUESTIONS = 200  # few enough that each phase asks again what the one before asked
+SWAP_TIMEOUT_S = 240.0
+
+
+@dataclass
+class Asked:
+    """One request: when it was sent (time.time()), how long its answer took, its status and answer."""
+
+    sent: float
+    took_s: float
+    status: int
+    answer: str | None
+    question: int
+    esun_uuid: str
+
+
+@dataclass
+class Swap:
+    """The link repointed at `asked`; every worker serving `folder` from `done` on (time.time())."""
+
+    folder: str
+    asked: float
+    done: float
+
+
+@dataclass
+class SwapRun:
+    asked: list[Asked]
+    paths: dict[str, str]  # esun_uuid -> the path its answer took (the server's request log)
+    server_ms: dict[str, float]  # esun_uuid -> the server's latency (accept to answer, its request log)
+    swaps: list[Swap]
+    rss: dict[int, list[tuple[float, int]]]  # worker pid -> (time.time(), RSS bytes)
+    top1: list[str]  # each question's TOP1 answer
+    served: dict[str, Any] = field(default_factory=dict)
+
+
+def second_folder(out: Path) -> Path:
+    """The shipped folder whose answers are always TOP1's: no fitted second stage, threshold 1.01."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (NETWORK_FILE, VOCAB_FILE):
+        (out / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
+    WeightsMeta.load(DEFAULT_WEIGHTS_DIR).replace(rerank={}, threshold=1.01).save(out)
+    return out
+
+
+def shipped_folder(out: Path) -> Path:
+    """The shipped folder under another path (its parts linked)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (CONFIG_FILE, NETWORK_FILE, VOCAB_FILE):
+        (out / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
+    return out
+
+
+def repoint(link: Path, folder: Path) -> None:
+    """What `ln -sfn folder link` does, atomically: a new link beside, renamed over it."""
+    beside = link.with_name(link.name + ".new")
+    beside.unlink(missing_ok=True)
+    beside.symlink_to(folder)
+    beside.replace(link)
+
+
+def served_by_worker(url: str) -> dict[str, str]:
+    """The folder each worker serves, by its worker label (esun_model_served_since_seconds in /metrics)."""
+    with requests.Session() as http:
+        http.trust_env = False
+        text = http.get(f"{url}/metrics", timeout=5).text
+    return {sample.labels.get("worker", ""): sample.labels["folder"] for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == "esun_model_served_since_seconds"}
+
+
+def wait_served(url: str, folder: Path, workers: int, timeout_s: float) -> float:
+    """Wait until every worker serves `folder`; return when (time.time())."""
+    until = time.monotonic() + timeout_s
+    while time.monotonic() < until:
+        with contextlib.suppress(requests.RequestException):
+            served = served_by_worker(url)
+            if len(served) == workers and set(served.values()) == {str(folder)}:
+                return time.time()
+        time.sleep(0.25)
+    raise TimeoutError(f"not every worker served {folder} within {timeout_s:g} s: {served_by_worker(url)}")
+
+
+class Load:
+    """`clients` closed-loop client threads, each asking a question as soon as its last one was answered."""
+
+    def __init__(self, url: str, bodies: list[dict[str, Any]], clients: int, timeout_s: float = 5.0) -> None:
+        self.url = url
+        self.bodies = bodies
+        self.asked: list[Asked] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._timeout_s = timeout_s
+        self._threads = [threading.Thread(target=self._client, args=(n, clients), daemon=True) for n in range(clients)]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(self._timeout_s + 1)
+
+    def _client(self, n: int, clients: int) -> None:
+        with requests.Session() as http:
+            http.trust_env = False
+            i = n
+            while not self._stop.is_set():
+                question = i % len(self.bodies)
+                body = {**self.bodies[question], "esun_uuid": f"swap-{n}-{i}", "retry": 2}
+                sent, started = time.time(), time.monotonic()
+                try:
+                    response = http.post(f"{self.url}/inference", json=body, timeout=self._timeout_s)
+                    status, answer = response.status_code, response.json().get("answer")
+                except (requests.RequestException, ValueError):
+                    status, answer = 0, None
+                took_s = time.monotonic() - started
+                with self._lock:
+                    self.asked.append(Asked(sent, took_s, status, answer, question, body["esun_uuid"]))
+                i += clients
+
+
+def sample_rss(server: ServerProcess, into: dict[int, list[tuple[float, int]]], stop: threading.Event) -> None:
+    """Every 0.25 s, each worker's RSS (the master's children, and their model processes with the process engine)."""
+    master = psutil.Process(server.process.pid)
+    while not stop.wait(0.25):
+        for worker in master.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                into.setdefault(worker.pid, []).append((time.time(), worker.memory_info().rss))
+
+
+def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0, swaps: int = 2,
+        batcher_workers: int = 1) -> SwapRun:
+    """Serve the shipped folder through a link, swap to the second folder and back under load (module docstring),
+    `swaps` times in all (there, back, there, ...)."""
+    first, second = shipped_folder(workdir / "shipped"), second_folder(workdir / "top1")
+    link = workdir / "current"
+    link.symlink_to(first)
+    bodies = request_bodies(QUESTIONS)
+    settings = {"WEB_WORKERS": str(workers), "WEIGHTS_DIR": str(link), "LOG_LEVEL": "INFO",
+                "BATCHER_WORKERS": str(batcher_workers)}
+    rss: dict[int, list[tuple[float, int]]] = {}
+    done: list[Swap] = []
+    with start_server(settings, workdir / "server.log") as server:
+        wait_served(server.url, first, workers, SWAP_TIMEOUT_S)  # /readyz is one worker's: wait for all
+        stop = threading.Event()
+        sampler = threading.Thread(target=sample_rss, args=(server, rss, stop), daemon=True)
+        sampler.start()
+        with Load(server.url, bodies, clients) as load:
+            time.sleep(phase_s)
+            for n in range(swaps):
+                folder = second if n % 2 == 0 else first
+                asked = time.time()
+                repoint(link, folder)
+                done.append(Swap(str(folder), asked, wait_served(server.url, folder, workers, SWAP_TIMEOUT_S)))
+                time.sleep(phase_s)
+        stop.set()
+        sampler.join(2)
+        with requests.Session() as http:
+            http.trust_env = False
+            served = http.get(f"{server.url}/", timeout=5).json().get("serving") or {}
+        lines = server.request_log()
+        paths = {line["esun_uuid"]: line.get("path", "?") for line in lines}
+        server_ms = {line["esun_uuid"]: float(line.get("latency_ms", 0.0)) for line in lines}
+    top1 = [top1_answer(b["sentence_list"]) for b in bodies]
+    return SwapRun(load.asked, paths, server_ms, done, rss, top1, served=served)
+
+
+def memory(result: SwapRun) -> list[dict[str, Any]]:
+    """Each worker's RSS (MiB): the last sample before each swap, the peak during it (from the link's change until
+    every worker serves the new folder), and the last sample of the run."""
+    out = []
+    for pid, samples in result.rss.items():
+        before = [next((r for t, r in reversed(samples) if t < s.asked), 0) for s in result.swaps]
+        peaks = [max((r for t, r in samples if s.asked <= t <= s.done), default=0) for s in result.swaps]
+        out.append({"worker": pid, "before_swap_mib": [r >> 20 for r in before],
+                    "peak_during_swap_mib": [r >> 20 for r in peaks], "first_mib": samples[0][1] >> 20,
+                    "max_mib": max(r for _, r in samples) >> 20, "end_mib": samples[-1][1] >> 20})
+    return out
+
+
+def summary(result: SwapRun) -> dict[str, Any]:
+    """The figures the test asserts and the docs quote; latencies (client and server side) apart for the questions
+    asked while a swap was under way (from the link's change until every worker served the new folder)."""
+    paths = [result.paths.get(a.esun_uuid, "?") for a in result.asked]
+
+    def swapping(a: Asked) -> bool:
+        return any(s.asked <= a.sent <= s.done for s in result.swaps)
+
+    def slowest(during: bool) -> dict[str, float]:
+        asked = [a for a in result.asked if swapping(a) == during]
+        server = sorted(result.server_ms.get(a.esun_uuid, 0.0) for a in asked)
+        client = sorted(a.took_s for a in asked)
+        return {"answers": len(asked), "client_max_s": round(client[-1], 3) if client else 0.0,
+                "client_p99_s": round(client[int(0.99 * (len(client) - 1))], 3) if client else 0.0,
+                "server_max_ms": round(server[-1], 1) if server else 0.0,
+                "server_p99_ms": round(server[int(0.99 * (len(server) - 1))], 1) if server else 0.0}
+
+    return {
+        "answers": len(result.asked),
+        "non_200": sum(a.status != 200 for a in result.asked),
+        "later_than_1s": sum(a.took_s > 1.0 for a in result.asked),
+        "paths": {p: paths.count(p) for p in sorted(set(paths))},
+        "latency_while_swapping": slowest(True),
+        "latency_otherwise": slowest(False),
+        "swap_s": [round(s.done - s.asked, 1) for s in result.swaps],
+        "memory": memory(result),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--phase-s", type=float, default=8.0)
+    parser.add_argument("--swaps", type=int, default=2, help="swaps in all: to the second folder, back, ... (0: a "
+                        "baseline, phase-s of load on the shipped folder)")
+    parser.add_argument("--batcher-workers", type=int, default=1, help="BATCHER_WORKERS: above 1, the process engine")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/esun-swap-load"))
+    parser.add_argument("--out", type=Path, default=None, help="write the run's summary here (JSON)")
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=False)
+    figures = summary(run(args.workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
+    text = json.dumps(figures, indent=1)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
