@@ -13,7 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from cli import exit_outside_venv
-from config import SECRET_FIELDS, Config, ConfigError, check_device
+from config import SECRET_FIELDS, Config, ConfigError
+from machine import check_device
 from model.contract import check_weights
 
 
@@ -50,8 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from api import create_app
     except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
         exit_outside_venv(missing, "api", instead="make run")
+    from sidecar import lifecycle
+
     app = create_app(config)
-    app.run(host=config.host, port=config.port, threaded=True, use_reloader=False)
+    lifecycle.start()  # as in gunicorn's processes: no log line waits for stderr
+    try:
+        app.run(host=config.host, port=config.port, threaded=True, use_reloader=False)
+    finally:
+        lifecycle.stop()  # the queued log lines written
     return 0
 
 

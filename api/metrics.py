@@ -3,9 +3,9 @@
 Each app has its own `CollectorRegistry` (built by `create_app`, kept in `app.extensions[METRICS_KEY]`), so
 test apps never share counters. With one gunicorn worker process that registry is the whole picture of a replica.
 With several (server/gunicorn_conf.py), a scrape reaches whichever worker the kernel hands it, so each worker also
-writes its series to the folder they share once a second (`MetricsSpool`), and `/metrics` serves every live worker's
-series, each with a `worker` label (its process id): `sum without (worker) (...)` is the replica. Prometheus
-scrapes each replica. The series are listed in deploy/README.md.
+writes its series to the folder they share once a second (`sidecar.metrics_spool.MetricsSpool`), and `/metrics`
+serves every live worker's series, each with a `worker` label (its process id): `sum without (worker) (...)` is the
+replica. Prometheus scrapes each replica. The series are listed in deploy/README.md.
 
 Per-batch figures (size, run time, each question's queue wait from submit to the start of its batch) come
 through the engine's one hook, `on_batch(BatchReport)` (`observe_batch`): measured by the engine, which keeps
@@ -22,30 +22,24 @@ interval) and how many requests it answered TOP1 (`shed`).
 from __future__ import annotations
 
 import gc
-import logging
-import os
-import threading
 import time
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Iterator, Sized
 from pathlib import Path
 
 from flask import Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 
-from api import logs
 from api.accept import budget_start
 from api.admission import Admission
 from api.errors import REFUSAL_CODES
 from api.interfaces import Engine
-from api.logs import LogWriter
 from api.paths import REJECTED, AnswerPath
 from batching import BatchReport
-
-log = logging.getLogger("api.metrics")
+from sidecar import log_writer
+from sidecar.log_writer import LogWriter
+from sidecar.metrics_spool import MetricsSpool
 
 METRICS_KEY = "asr_correction_metrics"
 NAMESPACE = "esun"
@@ -102,7 +96,7 @@ class Metrics:
         self.spool = MetricsSpool(spool_dir, self.registry) if spool_dir is not None else None
         r = self.registry
         r.register(_GcCollector(GC_PAUSES.install()))
-        r.register(_LogCollector(logs.LOG_WRITER))
+        r.register(_LogCollector(log_writer.LOG_WRITER))
         self.request_seconds = Histogram(
             "request_duration_seconds", "Time from accept to answer of /inference, by how it was answered.",
             ["path"], namespace=NAMESPACE, buckets=LATENCY_BUCKETS_S, registry=r)
@@ -202,105 +196,6 @@ class Metrics:
         """Stop writing this process's series for the others, and take them out of the shared folder."""
         if self.spool is not None:
             self.spool.close()
-
-
-# How often each worker writes its series to the shared folder, and how old a worker's file may be before it is
-# taken for a dead worker's (a worker killed with SIGKILL never removes its own).
-SPOOL_EVERY_S = 1.0
-SPOOL_STALE_S = 10.0
-
-
-class MetricsSpool:
-    """Each worker process's series in a folder they share (one file per process id, rewritten whole every
-    `SPOOL_EVERY_S` and at each scrape), served together by whichever worker is scraped, labelled `worker`: the
-    scraped worker's as they are now, the others' as they were at most `SPOOL_EVERY_S` ago.
-
-    The writer thread starts with the first `render` or `start` (an app built before a fork starts it in the process
-    that serves). A file older than `SPOOL_STALE_S` is a dead worker's: it is left out and removed.
-    """
-
-    def __init__(self, folder: Path, registry: CollectorRegistry) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._registry = registry
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pid = 0
-        self._writing = threading.Lock()  # the spool thread and a scrape write the same file
-
-    @property
-    def own_file(self) -> Path:
-        return self.folder / f"{os.getpid()}.prom"
-
-    def start(self) -> None:
-        """Start writing this process's series every SPOOL_EVERY_S (once per process)."""
-        if self._pid == os.getpid():
-            return
-        self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._run, name="metrics-spool", daemon=True)
-        self._thread.start()
-
-    def write(self) -> bytes:
-        """Write this process's series to its file (whole: a temporary file, then renamed) and return them."""
-        own = generate_latest(self._registry)
-        with self._writing:
-            if self._stop.is_set():  # closed: this worker's series are out of the folder for good
-                return own
-            partial = self.own_file.with_suffix(".tmp")
-            partial.write_bytes(own)
-            os.replace(partial, self.own_file)
-        return own
-
-    def render(self) -> bytes:
-        """Every live worker's series, each sample labelled with its worker's process id."""
-        self.start()
-        texts = {str(os.getpid()): self.write().decode()}
-        now = time.time()
-        for path in self.folder.glob("*.prom"):
-            if path.stem in texts:
-                continue
-            try:
-                if now - path.stat().st_mtime > SPOOL_STALE_S:
-                    path.unlink(missing_ok=True)
-                    continue
-                texts[path.stem] = path.read_text(encoding="utf-8")
-            except OSError:  # removed by its worker meanwhile
-                continue
-        return generate_latest(_Families(_labelled(texts)))
-
-    def close(self) -> None:
-        with self._writing:
-            self._stop.set()
-            self.own_file.unlink(missing_ok=True)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                self.write()
-            except OSError as exc:  # a full or removed folder: the next scrape shows this worker's series as stale
-                log.warning("could not write this worker's metrics for the others",
-                            extra={"fields": {"error": str(exc), "folder": str(self.folder)}})
-            if self._stop.wait(SPOOL_EVERY_S):
-                return
-
-
-class _Families(Collector):
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self._families = list(families)
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
-
-
-def _labelled(texts: dict[str, str]) -> Iterator[Metric]:
-    """Merge workers' expositions into one family per name, every sample labelled with its worker."""
-    merged: dict[str, Metric] = {}
-    for worker, text in sorted(texts.items()):
-        for family in text_string_to_metric_families(text):
-            into = merged.setdefault(family.name, Metric(family.name, family.documentation, family.type, family.unit))
-            into.samples.extend(Sample(s.name, {**s.labels, "worker": worker}, s.value, s.timestamp, s.exemplar)
-                                for s in family.samples)
-    return iter(merged.values())
 
 
 class _AdmissionCollector(Collector):
@@ -409,7 +304,8 @@ class _GcCollector(Collector):
 
 
 class _LogCollector(Collector):
-    """The log lines the process's log writer dropped (api.logs.LogWriter: its queue full, stderr not taking them)."""
+    """The log lines the process's log writer dropped (sidecar.log_writer.LogWriter: its queue full, stderr not
+    taking them)."""
 
     def __init__(self, writer: LogWriter) -> None:
         self._writer = writer

@@ -23,7 +23,7 @@ from service_streamer.service_streamer import StreamWorker
 
 from batching import core
 from batching.errors import BatchFailed
-from batching.heap import HeapTrimmer
+from sidecar.heap import HeapTrimmer
 
 __all__ = ["EXPIRED", "FAILED", "OK", "Answer", "GuardedWorker", "ImportedModel", "run_guarded"]
 

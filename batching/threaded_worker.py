@@ -19,8 +19,8 @@ from service_streamer.service_streamer import ThreadedWorker
 from batching import core
 from batching.core import Core, Job, failure, settle
 from batching.errors import BatchFailed, BatchReport
-from batching.heap import HeapTrimmer
 from batching.policy import RunTimes, Traffic, Window, adaptive_wait_s, fixed_wait_s, padded_waste, similar_sizes
+from sidecar.heap import HeapTrimmer
 
 __all__ = ["BatchRunner", "BatchWorker", "WorkerConfig", "serve"]
 

@@ -42,7 +42,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +50,21 @@ import torch
 from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
+from learn.adapt_data import nbests, read_files
 from learn.adapt_folder import adaptation_record, building, check_destination, run_key, swap_command
 from learn.adapt_settings import AdaptSettings, parse_args
-from learn.data.labelled import Labelled, LabelledFormatError, Split, read_labelled_lenient, split_three
+from learn.data.labelled import Labelled, LabelledFormatError, Split, split_three
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
 from learn.fit import dev_probs, fit
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo
 from learn.rule_trust import GATE_CLOSED, GATES, learn_confusions
 from learn.train import pick_threshold, save, shipped_start
-from learn.train_data import MAX_HYPOTHESES, labelled_examples
+from learn.train_data import labelled_examples
 from learn.train_settings import TrainSettings
 from learn.tune import described_lists, dev_lists, fit_lists
-from learn.tune import fit as fit_stage
 from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
-from model.contract import sha256
 from model.corrector import Corrector
 from model.features import Featurizer
 from model.network import CorrectorNet
@@ -74,39 +73,9 @@ from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankSt
 from preprocess.rules import Confusions
 from preprocess.text import NBest, han_chars
 
-SHOWN_MALFORMED = 20
 # Fewer lists leave the split's parts a handful each, and too little text for the domain LM's estimate.
 MIN_LISTS = 50
 TEST_ROWS = [*ROWS[:4], ("candidates_cer", "{:.2%}"), ("candidates_gap_closed", "{:.1%}"), *ROWS[4:]]
-
-
-def read_files(paths: list[Path]) -> tuple[list[Labelled], list[dict[str, Any]]]:
-    """Read every file leniently: print its rows and each malformed row; return the rows and a record per file."""
-    items: list[Labelled] = []
-    record = []
-    seen: set[str] = set()
-    for path in paths:
-        read = read_labelled_lenient(path)
-        dup = [it for it in read.items if it.id in seen]
-        malformed = read.malformed + [f"{path}: id {it.id!r} already read from an earlier file" for it in dup]
-        kept = [it for it in read.items if it.id not in seen]
-        seen.update(it.id for it in kept)
-        print(f"{path}: {len(kept)} rows read, {len(malformed)} malformed")
-        long = sum(len(it.nbest.sentences) > MAX_HYPOTHESES for it in kept)
-        if long:
-            print(f"  {long} rows hold more than {MAX_HYPOTHESES} hypotheses: the first {MAX_HYPOTHESES} are used, "
-                  f"as the service reads them")
-        for line in malformed[:SHOWN_MALFORMED]:
-            print(f"  malformed: {line}")
-        if len(malformed) > SHOWN_MALFORMED:
-            print(f"  ... and {len(malformed) - SHOWN_MALFORMED} more malformed rows")
-        items += kept
-        record.append({"file": path.name, "sha256": sha256(path), "rows": len(kept), "malformed": len(malformed)})
-    return items, record
-
-
-def nbests(items: list[Labelled]) -> list[NBest]:
-    return [NBest(it.nbest.sentences[:MAX_HYPOTHESES], it.nbest.phonemes[:MAX_HYPOTHESES]) for it in items]
 
 
 def answers(corrector: Corrector, lists: list[NBest], desc: str) -> list[str]:
@@ -118,18 +87,18 @@ def answers(corrector: Corrector, lists: list[NBest], desc: str) -> list[str]:
     return out
 
 
-def fine_tune(args: AdaptSettings, train: list[Labelled], dev: list[Labelled], device: torch.device,
+def fine_tune(settings: AdaptSettings, train: list[Labelled], dev: list[Labelled], device: torch.device,
               out: Path, ckpt: Path) -> dict[str, Any]:
     """Fine-tune the shipped network on the train lists (checkpoints in `ckpt`, named by `run_key`); save it to `out`
     if it beats the shipped one on dev."""
-    start = shipped_start(args.init_from)
+    start = shipped_start(settings.init_from)
     feat = Featurizer(start.vocab)
     train_ex, _, left_train = labelled_examples(feat, train)
     dev_ex, dev_truth, _ = labelled_examples(feat, dev)
-    steps = max(1, round(args.epochs * len(train_ex) / args.batch_size))
-    training = TrainSettings(init="shipped", init_from=args.init_from, sim_ratio=0.0, steps=steps,
-                             warmup=max(1, steps // 10), lr=args.lr, batch_size=args.batch_size, ckpt_dir=ckpt,
-                             seed=args.seed, max_minutes=args.max_train_minutes)
+    steps = max(1, round(settings.epochs * len(train_ex) / settings.batch_size))
+    training = TrainSettings(init="shipped", init_from=settings.init_from, sim_ratio=0.0, steps=steps,
+                             warmup=max(1, steps // 10), lr=settings.lr, batch_size=settings.batch_size, ckpt_dir=ckpt,
+                             seed=settings.seed, max_minutes=settings.max_train_minutes)
     shipped_net = CorrectorNet(start.net_cfg)
     shipped_net.load_state_dict(start.state)
     net = CorrectorNet(start.net_cfg)
@@ -148,15 +117,15 @@ def fine_tune(args: AdaptSettings, train: list[Labelled], dev: list[Labelled], d
     return record
 
 
-def learn(items: list[Labelled], out: Path, args: AdaptSettings, gate: float | None = None) -> tuple[
-        dict[str, int], Confusions]:
+def learn_lm_and_confusions(items: list[Labelled], out: Path, settings: AdaptSettings,
+                            gate: float | None = None) -> tuple[dict[str, int], Confusions]:
     """Build the domain LM and learn the confusions of `items` into `out` (each rule's trust measured in
-    `args.folds` folds; `gate` the least trust that lets a rule act)."""
+    `settings.folds` folds; `gate` the least trust that lets a rule act)."""
     truths = [han_chars(it.truth) for it in items]
     lm_counts = build_domain_lm(truths, out / DOMAIN_LM_FILE)
     pairs = [(han_chars(it.nbest.top1), truth) for it, truth in zip(items, truths, strict=True)]
-    confusions = learn_confusions([p for p in pairs if p[0] and p[1]], min_count=args.min_count,
-                                  folds=max(2, args.folds), seed=args.seed, gate=gate)
+    confusions = learn_confusions([p for p in pairs if p[0] and p[1]], min_count=settings.min_count,
+                                  folds=max(2, settings.folds), seed=settings.seed, gate=gate)
     save_confusions(confusions, out / CONFUSIONS_FILE)
     return lm_counts, confusions
 
@@ -174,18 +143,18 @@ class Fold:
     truths: list[str]
 
 
-def cross_fitted_folds(args: AdaptSettings, train: list[Labelled], corrector: Corrector, tmp: Path) -> list[Fold]:
+def cross_fitted_folds(settings: AdaptSettings, train: list[Labelled], corrector: Corrector, tmp: Path) -> list[Fold]:
     """The train lists cut in folds, each with the domain LM and confusions learned from the other folds (never from
     itself); their files in `tmp`."""
-    if args.folds < 2 or len(train) < args.folds:
+    if settings.folds < 2 or len(train) < settings.folds:
         return []
     out: list[Fold] = []
-    for k in range(args.folds):
-        held = [it for it in train if fold_of(it.id, args.seed, args.folds) == k]
-        rest = [it for it in train if fold_of(it.id, args.seed, args.folds) != k]
+    for k in range(settings.folds):
+        held = [it for it in train if fold_of(it.id, settings.seed, settings.folds) == k]
+        rest = [it for it in train if fold_of(it.id, settings.seed, settings.folds) != k]
         part = tmp / f"fold{k}"
         part.mkdir()
-        _, confusions = learn(rest, part, args)
+        _, confusions = learn_lm_and_confusions(rest, part, settings)
         assert corrector.lm is not None
         adaptation = Adaptation(DomainLM(part / DOMAIN_LM_FILE), confusions,
                                 Conventions.from_confusions(confusions, corrector.lm.to_simplified))
@@ -196,38 +165,38 @@ def cross_fitted_folds(args: AdaptSettings, train: list[Labelled], corrector: Co
 
 def main(argv: list[str] | None = None) -> int:
     """Adapt as the command line says; exit 2 with one line when the input cannot be used (nothing written)."""
-    args = parse_args(argv)
+    settings = parse_args(argv)
     wall0, cpu0 = time.monotonic(), time.process_time()
     try:
-        return run(args, wall0, cpu0)
+        return run(settings, wall0, cpu0)
     except (LabelledFormatError, AdaptationError, OSError) as e:
         print(f"adapt: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"adapt: interrupted; {args.out} was not written", file=sys.stderr)
+        print(f"adapt: interrupted; {settings.out} was not written", file=sys.stderr)
         return 130
 
 
-def run(args: AdaptSettings, wall0: float, cpu0: float) -> int:
-    check_destination(args.out, args.init_from)
-    if not (args.init_from / "model.safetensors").is_file():
-        raise AdaptationError(f"--init-from {args.init_from} holds no model.safetensors: name a weights folder")
-    if args.device == "cuda" and not torch.cuda.is_available():
+def run(settings: AdaptSettings, wall0: float, cpu0: float) -> int:
+    check_destination(settings.out, settings.init_from)
+    if not (settings.init_from / "model.safetensors").is_file():
+        raise AdaptationError(f"--init-from {settings.init_from} holds no model.safetensors: name a weights folder")
+    if settings.device == "cuda" and not torch.cuda.is_available():
         raise AdaptationError(f"--device cuda: torch {torch.__version__} sees no usable CUDA GPU (use --device cpu, "
                               f"or make install-gpu)")
-    items, files = read_files(list(args.data))
+    items, files = read_files(list(settings.data))
     if len(items) < MIN_LISTS:
         raise AdaptationError(f"{len(items)} labelled lists read: adapt needs at least {MIN_LISTS} to learn from "
                               f"(nothing was written)")
-    split = split_three(items, args.dev_share, args.test_share, args.seed)
-    print(f"split by id (seed {args.seed}): {split.sizes()}")
+    split = split_three(items, settings.dev_share, settings.test_share, settings.seed)
+    print(f"split by id (seed {settings.seed}): {split.sizes()}")
     if not split.train or not split.dev or not split.test:
         raise AdaptationError(f"too few rows in a part of the split: {split.sizes()} (each needs at least one; "
                               f"nothing was written)")
-    out: Path = args.out
+    out: Path = settings.out
     with building(out) as build:
-        ckpt = (args.ckpt_dir or build / "checkpoints") / run_key(args, files)
-        learnt = adapt_into(build, args, split, items, files, ckpt, wall0, cpu0)
+        ckpt = (settings.ckpt_dir or build / "checkpoints") / run_key(settings, files)
+        learnt = adapt_into(build, settings, split, items, files, ckpt, wall0, cpu0)
         shutil.rmtree(ckpt, ignore_errors=True)  # the run is done: its checkpoints are not needed again
         shutil.rmtree(build / "checkpoints", ignore_errors=True)
     print(f"\nwrote {out} in {learnt['wall_s']:.0f} s ({learnt['cpu_s']:.0f} s of CPU); serve it with "
@@ -236,44 +205,48 @@ def run(args: AdaptSettings, wall0: float, cpu0: float) -> int:
     return 0
 
 
-def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Labelled],
+def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[Labelled],
                files: list[dict[str, Any]], ckpt: Path, wall0: float, cpu0: float) -> dict[str, Any]:
     """Every step, written into `build`; return the provenance recorded in its config.json."""
-    device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda" if settings.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
     print("1/6 domain language model (IRSTLM) from the train truths; 2/6 the recogniser's confusions")
-    lm_counts, confusions = learn(split.train, build, args)
+    lm_counts, confusions = learn_lm_and_confusions(split.train, build, settings)
     print(f"    {lm_counts}; {len(confusions)} confusion rules")
 
     print(f"3/6 fine-tuning the network on {len(split.train)} lists ({device})")
-    network = fine_tune(args, split.train, split.dev, device, build, ckpt) if args.epochs > 0 else \
-        _copy_network(args, build)
+    network = fine_tune(settings, split.train, split.dev, device, build, ckpt) if settings.epochs > 0 else \
+        _copy_network(settings, build)
     print(f"    kept: {network['network']}; {network.get('left_out', 0)} train lists left out of fine-tuning (TOP1 or "
           f"truth without Han characters: the service answers such a TOP1 as it is)")
-    WeightsMeta.load(build).replace(adaptation=adaptation_record(build)).save(build)
+    # The folder's config.json, carried through the run from here and written where a corrector reads the folder
+    # (below and at the test split), and whole at the end; the network's step wrote it first, with the network.
+    meta = WeightsMeta.load(build).replace(adaptation=adaptation_record(build))
+    meta.save(build)
 
-    adapted = Corrector(build, device=args.device, stage="net")  # the stage is what is being fitted
+    adapted = Corrector(build, device=settings.device, stage="net")  # the stage is what is being fitted
     adapted.setup()
     assert adapted.adaptation is not None  # the folder names its parts: setup loaded them
     print(f"    conventions: {adapted.adaptation.conventions.describe() or 'none clear'}")
-    print(f"4/6 refitting the second stage on {len(split.dev)} dev lists and, cross-fitted in {args.folds} folds, "
+    print(f"4/6 refitting the second stage on {len(split.dev)} dev lists and, cross-fitted in {settings.folds} folds, "
           f"the {len(split.train)} train lists")
-    stages, gate = refit(args, adapted, split)
-    save_confusions(adapted.adaptation.confusions, build / CONFUSIONS_FILE)  # with the gate fitted
-    WeightsMeta.load(build).replace(rerank=stages, adaptation=adaptation_record(build)).save(build)
+    stages, gate, gated = refit(settings, adapted, split)
+    save_confusions(gated, build / CONFUSIONS_FILE)  # with the gate fitted
+    meta = meta.replace(rerank=stages, adaptation=adaptation_record(build))
+    meta.save(build)
 
     print(f"5/6 the held-out test split ({len(split.test)} lists)")
-    figures = test_figures(args, build, split)
+    figures = test_figures(settings, build, split)
     served = "adapted" if figures["adapted"]["answer_cer"] < figures["shipped"]["answer_cer"] else "shipped"
     if served == "shipped":
         print("the adapted model does not beat the shipped one on the test split: the folder serves the shipped "
               "model (its network and second stage; no rule offers a rewrite), the transcribers' conventions kept")
         for name in (NETWORK_FILE, VOCAB_FILE):
-            shutil.copyfile(args.init_from / name, build / name)
-        WeightsMeta.load(args.init_from).save(build)
+            shutil.copyfile(settings.init_from / name, build / name)
+        meta = WeightsMeta.load(settings.init_from)
         gate = GATE_CLOSED
 
     print(f"6/6 the rules and the domain language model the folder serves, from all {len(items)} lists")
-    lm_counts, confusions = learn(items, build, args, gate)
+    lm_counts, confusions = learn_lm_and_confusions(items, build, settings, gate)
     print(f"    {lm_counts}; {len(confusions)} confusion rules, {sum(map(confusions.acts, confusions.rules))} of "
           f"them trusted at the gate {gate:g} or more")
     print(trusted_rules(confusions))
@@ -281,8 +254,8 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
     conventions = Conventions.from_confusions(confusions, adapted.lm.to_simplified)
     cpu_s = time.process_time() - cpu0 + _children_cpu_s()
     provenance = {
-        "data": files, "split": split.sizes() | {"seed": args.seed, "dev_share": args.dev_share,
-                                                  "test_share": args.test_share, "by": "sha256 of seed:id"},
+        "data": files, "split": split.sizes() | {"seed": settings.seed, "dev_share": settings.dev_share,
+                                                  "test_share": settings.test_share, "by": "sha256 of seed:id"},
         "domain_lm": lm_counts | {"order": 4, "toolkit": "IRSTLM tlm", "lists": len(items)},
         "confusions": len(confusions), "confusions_lists": len(items), "conventions": conventions.describe(),
         "network": network, "test": figures, "served": served, "gate": gate,
@@ -290,48 +263,59 @@ def adapt_into(build: Path, args: AdaptSettings, split: Split, items: list[Label
                      "serves them learned from every list",
         "dev_note": "rerank.*.dev are the dev lists the stage was fitted on",
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - wall0, 1),
-        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: portable(v) for k, v in asdict(args).items()},
+        "cpu_s": round(cpu_s, 1), "device": str(device), "args": {k: portable(v) for k, v in asdict(settings).items()},
     }
     # the shipped model's evaluation figures are not this folder's
-    WeightsMeta.load(build).replace(adaptation=adaptation_record(build, provenance), evaluation=None).save(build)
+    meta.replace(adaptation=adaptation_record(build, provenance), evaluation=None).save(build)
     return provenance
 
 
-def refit(args: AdaptSettings, adapted: Corrector, split: Split) -> tuple[dict[str, RerankStage], float]:
+def refit(settings: AdaptSettings, adapted: Corrector, split: Split) -> tuple[dict[str, RerankStage], float,
+                                                                            Confusions]:
     """Fit the rules' gate and the second stage's two variants on the dev lists and the cross-fitted train lists:
     for each gate of `GATES`, the lists described with the rules it lets act, the stage fitted on them; the gate
-    with the lowest CER on those lists (the higher on a tie) is kept. Return the stages and the gate."""
+    with the lowest CER on those lists (the higher on a tie) is kept. Return the stages, the gate and the adapted
+    folder's confusions behind it (a new `Confusions`: the corrector's and the folds' are left as they are)."""
     assert adapted.adaptation is not None
     dev_nb, dev_truths = nbests(split.dev), [han_chars(it.truth) for it in split.dev]
-    shipped_stages = WeightsMeta.load(args.init_from).rerank
+    shipped_stages = WeightsMeta.load(settings.init_from).rerank
     priors = {v: RerankWeights.from_dict(shipped_stages[v].weights) if v in shipped_stages else None
               for v in RERANK_STAGES}
     served = adapted.adaptation.confusions
     tried: list[tuple[float, RerankWeights, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        folds = cross_fitted_folds(args, split.train, adapted, Path(tmp))
+        folds = cross_fitted_folds(settings, split.train, adapted, Path(tmp))
         for gate in GATES:
-            for confusions in (served, *(f.adaptation.confusions for f in folds)):
-                confusions.gate = gate
-            lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=adapted.adaptation)
+            gated = _behind_gate(adapted.adaptation, gate)
+            lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=gated)
             for f in folds:
-                lists += dev_lists(adapted, f.lists, f.truths, use_net=True, adaptation=f.adaptation)
-            stage, stage_figures = fit_lists(lists, "full", args.max_worse, args.max_right_changed, priors["full"],
-                                             args.prior_lists)
-            print(f"    gate {gate:g}: {sum(map(served.acts, served.rules))} of {len(served)} rules act; the lists "
+                lists += dev_lists(adapted, f.lists, f.truths, use_net=True,
+                                   adaptation=_behind_gate(f.adaptation, gate))
+            stage, stage_figures = fit_lists(lists, "full", settings.max_worse, settings.max_right_changed,
+                                             priors["full"], settings.prior_lists)
+            acting = sum(map(gated.confusions.acts, served.rules))
+            print(f"    gate {gate:g}: {acting} of {len(served)} rules act; the lists "
                   f"fitted on: CER {stage_figures['top1_cer']:.2%} (TOP1) -> {stage_figures['cer']:.2%}, margin "
                   f"{stage.margin:.2f}")
             tried.append((gate, stage, stage_figures))
     gate, full, full_figures = min(reversed(tried), key=lambda t: t[2]["cer"])
-    served.gate = gate
-    lm_only, lm_figures = fit_stage(adapted, dev_nb, dev_truths, "lm", args.max_worse, args.max_right_changed,
-                                    prior=priors["lm"], prior_lists=args.prior_lists)
+    kept = _behind_gate(adapted.adaptation, gate)
+    lm_lists = dev_lists(adapted, dev_nb, dev_truths, use_net=False, adaptation=kept)
+    lm_only, lm_figures = fit_lists(lm_lists, "lm", settings.max_worse, settings.max_right_changed, priors["lm"],
+                                    settings.prior_lists)
     fitted_on = "fitted on these lists (dev, and the train lists cross-fitted), not held out"
     print(f"    gate {gate:g} kept; the lists fitted on (not held out): CER {full_figures['top1_cer']:.2%} (TOP1) -> "
           f"{full_figures['cer']:.2%}; weights {json.dumps(full.to_dict())}")
     gates = {f"{g:g}": figs["cer"] for g, _, figs in tried}
-    return {"full": RerankStage(full.to_dict(), full_figures | {"note": fitted_on, "gate": gate, "cer_by_gate": gates}),
-            "lm": RerankStage(lm_only.to_dict(), lm_figures | {"note": "fitted on the dev lists"})}, gate
+    stages = {"full": RerankStage(full.to_dict(), full_figures | {"note": fitted_on, "gate": gate,
+                                                                  "cer_by_gate": gates}),
+              "lm": RerankStage(lm_only.to_dict(), lm_figures | {"note": "fitted on the dev lists"})}
+    return stages, gate, kept.confusions
+
+
+def _behind_gate(adaptation: Adaptation, gate: float) -> Adaptation:
+    """`adaptation` with its confusions behind `gate` (a new Adaptation and Confusions; the given one unchanged)."""
+    return replace(adaptation, confusions=adaptation.confusions.with_gate(gate))
 
 
 def trusted_rules(confusions: Confusions, shown: int = 20) -> str:
@@ -345,13 +329,13 @@ def trusted_rules(confusions: Confusions, shown: int = 20) -> str:
     return "\n".join(lines)
 
 
-def test_figures(args: AdaptSettings, build: Path, split: Split) -> dict[str, Any]:
+def test_figures(settings: AdaptSettings, build: Path, split: Split) -> dict[str, Any]:
     """Score TOP1, the shipped model, the adapted one and the reference rule memo (learned from the train split) on
     the held-out test split, with the candidates' ceiling; print the table."""
     test = split.test
-    adapted = Corrector(build, device=args.device)
+    adapted = Corrector(build, device=settings.device)
     adapted.setup()
-    shipped = Corrector(args.init_from, device=args.device)
+    shipped = Corrector(settings.init_from, device=settings.device)
     shipped.setup()
     lists, truths = nbests(test), [han_chars(it.truth) for it in test]
     figures = {name: asdict(cer_score(lists, truths, answers(corrector, lists, name)))
@@ -381,11 +365,11 @@ def test_figures(args: AdaptSettings, build: Path, split: Split) -> dict[str, An
     return figures
 
 
-def _copy_network(args: AdaptSettings, out: Path) -> dict[str, Any]:
+def _copy_network(settings: AdaptSettings, out: Path) -> dict[str, Any]:
     """--epochs 0: the shipped network, vocabulary and config, as they are (the second stage is fitted again)."""
     for name in (NETWORK_FILE, VOCAB_FILE):
-        shutil.copyfile(args.init_from / name, out / name)
-    WeightsMeta.load(args.init_from).replace(rerank={}).save(out)
+        shutil.copyfile(settings.init_from / name, out / name)
+    WeightsMeta.load(settings.init_from).replace(rerank={}).save(out)
     return {"network": "shipped (--epochs 0)"}
 
 

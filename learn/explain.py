@@ -15,7 +15,8 @@ from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
-from learn.adapt import answers, nbests, trusted_rules
+from learn.adapt import answers, trusted_rules
+from learn.adapt_data import nbests
 from learn.data.labelled import read_labelled
 from model.corrector import Corrector
 from preprocess.text import han_chars

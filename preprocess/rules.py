@@ -127,6 +127,10 @@ class Confusions:
     def __len__(self) -> int:
         return len(self.rules)
 
+    def with_gate(self, gate: float | None) -> Confusions:
+        """The same rules behind another gate (this one unchanged)."""
+        return Confusions(self.rules, gate)
+
     def trusted(self) -> list[Rule]:
         """The rules, most trusted first (ties: more often seen)."""
         return sorted(self.rules, key=lambda r: (-r.weight, -r.count, r.source, r.target))

@@ -8,7 +8,7 @@ fills only when at least `max_batch_size` requests wait at once. With several wo
 they share (`shared_dir`): a retry finds the answer its first attempt got in whichever worker took it
 (cache.sqlite_cache, unless REDIS_URL is set), and `/metrics` shows every worker's series (api.metrics).
 
-The master never initializes CUDA: it would leave every forked worker unable to (`config.check_device` asks in a
+The master never initializes CUDA: it would leave every forked worker unable to (`machine.check_device` asks in a
 child process, and the preload touches no device).
 """
 
@@ -18,10 +18,8 @@ import errno
 import importlib
 import math
 import os
-import shutil
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,8 +29,10 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from config import Config, ConfigError, check_device, check_workers  # noqa: E402
+from config import Config, ConfigError  # noqa: E402
+from machine import check_device, check_workers  # noqa: E402
 from model.contract import check_weights  # noqa: E402
+from sidecar.shared_dir import make_shared_dir  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
 try:
@@ -44,17 +44,17 @@ try:
     if _config.workers > 1 and not _config.shared_dir:
         # Made here, at the config's first reading and after every check (a refused start leaves no folder), so that
         # every worker's Config.from_env reads the same folder.
-        _made_shared_dir = os.environ["SHARED_DIR"] = tempfile.mkdtemp(prefix="esun-shared-")
+        _made_shared_dir = os.environ["SHARED_DIR"] = make_shared_dir()
         _config = Config.from_env()
 except ConfigError as exc:
     # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
     # SystemExit through: one line naming the setting, JSON as every line of the server's, and a non-zero status.
-    from api.logs import json_line
+    from sidecar.log_writer import json_line
 
     print(json_line(time.time(), "ERROR", "config", f"config error: {exc}", {}), file=sys.stderr)
     sys.exit(2)
 if _workers_warning:
-    from api.logs import json_line
+    from sidecar.log_writer import json_line
 
     print(json_line(time.time(), "WARNING", "config", _workers_warning, {}), file=sys.stderr)
 
@@ -86,8 +86,9 @@ accesslog = None  # the app writes one JSON line per request itself
 # request was logged twice, at a measured cost (server.gunicorn_logger.GunicornLogger); this one writes it only when
 # asked.
 logger_class = "server.gunicorn_logger.GunicornLogger"
-# gunicorn's own lines as JSON too, on stderr beside the app's (api.logs), with the process id (master or worker).
-# The root logger gets no handler (gunicorn's default would print the app's lines a second time, as plain text).
+# gunicorn's own lines as JSON too, on stderr beside the app's (sidecar.log_writer), with the process id (master or
+# worker). The root logger gets no handler (gunicorn's default would print the app's lines a second time, as plain
+# text).
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -96,10 +97,13 @@ logconfig_dict = {
         "gunicorn.error": {"level": _config.log_level, "handlers": ["json"], "propagate": False},
         "gunicorn.access": {"level": "INFO", "handlers": ["json"], "propagate": False},
     },
-    # In the worker through its log writer, never waiting for stderr (api.logs.LogWriter); in the master at once.
-    "handlers": {"json": {"class": "api.logs.StderrHandler", "formatter": "json"}},
-    "formatters": {"json": {"()": "api.logs.JsonFormatter", "with_pid": True}},
+    # Through the process's log writer, never waiting for stderr (sidecar.log_writer.LogWriter).
+    "handlers": {"json": {"class": "sidecar.log_writer.StderrHandler", "formatter": "json"}},
+    "formatters": {"json": {"()": "sidecar.log_writer.JsonFormatter", "with_pid": True}},
 }
+# What the master's hooks here read of gunicorn 27.0.1 beyond its documented settings (tests/server/
+# test_gthread_internals.py reads this literal without running the file): on_starting's `server.app.app_uri`.
+GUNICORN_INTERNALS = {"Application attributes": ("app_uri",)}
 # No control socket (gunicornc is not used): by default gunicorn 27 opens one at ~/.gunicorn/gunicorn.ctl, which a
 # second instance on another port takes over, and deletes when it exits.
 control_socket_disable = True
@@ -115,12 +119,12 @@ def on_starting(server: Any) -> None:
     """
     stop_if_port_taken(server)
     from api import preload
-    from api.logs import LOG_WRITER
+    from sidecar import lifecycle
 
     # The master's own lines (a worker booted, killed, timed out) never wait for stderr either: a master stuck in a
-    # write() to a pipe nobody reads would never replace a dead worker. Its writer thread is not forked into the
+    # write() to a pipe nobody reads would never replace a dead worker. Its log writer's thread is not forked into the
     # workers (each starts its own, server.worker); stopped in on_exit.
-    LOG_WRITER.start()
+    lifecycle.start()
 
     module = server.app.app_uri.partition(":")[0]
     preload(with_model=module == "api", config=_config)
@@ -154,29 +158,20 @@ def stop_if_port_taken(server: Any) -> None:
 
 def worker_exit(server: object, worker: object) -> None:
     """Stop the batcher's worker thread, then land the cache's queued shared writes, then the queued log lines, when
-    the worker stops."""
-    from api.logs import LOG_WRITER
+    the worker stops (sidecar.lifecycle.stop)."""
     from server.worker import ReadingThreadWorker
+    from sidecar import lifecycle
 
     state = worker.state if isinstance(worker, ReadingThreadWorker) else None
-    try:
-        if state is not None:
-            if state.swapper is not None:
-                state.swapper.close()
-            state.engine.close()
-            state.cache.close()
-            state.metrics.close()
-    finally:
-        LOG_WRITER.stop()
+    closing = () if state is None else (
+        *((state.swapper.close,) if state.swapper is not None else ()),
+        state.engine.close, state.cache.close, state.metrics.close)
+    lifecycle.stop(*closing)
 
 
 def on_exit(server: object) -> None:
     """Remove the folder the master made for its workers (a folder named in SHARED_DIR is the user's: kept), then
-    write the master's queued log lines."""
-    from api.logs import LOG_WRITER
+    write the master's queued log lines (sidecar.lifecycle.stop)."""
+    from sidecar import lifecycle
 
-    try:
-        if _made_shared_dir:
-            shutil.rmtree(_made_shared_dir, ignore_errors=True)
-    finally:
-        LOG_WRITER.stop()
+    lifecycle.stop(shared_dir=_made_shared_dir)

@@ -1,12 +1,15 @@
 """gunicorn's logger class for `make run` (server/gunicorn_conf.py names it as `logger_class`).
 
-gunicorn documents `logger_class` as a setting; the method overridden here is not documented, so it is listed and
-pinned with the worker's gthread internals (`server.worker.GTHREAD_INTERNALS`, tests/server/test_gthread_internals.py).
+gunicorn documents `logger_class` as a setting; the method overridden here is not documented, so it is listed in
+`GUNICORN_INTERNALS` and pinned with the worker's gthread internals (tests/server/test_gthread_internals.py).
 """
 
 from __future__ import annotations
 
 from gunicorn.glogging import Logger as GunicornBaseLogger
+
+# What this module relies on in gunicorn 27.0.1, undocumented: the method it overrides.
+GUNICORN_INTERNALS = {"Logger methods": ("_compute_access_log_enabled",)}
 
 
 class GunicornLogger(GunicornBaseLogger):

@@ -11,9 +11,10 @@ server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three add
 - **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when its
   first bytes reached the event loop.
 - **An answer in one write.** gunicorn's `Response` writes a thread's answer in two `sendall` calls, its head and
-  then its body (`_OneWrite`). A replica killed between the two left nginx a head without its body, already passed to
-  nginx's client, too late to send the request to another replica (issue 40: one broken answer in six kills under
-  load). Held and sent together, an answer leaves whole or not at all, and one unsent is passed on by nginx.
+  then its body (`server.one_write`). A replica killed between the two left nginx a head without its body, already
+  passed to nginx's client, too late to send the request to another replica (issue 40: one broken answer in six
+  kills under load). Held and sent together, an answer leaves whole or not at all, and one unsent is passed on by
+  nginx.
 - **The door**: before handing a whole `POST /inference` to the pool, the event loop asks the app's answer policy
   (`api.answers.AnswerPolicy.at_door`), which answers it at once (TOP1, or an answer already computed) when the
   admission (`api.admission`) would keep it from the model. The pool's count (`Admission.enter_pool` / `leave_pool`)
@@ -21,7 +22,8 @@ server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three add
   written: a closed-loop client's next request must not find its own last one still counted).
 
 Every log line of the worker (the app's and gunicorn's) goes through the process's log writer
-(`api.logs.LOG_WRITER`), started here after the fork: none waits for stderr on the event loop or a request's thread.
+(`sidecar.log_writer.LOG_WRITER`), started here after the fork (`sidecar.lifecycle.start`): none waits for stderr on
+the event loop or a request's thread.
 
 Everything comes from the app's `api.state.AppState`; an app not built by `api.create_app` is served by plain gthread.
 gthread documents no extension point but `get_thread_pool()`, so this class overrides and reads the internals named in
@@ -32,7 +34,6 @@ its idle connections in `server.kept_alive.KeptAlive`. Not read here: TLS, HTTP/
 from __future__ import annotations
 
 import contextlib
-import resource
 import select
 import selectors
 import socket
@@ -50,19 +51,17 @@ from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import ThreadWorker
 
 from api.accept import ACCEPTED_AT_KEY
-from api.logs import LOG_WRITER
 from api.state import AppState, serving_state
 from server.framing import Refusal, RequestReader, Verdict
 from server.kept_alive import KeptAlive
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+from server.one_write import WsgiApp, in_one_write
+from server.open_files import fitted_connections
+from sidecar import lifecycle
 
 # One recv() from the event loop: a whole request of the service's size limit in one or two calls.
 RECV_BYTES = 64 * 1024
-# File descriptors the worker needs besides its client connections: listeners, pipes, logs, the model's files.
-RESERVED_FILES = 256
 # What this module relies on in gunicorn 27.0.1's gthread, besides the documented worker interface: methods it
-# overrides or calls, and attributes it reads, by owner.
+# overrides or calls, and attributes it reads, by owner (tests/server/test_gthread_internals.py).
 GUNICORN_VERSION = "27.0.1"
 GTHREAD_INTERNALS = {
     "ThreadWorker methods": ("enqueue_req", "murder_pending", "handle", "handle_request", "set_accept_enabled",
@@ -72,15 +71,12 @@ GTHREAD_INTERNALS = {
     "TConn attributes": ("sock", "client", "parser", "data_ready", "is_http2", "set_timeout", "close"),
     "Unreader methods": ("take_buffered", "unread"),
     "Request attributes": ("_expected_100_continue",),
-    # read by server.worker._reads_requests / _start_reading, server.gunicorn_conf.on_starting and
-    # server.gunicorn_logger
+    # read by _reads_requests / _start_reading
     "gunicorn functions": ("http2.negotiation.prior_knowledge_allowed", "http2.negotiation.upgrade_allowed",
                            "http.get_parser"),
-    "Application attributes": ("app_uri",),
-    # server.worker._OneWrite: the response a thread writes, reached as start_response's instance
-    "Response attributes": ("sock", "start_response"),
-    "Logger methods": ("_compute_access_log_enabled",),
 }
+# The other files of the seam list their own: server.one_write.GUNICORN_INTERNALS (the response a thread writes),
+# server.gunicorn_logger.GUNICORN_INTERNALS, server/gunicorn_conf.py's GUNICORN_INTERNALS (the master's hooks).
 
 
 class _Handling(threading.local):
@@ -112,9 +108,9 @@ class ReadingThreadWorker(ThreadWorker):
         self._reads_plain = self._h2c = False  # until the app is loaded (load_wsgi)
         self.keepalived_conns = KeptAlive()  # gthread's deque, with O(1) removal (server.kept_alive)
         self._fit_open_file_limit()
-        # Here, after the fork: no log line of the worker waits for stderr (api.logs.LogWriter; stopped at the
-        # worker's exit, server/gunicorn_conf.py worker_exit).
-        LOG_WRITER.start()
+        # Here, after the fork: no log line of the worker waits for stderr (sidecar.log_writer.LogWriter; stopped at
+        # the worker's exit, server/gunicorn_conf.py worker_exit).
+        lifecycle.start()
         super().init_process()  # loads the app (load_wsgi), then runs the event loop until the worker stops
 
     def load_wsgi(self) -> None:
@@ -129,20 +125,9 @@ class ReadingThreadWorker(ThreadWorker):
             self.wsgi.wsgi_app = self._with_stamp(self.wsgi.wsgi_app)
 
     def _fit_open_file_limit(self) -> None:
-        """Raise the soft open-file limit to the hard one if `worker_connections` needs more; else fit to it (past
-        the limit accept() fails with EMFILE, which gthread treats as fatal; many shells start at 1,024)."""
-        needed = self.worker_connections + self.cfg.threads + RESERVED_FILES
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < needed:
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-                soft = hard
-            except (ValueError, OSError) as exc:
-                self.log.warning("cannot raise the open-file limit from %s to %s: %s", soft, hard, exc)
-        if soft != resource.RLIM_INFINITY and soft < needed:
-            fitted = max(soft - self.cfg.threads - RESERVED_FILES, self.cfg.threads + 1)
-            self.log.warning("open-file limit %s: worker_connections lowered from %s to %s",
-                             soft, self.worker_connections, fitted)
+        """Raise the open-file limit, or lower `worker_connections` to fit it (server.open_files)."""
+        fitted = fitted_connections(self.worker_connections, self.cfg.threads, self.log)
+        if fitted is not None:
             self.worker_connections = fitted
             self.max_keepalived = fitted - self.cfg.threads
 
@@ -411,70 +396,3 @@ class ReadingThreadWorker(ThreadWorker):
         super().set_accept_enabled(False)
         for listener in self.sockets:
             listener.close()
-
-
-class _OneWrite:
-    """The socket of one gunicorn `Response` (gunicorn 27.0.1: `send_headers`, then `_emit_body`, each one `sendall`
-    on `Response.sock`): holds the first write, the head, and sends it with the second, the body's first bytes, in
-    one call; a response that ends without a body sends its head at `flush`. Everything else goes to the socket."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._head: bytes | None = None
-        self._held = True
-
-    def sendall(self, data: bytes) -> None:
-        if not self._held:
-            self._sock.sendall(data)
-        elif self._head is None:
-            self._head = bytes(data)
-        else:
-            self._held = False
-            self._sock.sendall(self._head + data)
-
-    def flush(self) -> None:
-        """Send a head still held (a response without a body) and stop holding."""
-        if self._held and self._head is not None:
-            self._sock.sendall(self._head)
-        self._held = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class _Flushed:
-    """A WSGI body that sends its response's held head when gunicorn closes it (after the response's own close)."""
-
-    def __init__(self, body: Iterable[bytes], sock: _OneWrite) -> None:
-        self._body = body
-        self._sock = sock
-
-    def __iter__(self) -> Any:
-        return iter(self._body)
-
-    def close(self) -> None:
-        try:
-            self._sock.flush()
-        finally:
-            close = getattr(self._body, "close", None)
-            if close is not None:
-                close()
-
-
-def in_one_write(app: WsgiApp) -> WsgiApp:
-    """Wrap `app` so that gunicorn writes each of its answers, head and body, in one `sendall` (`_OneWrite`)."""
-
-    def app_in_one_write(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        response = getattr(start_response, "__self__", None)  # gunicorn passes its Response's bound method
-        sock = getattr(response, "sock", None)
-        if sock is None:
-            return app(environ, start_response)
-        held = response.sock = _OneWrite(sock)
-        try:
-            body = app(environ, start_response)
-        except BaseException:
-            held.flush()
-            raise
-        return _Flushed(body, held)
-
-    return app_in_one_write

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from gunicorn.config import Config as GunicornConfig
 from gunicorn.http import get_parser
 
-from api.logs import LOG_WRITER
 from api.state import EXTENSION_KEY
 from server.framing import RequestReader
+from sidecar.log_writer import LOG_WRITER
 from testing.samples import real_bodies
 from tests.fakes import create_fake_app
 

@@ -57,6 +57,16 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from learn.data.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
+from learn.data.labelled import Labelled, read_labelled_lenient, write_labelled
+from learn.data.real_profile import HARD, RealConfig
+from learn.data.standin_easy import (
+    FILLER_CONVENTIONS,
+    VARIANT_CONVENTIONS,
+    Transcribers,
+    domain_homophones,
+    make_lists,
+)
+from learn.data.standin_real import FINANCE_WORDS, build_real
 from learn.error_stats import (
     LENGTH_CHANGES,
     REAL,
@@ -69,16 +79,6 @@ from learn.error_stats import (
     against,
     error_stats,
 )
-from learn.data.labelled import Labelled, read_labelled_lenient, write_labelled
-from learn.data.real_recogniser import HARD, RealConfig
-from learn.data.standin_easy import (
-    FILLER_CONVENTIONS,
-    VARIANT_CONVENTIONS,
-    Transcribers,
-    domain_homophones,
-    make_lists,
-)
-from learn.data.standin_real import FINANCE_WORDS, build_real
 from preprocess.text import NBest
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from learn.data.decode_sim import REVIEW_HOLDOUT
 from learn.data.labelled import Labelled
+from learn.data.real_profile import RealConfig
+from learn.data.real_recogniser import RealRecogniser
 from preprocess.phones import text_phones
-from learn.data.real_recogniser import RealConfig, RealRecogniser
 from preprocess.text import NBest
 
 FINANCE_WORDS = ("銀行", "金融", "經濟", "貸款", "信用", "卡", "帳", "存款", "利率", "利息", "股",

@@ -2,8 +2,8 @@
 
 A profiler on every thread records the project files whose functions run while one question is answered by the
 model. Flask's test client runs everything but the gunicorn seam: with a fake corrector (fast) it measures the
-`api/`, `batching/` and `cache/` rows, with the shipped model (`real_model`) every row but the seam's. The seam's
-rows (`server/`) are measured in a live gunicorn as `make run` starts it, its worker traced the same way.
+`api/`, `sidecar/`, `batching/` and `cache/` rows, with the shipped model (`real_model`) every row but the seam's. The
+seam's rows (`server/`) are measured in a live gunicorn as `make run` starts it, its worker traced the same way.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_the_page_counts_the_files_its_table_lists():
     assert int(count) == len(documented_files())
 
 
-def test_the_api_batching_and_cache_rows_are_the_files_a_model_answer_runs(make_app, make_body, request_paths):
+def test_the_api_sidecar_batching_and_cache_rows_are_the_files_a_model_answer_runs(make_app, make_body, request_paths):
     served = _answered_files(make_app, make_body, request_paths)  # a fake corrector: the model's rows are not run
     assert {f for f in served if not f.startswith(MODEL)} == {f for f in documented_files()
                                                                  if not f.startswith(SEAM + MODEL)}

@@ -71,7 +71,7 @@ def test_gunicorn_conf_runs_a_worker_per_core_sharing_a_folder_the_master_remove
     monkeypatch.setenv("SHARED_DIR", "")
     monkeypatch.delenv("WEB_WORKERS", raising=False)
     monkeypatch.setattr("config.usable_cores", lambda: 16)
-    monkeypatch.setattr("config.available_memory", lambda: 64 << 30)
+    monkeypatch.setattr("machine.available_memory", lambda: 64 << 30)
     settings = runpy.run_path(str(REPO_ROOT / "server" / "gunicorn_conf.py"))
     assert settings["workers"] == 16
     shared = Path(os.environ["SHARED_DIR"])

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from api.logs import JsonFormatter
 from config import Config
+from sidecar.log_writer import JsonFormatter
 from tests.fakes import FaultCorrector
 from tests.faults.judge import JudgeClient
 

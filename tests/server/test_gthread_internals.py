@@ -1,8 +1,10 @@
-"""The gthread internals server.worker relies on are where it read them (gunicorn 27.0.1): this fails when a gunicorn
+"""The gunicorn internals the seam relies on are where it read them (gunicorn 27.0.1): server.worker's gthread ones
+and those each other file of server/ lists (one_write, gunicorn_logger, gunicorn_conf). This fails when a gunicorn
 upgrade moves one, before a live test meets it as a hang or a traceback."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import socket
 
@@ -12,6 +14,7 @@ from gunicorn.http.message import Request
 from gunicorn.http.unreader import Unreader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from config import REPO_ROOT
 from server.worker import GTHREAD_INTERNALS, GUNICORN_VERSION, ReadingThreadWorker
 
 
@@ -83,7 +86,38 @@ def test_the_application_and_logger_internals_exist():
     from gunicorn.app.wsgiapp import WSGIApplication
     from gunicorn.glogging import Logger
 
-    for name in GTHREAD_INTERNALS["Application attributes"]:
+    from server.gunicorn_logger import GUNICORN_INTERNALS as LOGGER_INTERNALS
+
+    for name in _conf_internals()["Application attributes"]:
         assert f"self.{name} =" in inspect.getsource(WSGIApplication), name
-    for name in GTHREAD_INTERNALS["Logger methods"]:
+    for name in LOGGER_INTERNALS["Logger methods"]:
         assert callable(getattr(Logger, name, None)), name
+
+
+def test_the_response_internals_the_one_write_wrapper_relies_on_exist():
+    from gunicorn.http.wsgi import Response
+
+    from server.one_write import GUNICORN_INTERNALS as ONE_WRITE_INTERNALS
+
+    for name in ONE_WRITE_INTERNALS["Response methods"]:
+        assert callable(getattr(Response, name, None)), name
+    source = inspect.getsource(Response)
+    assert "self.sock = " in source and callable(Response.start_response)
+    for name in ONE_WRITE_INTERNALS["Response attributes"]:
+        assert f"self.{name} =" in source or callable(getattr(Response, name, None)), name
+
+
+def test_every_file_of_the_seam_that_reaches_into_gunicorn_lists_what_it_relies_on():
+    lists = {"worker.py": "GTHREAD_INTERNALS", "one_write.py": "GUNICORN_INTERNALS",
+             "gunicorn_logger.py": "GUNICORN_INTERNALS", "gunicorn_conf.py": "GUNICORN_INTERNALS"}
+    for name, listed in lists.items():
+        assert f"\n{listed} = {{" in (REPO_ROOT / "server" / name).read_text(encoding="utf-8"), name
+
+
+def _conf_internals() -> dict[str, tuple[str, ...]]:
+    """server/gunicorn_conf.py's GUNICORN_INTERNALS, read without running the file (it reads the config and checks
+    the device at import)."""
+    tree = ast.parse((REPO_ROOT / "server" / "gunicorn_conf.py").read_text(encoding="utf-8"))
+    [value] = [node.value for node in tree.body if isinstance(node, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "GUNICORN_INTERNALS" for t in node.targets)]
+    return ast.literal_eval(value)

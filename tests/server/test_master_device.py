@@ -3,7 +3,7 @@
 The master's start-up (server/gunicorn_conf.py read as gunicorn reads it, then its `on_starting` hook: the config,
 the device check, the preload) runs in a child Python where `torch.cuda` is a stand-in that records every call and
 says a GPU is there; the child prints what was called. The device check's own question runs in a grandchild
-(config.check_device), which the stand-in answers for.
+(machine.check_device), which the stand-in answers for.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from config import REPO_ROOT, Config, ConfigError, check_device
+from config import REPO_ROOT, Config, ConfigError
+from machine import check_device
 
 MASTER_START = r"""
 import json, runpy, subprocess, sys, types

@@ -1,4 +1,4 @@
-"""server.worker.in_one_write: gunicorn's Response writes an answer's head and body in one sendall.
+"""server.one_write.in_one_write: gunicorn's Response writes an answer's head and body in one sendall.
 
 Regression (issue 40): gunicorn 27.0.1 writes the head and the body in two calls; a replica killed between them left
 nginx a head without its body, already passed to its client (`IncompleteRead(0 bytes read, 201 more expected)`, one
@@ -17,7 +17,7 @@ from gunicorn import http
 from gunicorn.config import Config as GunicornConfig
 from gunicorn.http import wsgi
 
-from server.worker import in_one_write
+from server.one_write import in_one_write
 
 CLIENT = ("127.0.0.1", 50000)
 SERVER = ("127.0.0.1", 8080)

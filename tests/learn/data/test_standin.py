@@ -27,7 +27,8 @@ from learn.error_stats import (
 )
 from learn.data.labelled import Labelled, read_labelled, write_labelled
 from preprocess.phones import text_phones
-from learn.data.real_recogniser import HARD, render
+from learn.data.real_profile import HARD
+from learn.data.real_profile import render
 from learn.data.standin import top1_only
 from learn.data.standin_real import build_real
 from preprocess.text import NBest

@@ -1,4 +1,4 @@
-"""Tests of batching.heap: the batch workers give the C heap's free memory back at most once per interval."""
+"""Tests of sidecar.heap: the batch workers give the C heap's free memory back at most once per interval."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from batching import Batcher, heap
-from batching.heap import HeapTrimmer
+from batching import Batcher
+from sidecar import heap
+from sidecar.heap import HeapTrimmer
 
 
 class Clock:

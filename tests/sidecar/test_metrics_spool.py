@@ -1,4 +1,4 @@
-"""api.metrics.MetricsSpool: with several worker processes, /metrics serves every live worker's series."""
+"""sidecar.metrics_spool.MetricsSpool: with several worker processes, /metrics serves every live worker's series."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter
 
-from api.metrics import SPOOL_STALE_S, Metrics, MetricsSpool
+from api.metrics import Metrics
+from sidecar.metrics_spool import SPOOL_STALE_S, MetricsSpool
 
 
 def test_a_scrape_serves_every_live_workers_series_labelled_with_its_worker(tmp_path):

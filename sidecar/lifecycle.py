@@ -1,0 +1,33 @@
+"""One start and one stop per process for what it runs beside the request path (sidecar).
+
+gunicorn's master starts in `on_starting` and stops in `on_exit`; each worker starts after its fork
+(`server.worker.ReadingThreadWorker.init_process`) and stops in `worker_exit` (server/gunicorn_conf.py);
+`python -m api` starts before serving and stops when it ends. The metrics spool is started by the app that owns it
+(api.create_app, in the process that serves) and stopped here, among the closers a worker hands `stop`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sidecar.log_writer import LOG_WRITER
+from sidecar.shared_dir import remove_shared_dir
+
+
+def start() -> None:
+    """Start the process's log writer thread: from now on no log line of the process waits for stderr (once per
+    process; a process forked from a started one starts its own with its first line)."""
+    LOG_WRITER.start()
+
+
+def stop(*closing: Callable[[], None], shared_dir: str = "") -> None:
+    """Call each of `closing` in turn (a worker's batcher, cache and metrics spool), then remove `shared_dir` (the
+    folder a master made for its workers), then write the queued log lines and stop the log writer: that last step
+    even when an earlier one raised, which then propagates."""
+    try:
+        for close in closing:
+            close()
+        if shared_dir:
+            remove_shared_dir(shared_dir)
+    finally:
+        LOG_WRITER.stop()
