@@ -171,16 +171,18 @@ def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right
 def stage_cer(lists: list[DevList], weights: RerankWeights) -> float:
     """The CER a stage's weights and margin give on described lists, counted as `pick_margin` counts."""
     w = weights.vector()
-    errors = 0
-    for d in lists:
-        s = d.feats @ w
-        chosen = int(d.errors[0])
-        if len(s) > 1:
-            b = 1 + int(np.argmax(s[1:]))
-            if s[b] - s[0] >= weights.margin:
-                chosen = int(d.errors[b])
-        errors += chosen
+    errors = sum(_chosen_errors(d, w, weights.margin) for d in lists)
     return errors / max(1, sum(d.truth_len for d in lists))
+
+
+def _chosen_errors(d: DevList, w: np.ndarray, margin: float) -> int:
+    """The errors of what a stage answers for one list: its best other sentence past the margin, else TOP1."""
+    s = d.feats @ w
+    if len(s) > 1:
+        b = 1 + int(np.argmax(s[1:]))
+        if s[b] - s[0] >= margin:
+            return int(d.errors[b])
+    return int(d.errors[0])
 
 
 def breaks_bounds(lists: list[DevList], weights: RerankWeights, max_worse: float, max_right_changed: float,
@@ -191,12 +193,7 @@ def breaks_bounds(lists: list[DevList], weights: RerankWeights, max_worse: float
     ids = groups if groups is not None else [0] * len(lists)
     counts: dict[int, list[int]] = {}  # group: [lists, worse, right TOP1s, right TOP1s changed]
     for d, g in zip(lists, ids, strict=True):
-        s = d.feats @ w
-        chosen = int(d.errors[0])
-        if len(s) > 1:
-            b = 1 + int(np.argmax(s[1:]))
-            if s[b] - s[0] >= weights.margin:
-                chosen = int(d.errors[b])
+        chosen = _chosen_errors(d, w, weights.margin)
         c = counts.setdefault(g, [0, 0, 0, 0])
         c[0] += 1
         c[1] += chosen > d.errors[0]
