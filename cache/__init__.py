@@ -32,12 +32,12 @@ operators already search for.
 from cache.breaker import CircuitBreaker
 from cache.layered import LayeredResultCache, build_cache
 from cache.memory import MemoryResultCache
-from cache.protocols import CacheObserver, ResultCache
+from cache.protocols import CacheObserver, ResultCache, SharedStore
 from cache.redis_cache import RedisResultCache
 from cache.sqlite_cache import SqliteResultCache
 from cache.write_behind import WriteBehind
 
 __all__ = [
     "CacheObserver", "CircuitBreaker", "LayeredResultCache", "MemoryResultCache", "RedisResultCache",
-    "ResultCache", "SqliteResultCache", "WriteBehind", "build_cache",
+    "ResultCache", "SharedStore", "SqliteResultCache", "WriteBehind", "build_cache",
 ]

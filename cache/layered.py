@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cache.breaker import BREAKER_COOLDOWN_S, BREAKER_FAILURES
 from cache.memory import MemoryResultCache
-from cache.protocols import CacheObserver, ResultCache
+from cache.protocols import CacheObserver, SharedStore
 from cache.redis_cache import REDIS_KEY_PREFIX, REDIS_TIMEOUT_S, RedisResultCache
 from cache.sqlite_cache import SQLITE_FILE, SqliteResultCache
 from cache.write_behind import WRITE_DRAIN_S, WRITE_QUEUE_SIZE, WriteBehind
@@ -31,12 +31,12 @@ class LayeredResultCache:
     twice (from the request's thread and from the callback), and a slow Redis should take it once.
     """
 
-    def __init__(self, local: MemoryResultCache, shared: ResultCache | None = None,
+    def __init__(self, local: MemoryResultCache, shared: SharedStore | None = None,
                  observer: CacheObserver | None = None, max_pending_writes: int = WRITE_QUEUE_SIZE) -> None:
         self.local = local
         self.shared = shared
         self._observer = observer
-        self.writer = WriteBehind(shared.put, max_pending_writes) if shared is not None else None
+        self.writer = WriteBehind(shared.put_many, max_pending_writes) if shared is not None else None
 
     def get_local(self, esun_uuid: str) -> str | None:
         """Return the answer from the local cache alone (no network call), else None."""
@@ -84,7 +84,7 @@ def build_cache(config: Config, observer: CacheObserver | None = None) -> Layere
     """Build the result cache the config asks for: in-process, plus Redis when `redis_url` is set, else a SQLite
     file in `shared_dir` when the server's worker processes share one (several gunicorn workers)."""
     local = MemoryResultCache(max_entries=config.cache_size, ttl_s=config.cache_ttl_s)
-    shared: ResultCache | None = None
+    shared: SharedStore | None = None
     if config.shared_dir and not config.redis_url:
         shared = SqliteResultCache(Path(config.shared_dir) / SQLITE_FILE, ttl_s=config.cache_ttl_s,
                                    max_entries=config.cache_size, observer=observer)

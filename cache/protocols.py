@@ -17,6 +17,14 @@ class ResultCache(Protocol):
         ...
 
 
+class SharedStore(ResultCache, Protocol):
+    """A level every worker or replica reads (SQLite, Redis): written from the write-behind thread, many at once."""
+
+    def put_many(self, items: list[tuple[str, str]]) -> None:
+        """Store each (esun_uuid, answer), replacing earlier ones, in as few round trips as the store allows."""
+        ...
+
+
 class CacheObserver(Protocol):
     """What the cache reports to metrics: each lookup's level and result, and the breaker's state."""
 

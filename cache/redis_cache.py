@@ -90,6 +90,21 @@ class RedisResultCache:
             return
         self._breaker.succeeded()
 
+    def put_many(self, items: list[tuple[str, str]]) -> None:
+        """Store each (esun_uuid, answer) as `put` does, in one pipelined round trip (no transaction: each SET stands
+        alone)."""
+        if not items or not self._breaker.allow():
+            return
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for esun_uuid, answer in items:
+                pipe.set(self._prefix + esun_uuid, _encode(answer), px=self._ttl_ms)
+            pipe.execute()
+        except (redis.RedisError, OSError) as exc:
+            self._failed("put", exc)
+            return
+        self._breaker.succeeded()
+
     def _failed(self, operation: str, exc: BaseException) -> None:
         if operation == "get":
             self._count("error")

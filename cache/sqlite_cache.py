@@ -6,7 +6,8 @@ standard library) and lives in the folder the master made for its workers (`Conf
 
 SQLite in write-ahead-log mode: readers never wait for a writer, and one writer at a time holds the file's lock for
 the few microseconds of an insert (nothing is synced to disk: a power cut may lose answers, which a cache may).
-Writes come from the layered cache's write-behind thread (cache.write_behind), never from the thread that answers.
+Writes come from the layered cache's write-behind thread (cache.write_behind), never from the thread that answers,
+as many as are queued in one transaction (`put_many`).
 """
 
 from __future__ import annotations
@@ -65,13 +66,20 @@ class SqliteResultCache:
 
     def put(self, esun_uuid: str, answer: str) -> None:
         """Store the answer for `ttl_s`, replacing any earlier one; every so often forget expired and excess ones."""
+        self.put_many([(esun_uuid, answer)])
+
+    def put_many(self, items: list[tuple[str, str]]) -> None:
+        """Store each (esun_uuid, answer) as `put` does, in one transaction: one commit for a batch's answers."""
+        if not items:
+            return
+        expires = self._clock() + self._ttl_s
         try:
             db = self._connect()
             with db:
-                db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
-                           (esun_uuid, answer, self._clock() + self._ttl_s))
-            self._writes += 1
-            if self._writes % PRUNE_EVERY_WRITES == 0:
+                db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
+                               [(esun_uuid, answer, expires) for esun_uuid, answer in items])
+            before, self._writes = self._writes, self._writes + len(items)
+            if self._writes // PRUNE_EVERY_WRITES != before // PRUNE_EVERY_WRITES:
                 self._prune(db)
         except sqlite3.Error as exc:
             self._failed("put", exc)

@@ -217,7 +217,7 @@ class FaultCorrector:
 
 
 class FakeRedis:
-    """The two calls RedisResultCache makes; `error` is raised by both while set."""
+    """The calls RedisResultCache makes (get, set, and sets through a pipeline); `error` is raised by each while set."""
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
@@ -237,6 +237,26 @@ class FakeRedis:
             raise self.error
         self.data[key] = value.encode()
         self.ttl_ms[key] = px
+
+    def pipeline(self, transaction: bool = True) -> FakePipeline:
+        return FakePipeline(self)
+
+
+class FakePipeline:
+    """redis-py's pipeline as RedisResultCache.put_many uses it: SETs queued, then run through the fake's own `set`
+    (so a subclass's delay, gate or error applies to each) when executed."""
+
+    def __init__(self, client: FakeRedis) -> None:
+        self._client = client
+        self._sets: list[tuple[str, str, int]] = []
+
+    def set(self, key: str, value: str, px: int) -> None:
+        self._sets.append((key, value, px))
+
+    def execute(self) -> list[bool]:
+        for key, value, px in self._sets:
+            self._client.set(key, value, px)
+        return [True] * len(self._sets)
 
 
 class FakeCacheObserver:

@@ -87,3 +87,18 @@ def test_build_cache_has_no_shared_level_for_one_worker_and_prefers_redis_when_s
     assert build_cache(Config()).shared is None
     cache = build_cache(Config(shared_dir=str(tmp_path), redis_url="redis://127.0.0.1:1/0"))
     assert type(cache.shared).__name__ == "RedisResultCache"
+
+
+def test_a_batch_of_answers_lands_in_one_transaction_and_counts_towards_pruning(tmp_path, monkeypatch):
+    monkeypatch.setattr("cache.sqlite_cache.PRUNE_EVERY_WRITES", 10)
+    store = SqliteResultCache(tmp_path / SQLITE_FILE, ttl_s=60, max_entries=5)
+    commits: list[str] = []
+    store._connect().set_trace_callback(lambda sql: commits.append(sql) if sql.startswith("COMMIT") else None)
+    store.put_many([(f"q{i}", str(i)) for i in range(8)])
+    assert commits == ["COMMIT"]  # one commit for the eight
+    assert [store.get(f"q{i}") for i in range(8)] == [str(i) for i in range(8)]
+    store.put_many([(f"r{i}", str(i)) for i in range(4)])  # the 12th write crosses the 10th: pruned to 5
+    rows = sqlite3.connect(tmp_path / SQLITE_FILE).execute("SELECT count(*) FROM answers").fetchone()[0]
+    assert rows == 5
+    store.put_many([])  # nothing to write: no transaction
+    assert commits == ["COMMIT", "COMMIT", "COMMIT"]  # the two batches and the prune

@@ -145,7 +145,7 @@ def test_a_full_write_queue_drops_and_counts_writes_without_blocking(make_layere
 
 def test_settled_waits_for_its_own_keys_write_and_no_longer():
     redis = GatedRedis()
-    writer = WriteBehind(lambda key, value: redis.set(key, value, px=1000))
+    writer = WriteBehind(lambda items: [redis.set(key, value, px=1000) for key, value in items])
     try:
         assert writer.settled("never-queued", timeout=0)  # nothing to wait for
         writer.submit("a", "甲")
@@ -167,7 +167,7 @@ def test_settled_waits_for_its_own_keys_write_and_no_longer():
 
 def test_a_new_answer_for_a_queued_question_replaces_it_without_growing_the_queue():
     gate, written = threading.Event(), []
-    writer = WriteBehind(lambda key, value: (gate.wait(10), written.append((key, value))), max_pending=2)
+    writer = WriteBehind(lambda items: (gate.wait(10), written.extend(items)), max_pending=2)
     try:
         assert writer.submit("busy", "0")
         assert wait_for(lambda: writer.pending == 0)  # taken by the thread, held at the gate
@@ -213,9 +213,9 @@ def test_writer_thread_starts_with_the_first_write_and_close_writes_the_queue_th
     name = "test-writer-close"
     written: list[tuple[str, str]] = []
 
-    def slow_write(key: str, value: str) -> None:
+    def slow_write(items: list[tuple[str, str]]) -> None:
         time.sleep(0.01)
-        written.append((key, value))
+        written.extend(items)
 
     writer = WriteBehind(slow_write, name=name)
     assert writer_threads(name) == []
@@ -275,3 +275,54 @@ def test_a_batch_of_16_gets_model_answers_within_budget_while_redis_is_slow(make
         assert all(any(key.startswith("test:" + body["esun_uuid"]) for key in client.data) for body in bodies)
     finally:
         state.cache.close(timeout=2)
+
+
+def test_writes_queued_while_the_store_is_busy_reach_it_together_and_each_waiter_is_released():
+    gate, calls = threading.Event(), []
+    writer = WriteBehind(lambda items: (gate.wait(10), calls.append(list(items))), max_batch=40)
+    try:
+        writer.submit("first", "0")
+        assert wait_for(lambda: writer.pending == 0)  # taken by the thread, held at the gate
+        for i in range(100):
+            writer.submit(f"q{i}", str(i))
+        waiting = [writer.settled(f"q{i}", timeout=0) for i in (0, 99)]
+        gate.set()
+        assert writer.settled("q99", timeout=2) and writer.settled("q0", timeout=0)
+        assert waiting == [False, False]
+        assert [len(c) for c in calls] == [1, 40, 40, 20]  # the queue in batches of at most max_batch
+        assert [key for c in calls for key, _ in c] == ["first", *(f"q{i}" for i in range(100))]  # in order
+    finally:
+        gate.set()
+        writer.close(timeout=2)
+
+
+def test_a_batch_that_fails_releases_its_waiters_and_the_writer_goes_on(caplog):
+    written: list[tuple[str, str]] = []
+
+    def write_many(items: list[tuple[str, str]]) -> None:
+        if any(key == "bad" for key, _ in items):
+            raise RuntimeError("the store refused the batch")
+        written.extend(items)
+
+    writer = WriteBehind(write_many)
+    try:
+        writer.submit("bad", "x")
+        assert writer.settled("bad", timeout=2)  # failed and logged: nothing left to wait for
+        writer.submit("good", "y")
+        assert writer.flush(timeout=2) and written == [("good", "y")]
+        assert any("cache write failed" in r.getMessage() for r in caplog.records)
+    finally:
+        writer.close(timeout=2)
+
+
+def test_redis_takes_a_batch_of_answers_in_one_pipeline_and_a_failure_counts_once_toward_the_breaker():
+    client = FakeRedis()
+    cache = redis_cache(client)
+    cache.put_many([("q1", "一"), ("q2", "二")])
+    assert (stored(client, "q1"), stored(client, "q2")) == ("一", "二") and client.ttl_ms["test:q2"] == 60_000
+    client.error = redis.ConnectionError("reset by peer")
+    cache.put_many([("q3", "三"), ("q4", "四"), ("q5", "五")])
+    assert stored(client, "q3") is None and not cache.breaker.is_open  # one failure of three allowed, not three
+    cache.put_many([("q6", "六")])
+    cache.put_many([("q7", "七")])
+    assert cache.breaker.is_open
