@@ -19,7 +19,10 @@ CUDA is torch's either way. int8 is kept there too: it is faster than its fp32, 
 set its answer CERs are within 0.007 points of torch int8's (2.948 / 4.090 / 8.434 % against 2.954 / 4.095 /
 8.427 %), made worse 6 / 8 / 13 against 6 / 8 / 12, the extra list one that the network in fp32 (torch or ONNX
 Runtime: the same figures) makes worse too; int8 weights per channel or on 7 bits
-answered no better (docs/model.md, docs/bench/issue46/).
+answered no better (docs/model.md, docs/bench/issue46/). The candidate features' two small projections stay fp32
+(`model.network.FeatureProjection`, folded into the scores): 29 ms a forward pass of 64 lists instead of 34 on one
+thread, the answer CERs on those 3,000 lists a set 2.957 / 4.090 / 8.436 % against 2.952 / 4.097 / 8.422 %, the same
+6 / 8 / 13 made worse and 0 / 0 / 1 right TOP1 changed (docs/benchmarks.md, issue 46).
 """
 
 from __future__ import annotations
