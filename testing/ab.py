@@ -164,23 +164,23 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
     with serve(tree, args.app) as server:
         wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, warm)  # the first batches, the caches
         with server.cpu_clock() as clock:
-            shots, start, end, info = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
+            run = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
         # the paths of the window's requests only: the warm-up's last requests, abandoned in flight when its wrk
         # stopped, still hold pool places while the next run's first ones arrive
         by_uuid = paths_by_uuid(server.request_log())
-        paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in shots))
-    answered = [s for s in shots if s.status == 200]
-    return {"answers_per_s": round(len(answered) / (end - start), 1),
-            "p99_ms": latency_stats([s.latency_s for s in answered])["p99_ms"], "non_200": len(shots) - len(answered),
-            "paths": paths, **clock.figures(start, end, len(answered)),
-            "generator_cpu_pct": info.get("generator_cpu_pct")}
+        paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in run.shots))
+    answered = [s.latency_s for s in run.shots if s.status == 200]
+    return {"answers_per_s": round(len(answered) / (run.end - run.start), 1),
+            "p99_ms": latency_stats(answered)["p99_ms"], "non_200": len(run.shots) - len(answered), "paths": paths,
+            **clock.figures(run.start, run.end, len(answered)),
+            "generator_cpu_pct": run.generator.get("generator_cpu_pct")}
 
 
 def served_bodies(pool: int, fresh: bool) -> tuple[list[str], list[str]]:
     """The warm-up's and the window's body templates: the bench's first `pool` bodies for both, or (`fresh`) `pool`
     distinct lists for the window and FRESH_WARM_LISTS others for the warm-up."""
     from testing.bench import request_pool
-    from testing.loadgen import payload_templates
+    from testing.load import payload_templates
     from testing.samples import simulated_bodies
 
     if not fresh:
@@ -245,7 +245,7 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
 
 def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve each side in turn with new lists until its model answered --lists; print its memory after each chunk."""
-    from testing.loadgen import payload_templates
+    from testing.load import payload_templates
     from testing.samples import simulated_bodies
 
     pool = int(args.lists * POOL_SHARE)
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         lists_path = parent / "lists.jsonl"
         meta = build_lists(args.limit, lists_path) if args.mode not in ("served", "memory") else {"set": []}
         sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
-        from testing.bench import machine_info  # here, not at the top: the children import this file
+        from testing.report import machine_info  # here, not at the top: the children import this file
 
         command = " ".join(["python -m testing.ab", *(argv or sys.argv[1:])])
         result: dict = {"machine": machine_info(), "command": command,

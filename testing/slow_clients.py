@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
-import json
 import resource
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +19,9 @@ from testing import cli
 with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
-    from testing.aioload import Answer, Target, parse_answer
-    from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, TIMEOUT_PROBLEM, Shot, percentile
-    from testing.report import latency_stats
-    from testing.samples import check_answer, request_bodies, with_fresh_uuid
+    from testing.load import JUDGE_TIMEOUT_S, Shot, Target, payload_templates, percentile, run_closed
+    from testing.report import latency_stats, write_json
+    from testing.samples import request_bodies
     from testing.server import ServerProcess, start_server
 
 # The start of a POST's head; the server waits for the rest, which never comes.
@@ -74,42 +71,6 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
             writer.close()
 
 
-async def closed_loop(target: Target, bodies: Iterator[dict[str, Any]], end: float, timeout_s: float,
-                      shots: list[Shot]) -> None:
-    """One client until `end`: a question at a time on a kept-alive connection, each a `Shot` timed from the connect."""
-    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def exchange(request: bytes) -> Answer:
-        nonlocal streams
-        if streams is None:
-            streams = await asyncio.open_connection(target.host, target.port)
-        streams[1].write(request)
-        buffer = bytearray()
-        while (parsed := parse_answer(buffer)) is None:
-            if not (data := await streams[0].read(65536)):
-                raise asyncio.IncompleteReadError(bytes(buffer), None)
-            buffer += data
-        return parsed[0]
-
-    while time.monotonic() < end:
-        body = with_fresh_uuid(next(bodies))
-        started, sent_at = time.monotonic(), time.time()
-        status, keep_alive = 0, False
-        try:
-            answer = await asyncio.wait_for(exchange(target.request(json.dumps(body, ensure_ascii=False).encode())),
-                                            timeout=timeout_s)
-            status, keep_alive = answer.status, answer.keep_alive
-            problem = check_answer(answer.status, answer.body, body["esun_uuid"])
-        except TimeoutError:
-            problem = f"{TIMEOUT_PROBLEM}no answer within {timeout_s:g} s"
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            problem = f"{CONNECTION_PROBLEM}{type(exc).__name__}"
-        shots.append(Shot(sent_at, time.monotonic() - started, status, problem))
-        if streams is not None and (not keep_alive or time.monotonic() >= end):
-            streams[1].close()
-            streams = None
-
-
 async def sample_open(stats: SlowStats, end: float) -> None:
     while time.monotonic() < end:
         stats.samples.append(stats.open_now)
@@ -126,14 +87,12 @@ async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s
     while stats.open_now < slow and time.monotonic() < ramp_end:
         await asyncio.sleep(0.05)
     opened_in_ramp = stats.open_now
-    bodies = itertools.cycle(request_bodies(200))
-    shots: list[Shot] = []
+    templates = payload_templates(request_bodies(200))
     server_cpu_start = server_cpu() if server_cpu else 0.0
     machine_start = _machine_busy_s()
-    cpu_start, wall_start, clients_start = time.process_time(), time.monotonic(), time.time()
-    end = wall_start + seconds
-    sampler = asyncio.create_task(sample_open(stats, end))
-    await asyncio.gather(*(closed_loop(target, bodies, end, timeout_s, shots) for _ in range(clients)))
+    cpu_start, wall_start = time.process_time(), time.monotonic()
+    sampler = asyncio.create_task(sample_open(stats, wall_start + seconds))
+    run = await run_closed(target, clients, seconds, 0.0, templates, timeout_s)
     cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     machine_s = _machine_busy_s() - machine_start
@@ -141,7 +100,7 @@ async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s
     for holder in holders:
         holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
-    result = {"slow": _slow_summary(stats, slow, opened_in_ramp), "questions": _question_summary(shots, clients_start),
+    result = {"slow": _slow_summary(stats, slow, opened_in_ramp), "questions": _question_summary(run.shots, run.start),
               "tool_cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 2), "tool_cpu_share": round(cpu_s / wall_s, 3)}
     if server_cpu_s is not None:
         result["server_cpu_s"] = round(server_cpu_s, 2)
@@ -252,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     result["command"] = " ".join(["python -m testing.slow_clients", *(argv if argv is not None else sys.argv[1:])])
     print_report(result)
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.out, result)
     questions = result["questions"]
     return 0 if questions["sent"] and questions["within_1s"] == questions["sent"] else 1
 

@@ -1,4 +1,5 @@
-"""The benchmark's closed loop through Debian's `wrk` and testing/wrk.lua, read back as `Shot`s."""
+"""The closed loop through Debian's `wrk` and testing/wrk.lua, read back as the core's `LoadRun` (testing/load.py):
+wrk's C costs the machine half the CPU per request of the core's own closed loop (docs/bench/loadgen_cost.md)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from testing.loadgen import CLIENT_TIMEOUT_S, CONNECTION_PROBLEM, Shot, cpu_figures
+from testing import load
+from testing.load import CLIENT_TIMEOUT_S, CONNECTION_PROBLEM, LoadRun, Shot, cpu_figures
 from testing.samples import check_answer
 
 SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
@@ -41,11 +42,12 @@ def _run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int
 
 
 def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
-                timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[list[Shot], float, float, dict[str, Any]]:
-    """Run wrk (one thread, `clients` connections) for warmup_s + duration_s; return the shots, window and figures."""
+                timeout_s: float = CLIENT_TIMEOUT_S) -> LoadRun:
+    """Run wrk (one thread, `clients` connections) for warmup_s + duration_s; the core's own closed loop where wrk is
+    not installed (a lent GPU machine)."""
     wrk = wrk_path()
     if wrk is None:
-        raise RuntimeError("wrk is not installed: run `bash testing/install_tools.sh`")
+        return load.closed_loop(url, clients, duration_s, warmup_s, templates, timeout_s)
     with tempfile.TemporaryDirectory(prefix="esun-wrk-") as tmp:
         bodies = Path(tmp) / "bodies.jsonl"
         bodies.write_text("".join(t.replace("\n", " ") + "\n" for t in templates), encoding="utf-8")
@@ -70,8 +72,8 @@ def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, temp
     # Error answers carry no esun_uuid: their send time is unknown; they count at their answer's time.
     shots += [Shot(done, 0.0, status, check_answer(status, body, "")) for esun_uuid, _, done, status, body in answers
               if esun_uuid == "-"]
-    generator = {"generator": "wrk", **cpu_figures(cpu_s, wall_s), "wrk_errors": errors}
-    return [s for s in shots if start <= s.due < end], start, end, generator
+    return LoadRun([s for s in shots if start <= s.due < end], start, end,
+                   {"generator": "wrk", **cpu_figures(cpu_s, wall_s), "wrk_errors": errors})
 
 
 def _read(out: Path) -> tuple[list[tuple[str, float, float, int, str]], list[tuple[str, float]], dict[str, int]]:
