@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
 FRESH_WARM_LISTS = 2_500  # --fresh: the warm-up's own lists (3 s at 64 clients is under 2,000 answers here)
 WARM_LISTS, BATCHES, SINGLES = 640, 20, 200  # --mode time, per child: lists answered untimed, batches of 64 and of 1
-# --mode memory: lists built per list to be answered (a wrk run stops short of its chunk's end, see --rate-guess)
+# --mode memory: lists built per list to be answered (a run stops short of its chunk's end, see --rate-guess)
 POOL_SHARE = 1.5
 
 
@@ -158,14 +158,14 @@ def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dic
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
     """Serve `tree`, warm it for 3 s, then measure `--clients` closed-loop clients for `--served-s` seconds."""
-    from testing import wrkload
+    from testing import load
     from testing.report import latency_stats, paths_by_uuid
 
     with serve(tree, args.app) as server:
-        wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, warm)  # the first batches, the caches
+        load.run(load.closed_loop(server.url, args.clients, 3.0, 1.0, warm))  # the first batches, the caches
         with server.cpu_clock() as clock:
-            run = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
-        # the paths of the window's requests only: the warm-up's last requests, abandoned in flight when its wrk
+            run = load.run(load.closed_loop(server.url, args.clients, args.served_s, 1.0, templates))
+        # the paths of the window's requests only: the warm-up's last requests, abandoned in flight when its loop
         # stopped, still hold pool places while the next run's first ones arrive
         by_uuid = paths_by_uuid(server.request_log())
         paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in run.shots))
@@ -214,7 +214,7 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
     """Serve `tree` and read its worker's memory and full collections after set-up and after each chunk of lists."""
     import psutil
 
-    from testing import wrkload
+    from testing import load
 
     with serve(tree, args.app) as server:
         worker = psutil.Process(server.process.pid).children()[0]
@@ -229,10 +229,9 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
         started = time.monotonic()
         while answered < args.lists and sent < len(templates):
             chunk = templates[sent : sent + args.chunk]
-            # wrk takes the bodies in turn, and wraps round: a run short enough not to reach the chunk's end (unless
-            # the server is faster than --rate-guess; the lists answered are counted from the request log either way)
-            wrkload.closed_loop(server.url, args.clients, max(1.0, len(chunk) / args.rate_guess - wrkload.TAIL_S),
-                                0.0, chunk)
+            # the closed loop takes the bodies in turn, and wraps round: a run short enough not to reach the chunk's end
+            # (unless the server is faster than --rate-guess; the lists answered are counted from the request log)
+            load.run(load.closed_loop(server.url, args.clients, max(1.0, len(chunk) / args.rate_guess), 0.0, chunk))
             sent += len(chunk)
             paths = server.paths()
             answered = paths.get("model", 0)
@@ -281,8 +280,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
     ap.add_argument("--app", help="--mode served, memory: the WSGI app to serve, gunicorn's form (default: make run's)")
     ap.add_argument("--lists", type=int, default=100_000, help="--mode memory: distinct lists the model is to answer")
-    ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per wrk run, between readings")
-    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most (sizes wrk runs)")
+    ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per run, between readings")
+    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most (sizes the runs)")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)

@@ -20,8 +20,8 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
-    from testing import slow_clients, wrkload
-    from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, payload_templates
+    from testing import slow_clients
+    from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
     from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
     from testing.plots import draw_bench
     from testing.report import markdown, print_point, run_record, write_summary
@@ -145,7 +145,7 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
 def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
-    result = slow_clients.measure(Target.from_url(server.url), plan.f_slow, F_CLIENTS,
+    result = slow_clients.measure(server.url, plan.f_slow, F_CLIENTS,
                                   plan.durations["f"], timeout_s=5.0, server=server)
     slow_clients.print_report(result)
     return result
@@ -199,9 +199,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     plan = make_plan(args)
-    if set(plan.sections) - {"a"} and wrkload.wrk_path() is None:
-        print("bench: wrk is not installed (bash testing/install_tools.sh installs it)", file=sys.stderr)
-        return 2
     if not args.fake and (missing := missing_weights()):
         print(f"bench: model/weights/ lacks {', '.join(missing)}: train the model first (make train)", file=sys.stderr)
         return 2

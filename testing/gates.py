@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testing.load import JUDGE_TIMEOUT_S, Target, fresh_payload, open_loop, payload_templates
+from testing import load
+from testing.load import JUDGE_TIMEOUT_S, Target, fresh_payload, payload_templates
 from testing.report import count_paths, table, write_json
 from testing.samples import request_bodies
 from testing.server import FAKE_APP, start_server
@@ -38,7 +39,7 @@ async def slow_send(url: str, template: str) -> int:
     return status
 
 
-def run(name: str, settings: dict[str, str], load: float, seconds: float, templates: list[str],
+def run(name: str, settings: dict[str, str], factor: float, seconds: float, templates: list[str],
         log_dir: Path) -> dict[str, Any]:
     with start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=FAKE_APP) as server:
         if name == "slow senders":
@@ -49,8 +50,8 @@ def run(name: str, settings: dict[str, str], load: float, seconds: float, templa
             statuses = asyncio.run(senders())
             end, late, offered = time.time(), None, None
         else:
-            offered = load * 8 / float(settings["FAKE_DELAY_S"])
-            point = open_loop(server.url, offered, seconds, 2.0, templates)
+            offered = factor * 8 / float(settings["FAKE_DELAY_S"])
+            point = load.run(load.open_loop(server.url, offered, seconds, 2.0, templates))
             start, end, statuses = point.start, point.end, [shot.status for shot in point.shots]
             late = sum(shot.latency_s > JUDGE_TIMEOUT_S for shot in point.shots)
         paths = count_paths(server.request_log(), start, end)
@@ -65,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     templates = payload_templates(request_bodies(400))
-    results = [run(name, settings, load, args.seconds, templates, args.out)
-               for name, (settings, load) in [*SCENARIOS.items(), ("slow senders", (SLOW, 0.0))]]
+    results = [run(name, settings, factor, args.seconds, templates, args.out)
+               for name, (settings, factor) in [*SCENARIOS.items(), ("slow senders", (SLOW, 0.0))]]
     print("\n".join(table("scenario | offered/s | sent | non-200 | later than the judge's timeout | answers by path",
                           [[r["scenario"], r["offered_rps"], r["sent"], r["non_200"], r["late"] or 0, r["paths"]]
                            for r in results])))

@@ -1,13 +1,12 @@
 """The load-generator core every tool drives the service with: one `Shot` per request, payloads each under a fresh
 esun_uuid, the one HTTP answer parser and percentile, the open loop (Poisson arrivals, latency from each request's
-due time) and the closed loop (N clients, each asking again once answered). Both run on one asyncio (uvloop) event
-loop with keep-alive connections and no thread, task or stream per request, to leave the server the machine they
-share (docs/bench/loadgen_cost.md); `wrkload.py` runs the closed loop through wrk, cheaper still, into a `LoadRun` too.
-"""
+due time) and the closed loop (N clients, each asking again once answered), both on one asyncio (uvloop) event loop
+with keep-alive connections and no thread, task or stream per request: the server shares the machine."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -35,8 +34,7 @@ WATCHDOG_S = 0.05
 # The schedule sleeps at least this long between sends (what is due meanwhile leaves together, its lag recorded):
 # a shorter sleep is a spin on uvloop, whose timers count whole milliseconds.
 MIN_SLEEP_S = 0.001
-# An answer to /inference is a few hundred bytes; a header block over this is not one.
-MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADER_BYTES = 64 * 1024  # an answer to /inference is a few hundred bytes: a longer header block is not one
 
 try:
     import uvloop
@@ -96,16 +94,8 @@ def fresh_payload(template: str) -> tuple[str, bytes]:
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Return the q-th percentile (nearest rank: a latency some request really had) of values, None when empty."""
-    if not values:
-        return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-def cpu_figures(cpu_s: float, wall_s: float) -> dict[str, float]:
-    """A load generator's own CPU over a run, as a share of one core (it shares the machine with the server)."""
-    return {"generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
-            "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2)}
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))] if ordered else None
 
 
 @dataclass
@@ -171,13 +161,11 @@ def parse_answer(buffer: bytearray, closed: bool = False) -> tuple[Answer, int] 
 
 @dataclass(slots=True)
 class Request:
-    """One request in flight: when it was due (wall clock, and the loop's clock), when it left, its esun_uuid."""
+    """One request in flight: when it was due and when it left (the loop's clock), its esun_uuid and body's index."""
 
-    due_wall: float
     due: float
     sent: float
     esun_uuid: str
-    deadline: float
     question: int
 
 
@@ -230,8 +218,7 @@ class Connection(asyncio.Protocol):
                                                "cut mid-answer" if self.buffer else "closed before answering"))
 
     def end(self, problem: str | None = None, answer: Answer | None = None) -> None:
-        """Hand the request in flight back answered, or failed with `problem` (the connection then dropped: a late
-        answer may still be on its way)."""
+        """Hand the request in flight back answered, or failed with `problem` (and drop a connection that failed)."""
         request, self.request = self.request, None
         if answer is None:
             self.close()
@@ -258,9 +245,7 @@ class Generator:
         self.shots: list[Shot] = []
         self.idle: list[Connection] = []
         self.busy: set[Connection] = set()
-        self.opening = 0
-        self.opened = 0
-        self.reused = 0
+        self.opening = self.opened = self.reused = 0  # connections being opened, opened, and reused
         self.after_shot: Callable[[], None] | None = None  # a closed loop's next request, once one has ended
 
     def send(self, due: float, index: int) -> None:
@@ -268,7 +253,7 @@ class Generator:
         question = index % len(self.templates)
         esun_uuid, payload = fresh_payload(self.templates[question])
         now = self.loop.time()
-        request = Request(self.t0_wall + (due - self.t0), due, now, esun_uuid, due + self.timeout_s, question)
+        request = Request(due, now, esun_uuid, question)
         while self.idle:
             conn = self.idle.pop()  # the most recently used: the least likely to be closing
             if not conn.closed and now - conn.idle_since < IDLE_CLOSE_S:
@@ -284,7 +269,7 @@ class Generator:
         # The request's timeout covers opening its connection: a server whose listen queue is full leaves a
         # connect waiting on the kernel's SYN retries for tens of seconds.
         try:
-            async with asyncio.timeout_at(request.deadline):
+            async with asyncio.timeout_at(request.due + self.timeout_s):
                 _, conn = await self.loop.create_connection(lambda: Connection(self), self.target.host,
                                                             self.target.port)
         except (OSError, TimeoutError) as exc:
@@ -309,7 +294,7 @@ class Generator:
             if conn is not None and not conn.closed:
                 conn.idle_since = self.loop.time()
                 self.idle.append(conn)
-        self.shots.append(Shot(request.due_wall, self.loop.time() - request.due, status, problem,
+        self.shots.append(Shot(self.t0_wall + (request.due - self.t0), self.loop.time() - request.due, status, problem,
                                lag_s=max(0.0, request.sent - request.due), esun_uuid=request.esun_uuid,
                                question=request.question, answer=text))
         if self.after_shot is not None:  # soon, not now: an answered connection goes back to the idle ones first
@@ -323,7 +308,7 @@ class Generator:
             while True:
                 await asyncio.sleep(WATCHDOG_S)
                 now = self.loop.time()
-                for conn in [c for c in self.busy if c.request is not None and c.request.deadline <= now]:
+                for conn in [c for c in self.busy if c.request and c.request.due + self.timeout_s <= now]:
                     conn.end(f"{TIMEOUT_PROBLEM}no answer within {self.timeout_s:g} s")
 
         dog = self.loop.create_task(watchdog())
@@ -351,16 +336,15 @@ def poisson_offsets(rate_rps: float, total_s: float, seed: int) -> list[float]:
     return offsets
 
 
-async def run_open(target: Target, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
-                   timeout_s: float = CLIENT_TIMEOUT_S, seed: int = 0) -> LoadRun:
-    """Send Poisson arrivals at rate_rps for warmup_s + duration_s, each timed from when it was due, on the running
-    event loop; the window's shots, with the rate the schedule kept and the rate it put on the wire."""
-    gen = Generator(target, templates, timeout_s)
+async def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
+                    timeout_s: float = CLIENT_TIMEOUT_S, seed: int = 0) -> LoadRun:
+    """Send Poisson arrivals at rate_rps for warmup_s + duration_s, each timed from when it was due; the window's
+    shots, with the rate the schedule kept and the rate it put on the wire."""
+    gen = Generator(Target.from_url(url), templates, timeout_s)
     offsets = poisson_offsets(rate_rps, warmup_s + duration_s, seed)
-    dispatch_s = 0.0
+    figures: dict[str, float] = {}
 
     async def schedule() -> float:
-        nonlocal dispatch_s
         i = 0
         while i < len(offsets):
             now = gen.loop.time()
@@ -369,33 +353,29 @@ async def run_open(target: Target, rate_rps: float, duration_s: float, warmup_s:
                 i += 1
             if i < len(offsets):
                 await asyncio.sleep(max(MIN_SLEEP_S, gen.t0 + offsets[i] - gen.loop.time()))
-        dispatch_s = gen.loop.time() - gen.t0
+        figures["scheduled_rps"] = round(len(offsets) / max(gen.loop.time() - gen.t0, 1e-9), 2)
         return gen.t0 + warmup_s + duration_s
 
     run = await gen.run(schedule(), warmup_s, "testing.load open loop")
     sent = sum(1 for s in gen.shots if run.start <= s.due + s.lag_s < run.end)
-    run.generator |= {"scheduled_rps": round(len(offsets) / max(dispatch_s, 1e-9), 2),
-                      "sent_rps": round(sent / duration_s, 2)}
+    run.generator |= figures | {"sent_rps": round(sent / duration_s, 2)}
     return run
 
 
-async def run_closed(target: Target, clients: int, duration_s: float, warmup_s: float, templates: list[str],
-                     timeout_s: float = CLIENT_TIMEOUT_S, until: threading.Event | None = None,
-                     answers: bool = False) -> LoadRun:
-    """Keep `clients` requests in flight (each sent when one ends, over the templates in turn) for warmup_s +
-    duration_s, or until `until` is set, on the running event loop; `answers`: keep each valid answer's text."""
-    gen = Generator(target, templates, timeout_s, answers)
-    stop_at = gen.t0 + warmup_s + duration_s
-    sent = 0
+async def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
+                      timeout_s: float = CLIENT_TIMEOUT_S, until: threading.Event | None = None,
+                      answers: bool = False) -> LoadRun:
+    """Keep `clients` requests in flight (each sent when one ends, the templates in turn) for warmup_s + duration_s,
+    or until `until` is set; `answers`: keep each valid answer's text."""
+    gen = Generator(Target.from_url(url), templates, timeout_s, answers)
+    stop_at, sent = gen.t0 + warmup_s + duration_s, itertools.count()
 
     def sending(now: float) -> bool:
         return now < stop_at and not (until is not None and until.is_set())
 
     def next_request() -> None:
-        nonlocal sent
         if sending(now := gen.loop.time()):
-            gen.send(now, sent)
-            sent += 1
+            gen.send(now, next(sent))
 
     async def schedule() -> float:
         for _ in range(clients):
@@ -408,23 +388,13 @@ async def run_closed(target: Target, clients: int, duration_s: float, warmup_s: 
     return await gen.run(schedule(), warmup_s, "testing.load closed loop")
 
 
-def _run(driver: Coroutine[Any, Any, LoadRun]) -> LoadRun:
-    """Run a driver on a new event loop (uvloop where installed), adding the generator's own CPU to its figures."""
+def run(driver: Coroutine[Any, Any, LoadRun]) -> LoadRun:
+    """Run a driver (`open_loop`, `closed_loop`) on an event loop of its own (uvloop where installed); add the
+    generator's own CPU over it, as a share of one core (it shares the machine with the server)."""
     cpu0, wall0 = time.process_time(), time.perf_counter()
     with asyncio.Runner(loop_factory=_loop_factory) as runner:
-        run = runner.run(driver)
-    run.generator |= cpu_figures(time.process_time() - cpu0, time.perf_counter() - wall0)
-    return run
-
-
-def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: float, templates: list[str],
-              timeout_s: float = CLIENT_TIMEOUT_S, seed: int = 0) -> LoadRun:
-    """Send Poisson arrivals at rate_rps for warmup_s + duration_s (`run_open`), in a loop of its own."""
-    return _run(run_open(Target.from_url(url), rate_rps, duration_s, warmup_s, templates, timeout_s, seed))
-
-
-def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float, templates: list[str],
-                timeout_s: float = CLIENT_TIMEOUT_S, until: threading.Event | None = None,
-                answers: bool = False) -> LoadRun:
-    """Keep `clients` requests in flight for warmup_s + duration_s (`run_closed`), in a loop of its own."""
-    return _run(run_closed(Target.from_url(url), clients, duration_s, warmup_s, templates, timeout_s, until, answers))
+        done = runner.run(driver)
+    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    done.generator |= {"generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
+                       "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2)}
+    return done

@@ -1,5 +1,5 @@
-"""One measured point of load on a served service (closed loop by wrk, open loop by the core's), summarised with what
-the server says of it (its request log, its batcher's counters, its CPU); and the benchmark's servers."""
+"""One measured point of the core's load (testing/load.py: closed or open loop) on a served service, summarised with
+what the server says of it (its request log, its batcher's counters, its CPU); and the benchmark's servers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from api.metrics import BATCHER_COUNTERS
-from testing import load, wrkload
+from testing import load
 from testing.load import LoadRun
 from testing.report import count_paths, latency_stats, paths_by_uuid, server_latency, summarise, tag_paths
 from testing.server import ServerProcess, app_of, get_json, scrape, start_server
@@ -49,11 +49,11 @@ def batcher_stats(server: ServerProcess) -> dict[str, int]:
 
 
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one closed-loop point against a server with wrk (the core's closed loop where there is no wrk) and
-    summarise it, with its raw shots and the server's CPU over the window."""
+    """Run one closed-loop point against a server and summarise it, with its raw shots and the server's CPU over the
+    window."""
     before, offset = batcher_stats(server), server.log_offset()
     with server.cpu_clock() as clock:
-        run = wrkload.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates)
+        run = load.run(load.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates))
     return {"clients": clients, "duration_s": duration_s, **summary(server, run, 0.0, before, offset),
             **run.generator, **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots))}
 
@@ -74,8 +74,8 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
     """Run one open-loop point against a server with the core's open loop and summarise it, with its raw shots, and
     the connections the kernel's listen queue turned away meanwhile (a late answer the server never saw)."""
     before, offset, overflows = batcher_stats(server), server.log_offset(), listen_overflows()
-    run = load.open_loop(server.url, rate_rps, duration_s, min(1.0, duration_s / 5), templates,
-                         timeout_s=OPEN_LOOP_ANSWER_S)
+    run = load.run(load.open_loop(server.url, rate_rps, duration_s, min(1.0, duration_s / 5), templates,
+                                  timeout_s=OPEN_LOOP_ANSWER_S))
     overflows_after = listen_overflows()
     lags = latency_stats([s.lag_s for s in run.shots])
     if run.generator["sent_rps"] < 0.9 * rate_rps:

@@ -19,7 +19,7 @@ from testing import cli
 with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
-    from testing.load import JUDGE_TIMEOUT_S, Shot, Target, payload_templates, percentile, run_closed
+    from testing.load import JUDGE_TIMEOUT_S, Shot, Target, closed_loop, payload_templates, percentile
     from testing.report import latency_stats, write_json
     from testing.samples import request_bodies
     from testing.server import ServerProcess, start_server
@@ -77,10 +77,10 @@ async def sample_open(stats: SlowStats, end: float) -> None:
         await asyncio.sleep(SAMPLE_EVERY_S)
 
 
-async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
+async def run(url: str, slow: int, clients: int, seconds: float, timeout_s: float,
               server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """Hold the slow connections, then run the clients for `seconds`; CPU times are taken over those seconds."""
-    stats = SlowStats()
+    stats, target = SlowStats(), Target.from_url(url)
     ramp_end = time.monotonic() + RAMP_S
     slow_end = ramp_end + seconds + timeout_s + 1.0  # held until the last question is answered
     holders = [asyncio.create_task(hold_slow(target, slow_end, stats)) for _ in range(slow)]
@@ -92,7 +92,7 @@ async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s
     machine_start = _machine_busy_s()
     cpu_start, wall_start = time.process_time(), time.monotonic()
     sampler = asyncio.create_task(sample_open(stats, wall_start + seconds))
-    run = await run_closed(target, clients, seconds, 0.0, templates, timeout_s)
+    run = await closed_loop(url, clients, seconds, 0.0, templates, timeout_s)
     cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     machine_s = _machine_busy_s() - machine_start
@@ -139,13 +139,13 @@ def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
             "late_sent_at_s": [round(s.due - start, 2) for s in shots if not s.valid or s.latency_s > JUDGE_TIMEOUT_S]}
 
 
-def measure(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
+def measure(url: str, slow: int, clients: int, seconds: float, timeout_s: float,
             server: ServerProcess | None = None) -> dict[str, Any]:
-    """Run the slow connections and the clients; with the server serving target (started here), its CPU and paths."""
+    """Run the slow connections and the clients; with the server serving url (started here), its CPU and paths."""
     raise_open_file_limit(slow + clients + 64)
     log_start = len(server.request_log()) if server else 0
     probe = server.cpu_s if server else None
-    result = asyncio.run(run(target, slow, clients, seconds, timeout_s, probe))
+    result = asyncio.run(run(url, slow, clients, seconds, timeout_s, probe))
     if server is not None:
         result["server_paths"] = dict(server.paths(since=log_start))
     return result
@@ -203,11 +203,11 @@ def main(argv: list[str] | None = None) -> int:
             raise cli.ToolError(str(exc).splitlines()[0]) from None
     url = args.url or server.url
     try:
-        target = Target.from_url(url)
+        Target.from_url(url)
     except ValueError:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
     with server or contextlib.nullcontext():
-        result = measure(target, args.slow, args.clients, args.seconds, args.timeout_s, server)
+        result = measure(url, args.slow, args.clients, args.seconds, args.timeout_s, server)
     result["command"] = " ".join(["python -m testing.slow_clients", *(argv if argv is not None else sys.argv[1:])])
     print_report(result)
     if args.out:

@@ -1,7 +1,7 @@
 """The soak: the service for N minutes at a fixed share of its own 64-client rate, recorded minute by minute.
 
 A benchmark, not a test (issue 40). It serves the service as `make run` does (`testing.server.start_server`),
-measures its rate at 64 closed-loop clients (wrk, `testing.measure.measure_closed`: the model's answers/s, as the
+measures its rate at 64 closed-loop clients (`testing.measure.measure_closed`: the model's answers/s, as the
 benchmark's section c takes its capacity), then sends Poisson arrivals (`testing.load.open_loop`) at `--share` of that
 rate, one open-loop run per interval, of real-shaped lists (10 hypotheses, TOP1 of 15-20 characters, like
 testing/data/real_requests.jsonl) mixed with short ones (TOP1 of 4-8 characters), every request under a new
@@ -29,7 +29,7 @@ from testing import cli
 
 with cli.dev_requirements("testing.soak"):
     from preprocess.text import strip_spaces
-    from testing import load, wrkload
+    from testing import load
     from testing.load import JUDGE_TIMEOUT_S, payload_templates
     from testing.measure import OPEN_LOOP_ANSWER_S, batcher_stats, measure_closed, summary
     from testing.plots import draw_soak
@@ -116,8 +116,8 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
     before, batch_time_before, log_offset = batcher_stats(server), batch_time(server), server.log_offset()
     shift = index * len(templates) // 7 % len(templates)  # each interval starts elsewhere in the pool
     with server.cpu_clock() as clock:
-        run = load.open_loop(server.url, rate_rps, seconds, 0.0, templates[shift:] + templates[:shift],
-                             timeout_s=OPEN_LOOP_ANSWER_S, seed=index)
+        run = load.run(load.open_loop(server.url, rate_rps, seconds, 0.0, templates[shift:] + templates[:shift],
+                                      timeout_s=OPEN_LOOP_ANSWER_S, seed=index))
     point = summary(server, run, OPEN_LOOP_ANSWER_S, before, log_offset)
     processes = server.processes()
     cache = scrape(server.url, {"esun_cache_entries": "cache_entries"})
@@ -215,8 +215,6 @@ def main(argv: list[str] | None = None) -> int:
             or args.settle_minutes < 0:
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
                             "--settle-minutes >= 0")
-    if args.capacity is None and wrkload.wrk_path() is None:
-        raise cli.ToolError("wrk is not installed (bash testing/install_tools.sh installs it), or give --capacity")
     if not args.fake and (missing := missing_weights()):
         raise cli.ToolError(f"model/weights/ lacks {', '.join(missing)}: train the model first (make train)")
     settings = settings_of(args.server_setting)

@@ -118,8 +118,8 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
         wait_served(server.url, first, workers, SWAP_TIMEOUT_S)  # /readyz is one worker's: wait for all
         stop = threading.Event()
         with sampling(server.processes, 0.25) as readings, ThreadPoolExecutor(1) as pool:
-            loading = pool.submit(load.closed_loop, server.url, clients, math.inf, 0.0, payload_templates(bodies),
-                                  until=stop, answers=True)
+            loading = pool.submit(load.run, load.closed_loop(server.url, clients, math.inf, 0.0,
+                                                             payload_templates(bodies), until=stop, answers=True))
             time.sleep(phase_s)
             for n in range(swaps):
                 folder = second if n % 2 == 0 else first

@@ -1,5 +1,5 @@
 """testing/bench.py end to end on the fake corrector: the overload section (testing/load.py's open loop) runs
-and writes its tables and JSON; section f holds slow connections beside the clients (wrk)."""
+and writes its tables and JSON; section f holds slow connections beside the clients."""
 
 from __future__ import annotations
 
