@@ -245,6 +245,7 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
 def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve each side in turn with new lists until its model answered --lists; print its memory after each chunk."""
     from testing.load import payload_templates
+    from testing.report import table
     from testing.samples import simulated_bodies
 
     pool = int(args.lists * POOL_SHARE)
@@ -254,17 +255,16 @@ def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     for name, tree in sides.items():
         result[name] = memory_run(tree, templates, args)
         # the mean of the collections since the reading before: the longest so far is the loading's own, at set-up
-        print(f"\n{name}\n| lists answered by the model | worker RSS MiB | full GC collections | their seconds | "
-              "mean ms since the row before |\n|---:|---:|---:|---:|---:|")
-        before = None
+        rows, before = [], None
         for p in result[name]["points"]:
             gc = p["full_gc"]
-            mean = ""
-            if before is not None and gc["collections"] > before["collections"]:
-                mean = f"{1000 * (gc['seconds'] - before['seconds']) / (gc['collections'] - before['collections']):.0f}"
-            print(f"| {p['answered_by_model']:,} | {p['rss_mib']:,} | {gc['collections']:.0f} | {gc['seconds']:.2f} | "
-                  f"{mean} |")
+            more = before is not None and gc["collections"] - before["collections"]
+            mean = f"{1000 * (gc['seconds'] - before['seconds']) / more:.0f}" if more else ""
+            rows.append([f"{p['answered_by_model']:,}", p["rss_mib"], f"{gc['collections']:.0f}",
+                         f"{gc['seconds']:.2f}", mean])
             before = gc
+        print("", name, *table("lists answered by the model | worker RSS MiB | full GC collections | their seconds | "
+                               "mean ms since the row before", rows), sep="\n")
     return result
 
 
@@ -298,11 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         lists_path = parent / "lists.jsonl"
         meta = build_lists(args.limit, lists_path) if args.mode not in ("served", "memory") else {"set": []}
         sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
-        from testing.report import machine_info  # here, not at the top: the children import this file
+        from testing.report import run_record, write_json  # here, not at the top: the children import this file
 
-        command = " ".join(["python -m testing.ab", *(argv or sys.argv[1:])])
-        result: dict = {"machine": machine_info(), "command": command,
-                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "lists": len(meta["set"])}
+        result: dict = {**run_record("ab", sys.argv[1:] if argv is None else argv), "lists": len(meta["set"])}
         try:
             if args.mode in ("answers", "both"):
                 result["answers"] = compare_answers(sides, lists_path, meta)
@@ -318,8 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                                capture_output=True)
     print(f"\nmachine: {result['machine']['cpu_model']}, {result['machine']['logical_cpus']} CPUs")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+        write_json(args.json, result)
     return 0
 
 

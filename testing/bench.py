@@ -25,7 +25,7 @@ with cli.dev_requirements("testing.bench"):
     from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
     from testing.plots import draw_bench
     from testing.report import markdown, print_point, run_record, write_summary
-    from testing.samples import real_bodies, simulated_bodies
+    from testing.samples import pool_shape, real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, missing_weights
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -199,9 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     plan = make_plan(args)
-    if not args.fake and (missing := missing_weights()):
-        print(f"bench: model/weights/ lacks {', '.join(missing)}: train the model first (make train)", file=sys.stderr)
-        return 2
+    cli.require_weights(args.fake, missing_weights())
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"bench: the results go to {out} (--out DIR writes them elsewhere)", flush=True)
@@ -218,10 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
     pool = request_pool(POOL, plan.max_chars)
     templates = payload_templates(pool)
-    results["request_pool"] = {"bodies": len(pool), "real": len(real_bodies()),
-                               "mean_top1_chars": round(statistics.fmean(
-                                   len(strip_spaces(b["sentence_list"][0])) for b in pool), 1),
-                               "mean_hypotheses": round(statistics.fmean(len(b["sentence_list"]) for b in pool), 1)}
+    results["request_pool"] = {**pool_shape(pool), "real": len(real_bodies())}
     raw: dict[str, list[list[Any]]] = {}
     log_dir = out / "logs" if args.keep_logs else Path(tempfile.mkdtemp(prefix="esun-bench-"))
     servers = Servers(log_dir, plan.fake)

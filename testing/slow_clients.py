@@ -20,9 +20,9 @@ with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
     from testing.load import JUDGE_TIMEOUT_S, Shot, Target, closed_loop, payload_templates, percentile
-    from testing.report import latency_stats, write_json
+    from testing.report import latency_stats, run_record, write_json
     from testing.samples import request_bodies
-    from testing.server import ServerProcess, start_server
+    from testing.server import ServerProcess, sampling, start_server
 
 # The start of a POST's head; the server waits for the rest, which never comes.
 SLOW_HEAD = b"POST /inference HTTP/1.1\r\nHost: slow\r\nContent-"
@@ -40,7 +40,6 @@ class SlowStats:
     closed_by_server: int = 0
     answered_by_server: int = 0  # closed with some bytes first (an error answer) rather than silently
     held_s: list[float] = field(default_factory=list)
-    samples: list[int] = field(default_factory=list)
 
 
 async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
@@ -71,12 +70,6 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
             writer.close()
 
 
-async def sample_open(stats: SlowStats, end: float) -> None:
-    while time.monotonic() < end:
-        stats.samples.append(stats.open_now)
-        await asyncio.sleep(SAMPLE_EVERY_S)
-
-
 async def run(url: str, slow: int, clients: int, seconds: float, timeout_s: float,
               server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """Hold the slow connections, then run the clients for `seconds`; CPU times are taken over those seconds."""
@@ -91,16 +84,16 @@ async def run(url: str, slow: int, clients: int, seconds: float, timeout_s: floa
     server_cpu_start = server_cpu() if server_cpu else 0.0
     machine_start = _machine_busy_s()
     cpu_start, wall_start = time.process_time(), time.monotonic()
-    sampler = asyncio.create_task(sample_open(stats, wall_start + seconds))
-    run = await closed_loop(url, clients, seconds, 0.0, templates, timeout_s)
+    with sampling(lambda: stats.open_now, SAMPLE_EVERY_S) as held:
+        run = await closed_loop(url, clients, seconds, 0.0, templates, timeout_s)
     cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     machine_s = _machine_busy_s() - machine_start
-    await sampler
     for holder in holders:
         holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
-    result = {"slow": _slow_summary(stats, slow, opened_in_ramp), "questions": _question_summary(run.shots, run.start),
+    result = {"slow": _slow_summary(stats, [n for _, n in held], slow, opened_in_ramp),
+              "questions": _question_summary(run.shots, run.start),
               "tool_cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 2), "tool_cpu_share": round(cpu_s / wall_s, 3)}
     if server_cpu_s is not None:
         result["server_cpu_s"] = round(server_cpu_s, 2)
@@ -117,14 +110,14 @@ def _machine_busy_s() -> float:
     return times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
 
 
-def _slow_summary(stats: SlowStats, asked: int, opened_in_ramp: int) -> dict[str, Any]:
-    samples = stats.samples or [0]
+def _slow_summary(stats: SlowStats, held: list[int], asked: int, opened_in_ramp: int) -> dict[str, Any]:
+    samples = held or [0]
     return {"asked": asked, "open_at_start": opened_in_ramp, "held_min": min(samples),
             "held_mean": round(sum(samples) / len(samples), 1), "opened": stats.opened,
             "failed_to_open": stats.failed_to_open, "closed_by_server": stats.closed_by_server,
             "answered_by_server": stats.answered_by_server,
             "held_before_close_p50_s": None if not stats.held_s else round(percentile(stats.held_s, 50), 2),
-            "held_samples": stats.samples}
+            "held_samples": held}
 
 
 def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
@@ -208,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
     with server or contextlib.nullcontext():
         result = measure(url, args.slow, args.clients, args.seconds, args.timeout_s, server)
-    result["command"] = " ".join(["python -m testing.slow_clients", *(argv if argv is not None else sys.argv[1:])])
+    result |= run_record("slow_clients", sys.argv[1:] if argv is None else argv)
     print_report(result)
     if args.out:
         write_json(args.out, result)

@@ -34,7 +34,7 @@ with cli.dev_requirements("testing.soak"):
     from testing.measure import OPEN_LOOP_ANSWER_S, batcher_stats, measure_closed, summary
     from testing.plots import draw_soak
     from testing.report import run_record, table, write_json, write_summary
-    from testing.samples import real_bodies, simulated_bodies
+    from testing.samples import pool_shape, real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, ServerProcess, app_of, get_json, missing_weights, scrape, start_server
 
 PROBE_CLIENTS = 64
@@ -93,11 +93,8 @@ def request_pool(n: int, short_share: float, seed: int = 0) -> tuple[list[dict[s
                             f"{n - n_short} and {n_short} asked: ask for a smaller pool")
     pool = shaped[:n - n_short] + short[:n_short]
     random.Random(seed).shuffle(pool)
-    shape = {"bodies": len(pool), "real_shaped": n - n_short, "short": n_short,
-             "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS),
-             "mean_top1_chars": round(sum(map(top1_chars, pool)) / len(pool), 1),
-             "mean_hypotheses": round(sum(len(b["sentence_list"]) for b in pool) / len(pool), 1)}
-    return pool, shape
+    return pool, {**pool_shape(pool), "real_shaped": n - n_short, "short": n_short,
+                  "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS)}
 
 
 def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -215,11 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             or args.settle_minutes < 0:
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
                             "--settle-minutes >= 0")
-    if not args.fake and (missing := missing_weights()):
-        raise cli.ToolError(f"model/weights/ lacks {', '.join(missing)}: train the model first (make train)")
+    cli.require_weights(args.fake, missing_weights())
     settings = settings_of(args.server_setting)
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
     pool, shape = request_pool(POOL, args.short_share)
     templates = payload_templates(pool)
     results: dict[str, Any] = {
