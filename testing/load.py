@@ -161,7 +161,7 @@ def parse_answer(buffer: bytearray, closed: bool = False) -> tuple[Answer, int] 
 
 @dataclass(slots=True)
 class Request:
-    """One request in flight: when it was due and when it left (the loop's clock), its esun_uuid and body's index."""
+    """One request in flight: when it was due and when it left (time.monotonic()), its esun_uuid and body's index."""
 
     due: float
     sent: float
@@ -240,7 +240,7 @@ class Generator:
         self.timeout_s = timeout_s
         self.answers = answers
         self.loop = asyncio.get_running_loop()
-        self.t0 = self.loop.time()
+        self.t0 = time.monotonic()  # not the loop's clock: uvloop's counts whole ms, read once an iteration
         self.t0_wall = time.time()
         self.shots: list[Shot] = []
         self.idle: list[Connection] = []
@@ -252,7 +252,7 @@ class Generator:
         """Send the request due at `due` (loop clock) on an idle connection, or a new one."""
         question = index % len(self.templates)
         esun_uuid, payload = fresh_payload(self.templates[question])
-        now = self.loop.time()
+        now = time.monotonic()
         request = Request(due, now, esun_uuid, question)
         while self.idle:
             conn = self.idle.pop()  # the most recently used: the least likely to be closing
@@ -269,7 +269,7 @@ class Generator:
         # The request's timeout covers opening its connection: a server whose listen queue is full leaves a
         # connect waiting on the kernel's SYN retries for tens of seconds.
         try:
-            async with asyncio.timeout_at(request.due + self.timeout_s):
+            async with asyncio.timeout(request.due + self.timeout_s - time.monotonic()):
                 _, conn = await self.loop.create_connection(lambda: Connection(self), self.target.host,
                                                             self.target.port)
         except (OSError, TimeoutError) as exc:
@@ -280,7 +280,7 @@ class Generator:
         self.opening -= 1
         self.opened += 1
         self.busy.add(conn)
-        request.sent = self.loop.time()
+        request.sent = time.monotonic()
         conn.send(request, data)
 
     def finish(self, request: Request, answer: Answer | None, problem: str | None,
@@ -292,22 +292,22 @@ class Generator:
             status, problem = answer.status, check_answer(answer.status, answer.body, request.esun_uuid)
             text = json.loads(answer.body)["answer"] if self.answers and problem is None else None
             if conn is not None and not conn.closed:
-                conn.idle_since = self.loop.time()
+                conn.idle_since = time.monotonic()
                 self.idle.append(conn)
-        self.shots.append(Shot(self.t0_wall + (request.due - self.t0), self.loop.time() - request.due, status, problem,
+        self.shots.append(Shot(self.t0_wall + (request.due - self.t0), time.monotonic() - request.due, status, problem,
                                lag_s=max(0.0, request.sent - request.due), esun_uuid=request.esun_uuid,
                                question=request.question, answer=text))
         if self.after_shot is not None:  # soon, not now: an answered connection goes back to the idle ones first
             self.loop.call_soon(self.after_shot)
 
     async def run(self, schedule: Coroutine[Any, Any, float], warmup_s: float, name: str) -> LoadRun:
-        """Run the schedule (it returns the loop time its window ends), then wait out every request in flight, each
-        ended by its answer or, by the watchdog, at its timeout; return the window's shots."""
+        """Run the schedule (it returns when its window ends), then wait out every request in flight, each ended by
+        its answer or, by the watchdog, at its timeout; return the window's shots."""
 
         async def watchdog() -> None:
             while True:
                 await asyncio.sleep(WATCHDOG_S)
-                now = self.loop.time()
+                now = time.monotonic()
                 for conn in [c for c in self.busy if c.request and c.request.due + self.timeout_s <= now]:
                     conn.end(f"{TIMEOUT_PROBLEM}no answer within {self.timeout_s:g} s")
 
@@ -347,13 +347,13 @@ async def open_loop(url: str, rate_rps: float, duration_s: float, warmup_s: floa
     async def schedule() -> float:
         i = 0
         while i < len(offsets):
-            now = gen.loop.time()
+            now = time.monotonic()
             while i < len(offsets) and gen.t0 + offsets[i] <= now:  # everything due by now, late ones included
                 gen.send(gen.t0 + offsets[i], i)
                 i += 1
             if i < len(offsets):
-                await asyncio.sleep(max(MIN_SLEEP_S, gen.t0 + offsets[i] - gen.loop.time()))
-        figures["scheduled_rps"] = round(len(offsets) / max(gen.loop.time() - gen.t0, 1e-9), 2)
+                await asyncio.sleep(max(MIN_SLEEP_S, gen.t0 + offsets[i] - time.monotonic()))
+        figures["scheduled_rps"] = round(len(offsets) / max(time.monotonic() - gen.t0, 1e-9), 2)
         return gen.t0 + warmup_s + duration_s
 
     run = await gen.run(schedule(), warmup_s, "testing.load open loop")
@@ -374,15 +374,15 @@ async def closed_loop(url: str, clients: int, duration_s: float, warmup_s: float
         return now < stop_at and not (until is not None and until.is_set())
 
     def next_request() -> None:
-        if sending(now := gen.loop.time()):
+        if sending(now := time.monotonic()):
             gen.send(now, next(sent))
 
     async def schedule() -> float:
         for _ in range(clients):
             next_request()
-        while sending(gen.loop.time()):
-            await asyncio.sleep(min(WATCHDOG_S, max(0.0, stop_at - gen.loop.time())))
-        return min(gen.loop.time(), stop_at)
+        while sending(time.monotonic()):
+            await asyncio.sleep(min(WATCHDOG_S, max(0.0, stop_at - time.monotonic())))
+        return min(time.monotonic(), stop_at)
 
     gen.after_shot = next_request
     return await gen.run(schedule(), warmup_s, "testing.load closed loop")
