@@ -159,21 +159,16 @@ def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dic
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
     """Serve `tree`, warm it for 3 s, then measure `--clients` closed-loop clients for `--served-s` seconds."""
     from testing import load
-    from testing.report import latency_stats, paths_by_uuid
+    from testing.measure import measure_closed
 
     with serve(tree, args.app) as server:
         load.run(load.closed_loop(server.url, args.clients, 3.0, 1.0, warm))  # the first batches, the caches
-        with server.cpu_clock() as clock:
-            run = load.run(load.closed_loop(server.url, args.clients, args.served_s, 1.0, templates))
-        # the paths of the window's requests only: the warm-up's last requests, abandoned in flight when its loop
-        # stopped, still hold pool places while the next run's first ones arrive
-        by_uuid = paths_by_uuid(server.request_log())
-        paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in run.shots))
-    answered = [s.latency_s for s in run.shots if s.status == 200]
-    return {"answers_per_s": round(len(answered) / (run.end - run.start), 1),
-            "p99_ms": latency_stats(answered)["p99_ms"], "non_200": len(run.shots) - len(answered), "paths": paths,
-            **clock.figures(run.start, run.end, len(answered)),
-            "generator_cpu_pct": run.generator.get("generator_cpu_pct")}
+        point = measure_closed(server, args.clients, args.served_s, templates)
+    # the paths of the window's requests only (each shot's, from the request log): the warm-up's last requests,
+    # abandoned in flight when its loop stopped, still hold pool places while the next run's first ones arrive
+    return {"answers_per_s": round(point["throughput_rps"], 1), "p99_ms": point["p99_ms"], "non_200": point["non_200"],
+            "paths": dict(Counter(s.path or "?" for s in point["_shots"])),
+            **{k: point[k] for k in ("server_cpu_pct", "server_cpu_ms_per_answer", "generator_cpu_pct")}}
 
 
 def served_bodies(pool: int, fresh: bool) -> tuple[list[str], list[str]]:

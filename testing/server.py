@@ -230,14 +230,15 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
 
 def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
     """Read the samples `names` (series: key) with these labels from a server's /metrics, summed over its workers
-    (several gunicorn workers label theirs `worker`); 0.0 for one not served."""
+    (several gunicorn workers label theirs `worker`); 0.0 for one not served (all of them, by a commit without
+    /metrics: testing.ab serves older ones)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with requests.Session() as http:
         http.trust_env = False  # the server is on loopback
-        text = http.get(f"{url}/metrics", timeout=10).text
+        response = http.get(f"{url}/metrics", timeout=10)
     out = dict.fromkeys(names.values(), 0.0)
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(response.text if response.status_code == 200 else ""):
         for sample in family.samples:
             if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
                 out[names[sample.name]] += sample.value
