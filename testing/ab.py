@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
 FRESH_WARM_LISTS = 2_500  # --fresh: the warm-up's own lists (3 s at 64 clients is under 2,000 answers here)
 WARM_LISTS, BATCHES, SINGLES = 640, 20, 200  # --mode time, per child: lists answered untimed, batches of 64 and of 1
-# --mode memory: lists built per list to be answered (a wrk run stops short of its chunk's end, see --rate-guess)
+# --mode memory: lists built per list to be answered (a run stops short of its chunk's end, see --rate-guess)
 POOL_SHARE = 1.5
 
 
@@ -158,29 +158,24 @@ def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dic
 
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
     """Serve `tree`, warm it for 3 s, then measure `--clients` closed-loop clients for `--served-s` seconds."""
-    from testing import wrkload
-    from testing.report import latency_stats, paths_by_uuid
+    from testing import load
+    from testing.measure import measure_closed
 
     with serve(tree, args.app) as server:
-        wrkload.closed_loop(server.url, args.clients, 3.0, 1.0, warm)  # the first batches, the caches
-        with server.cpu_clock() as clock:
-            shots, start, end, info = wrkload.closed_loop(server.url, args.clients, args.served_s, 1.0, templates)
-        # the paths of the window's requests only: the warm-up's last requests, abandoned in flight when its wrk
-        # stopped, still hold pool places while the next run's first ones arrive
-        by_uuid = paths_by_uuid(server.request_log())
-        paths = dict(Counter(by_uuid.get(s.esun_uuid, "?") for s in shots))
-    answered = [s for s in shots if s.status == 200]
-    return {"answers_per_s": round(len(answered) / (end - start), 1),
-            "p99_ms": latency_stats([s.latency_s for s in answered])["p99_ms"], "non_200": len(shots) - len(answered),
-            "paths": paths, **clock.figures(start, end, len(answered)),
-            "generator_cpu_pct": info.get("generator_cpu_pct")}
+        load.run(load.closed_loop(server.url, args.clients, 3.0, 1.0, warm))  # the first batches, the caches
+        point = measure_closed(server, args.clients, args.served_s, templates)
+    # the paths of the window's requests only (each shot's, from the request log): the warm-up's last requests,
+    # abandoned in flight when its loop stopped, still hold pool places while the next run's first ones arrive
+    return {"answers_per_s": round(point["throughput_rps"], 1), "p99_ms": point["p99_ms"], "non_200": point["non_200"],
+            "paths": dict(Counter(s.path or "?" for s in point["_shots"])),
+            **{k: point[k] for k in ("server_cpu_pct", "server_cpu_ms_per_answer", "generator_cpu_pct")}}
 
 
 def served_bodies(pool: int, fresh: bool) -> tuple[list[str], list[str]]:
     """The warm-up's and the window's body templates: the bench's first `pool` bodies for both, or (`fresh`) `pool`
     distinct lists for the window and FRESH_WARM_LISTS others for the warm-up."""
     from testing.bench import request_pool
-    from testing.loadgen import payload_templates
+    from testing.load import payload_templates
     from testing.samples import simulated_bodies
 
     if not fresh:
@@ -214,7 +209,7 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
     """Serve `tree` and read its worker's memory and full collections after set-up and after each chunk of lists."""
     import psutil
 
-    from testing import wrkload
+    from testing import load
 
     with serve(tree, args.app) as server:
         worker = psutil.Process(server.process.pid).children()[0]
@@ -229,10 +224,9 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
         started = time.monotonic()
         while answered < args.lists and sent < len(templates):
             chunk = templates[sent : sent + args.chunk]
-            # wrk takes the bodies in turn, and wraps round: a run short enough not to reach the chunk's end (unless
-            # the server is faster than --rate-guess; the lists answered are counted from the request log either way)
-            wrkload.closed_loop(server.url, args.clients, max(1.0, len(chunk) / args.rate_guess - wrkload.TAIL_S),
-                                0.0, chunk)
+            # the closed loop takes the bodies in turn, and wraps round: a run short enough not to reach the chunk's end
+            # (unless the server is faster than --rate-guess; the lists answered are counted from the request log)
+            load.run(load.closed_loop(server.url, args.clients, max(1.0, len(chunk) / args.rate_guess), 0.0, chunk))
             sent += len(chunk)
             paths = server.paths()
             answered = paths.get("model", 0)
@@ -245,7 +239,8 @@ def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> di
 
 def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     """Serve each side in turn with new lists until its model answered --lists; print its memory after each chunk."""
-    from testing.loadgen import payload_templates
+    from testing.load import payload_templates
+    from testing.report import table
     from testing.samples import simulated_bodies
 
     pool = int(args.lists * POOL_SHARE)
@@ -255,17 +250,16 @@ def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
     for name, tree in sides.items():
         result[name] = memory_run(tree, templates, args)
         # the mean of the collections since the reading before: the longest so far is the loading's own, at set-up
-        print(f"\n{name}\n| lists answered by the model | worker RSS MiB | full GC collections | their seconds | "
-              "mean ms since the row before |\n|---:|---:|---:|---:|---:|")
-        before = None
+        rows, before = [], None
         for p in result[name]["points"]:
             gc = p["full_gc"]
-            mean = ""
-            if before is not None and gc["collections"] > before["collections"]:
-                mean = f"{1000 * (gc['seconds'] - before['seconds']) / (gc['collections'] - before['collections']):.0f}"
-            print(f"| {p['answered_by_model']:,} | {p['rss_mib']:,} | {gc['collections']:.0f} | {gc['seconds']:.2f} | "
-                  f"{mean} |")
+            more = before is not None and gc["collections"] - before["collections"]
+            mean = f"{1000 * (gc['seconds'] - before['seconds']) / more:.0f}" if more else ""
+            rows.append([f"{p['answered_by_model']:,}", p["rss_mib"], f"{gc['collections']:.0f}",
+                         f"{gc['seconds']:.2f}", mean])
             before = gc
+        print("", name, *table("lists answered by the model | worker RSS MiB | full GC collections | their seconds | "
+                               "mean ms since the row before", rows), sep="\n")
     return result
 
 
@@ -281,8 +275,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
     ap.add_argument("--app", help="--mode served, memory: the WSGI app to serve, gunicorn's form (default: make run's)")
     ap.add_argument("--lists", type=int, default=100_000, help="--mode memory: distinct lists the model is to answer")
-    ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per wrk run, between readings")
-    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most (sizes wrk runs)")
+    ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per run, between readings")
+    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most (sizes the runs)")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)
@@ -299,11 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         lists_path = parent / "lists.jsonl"
         meta = build_lists(args.limit, lists_path) if args.mode not in ("served", "memory") else {"set": []}
         sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
-        from testing.bench import machine_info  # here, not at the top: the children import this file
+        from testing.report import run_record, write_json  # here, not at the top: the children import this file
 
-        command = " ".join(["python -m testing.ab", *(argv or sys.argv[1:])])
-        result: dict = {"machine": machine_info(), "command": command,
-                        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "lists": len(meta["set"])}
+        result: dict = {**run_record("ab", sys.argv[1:] if argv is None else argv), "lists": len(meta["set"])}
         try:
             if args.mode in ("answers", "both"):
                 result["answers"] = compare_answers(sides, lists_path, meta)
@@ -319,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                                capture_output=True)
     print(f"\nmachine: {result['machine']['cpu_model']}, {result['machine']['logical_cpus']} CPUs")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+        write_json(args.json, result)
     return 0
 
 

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
-import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,12 +20,12 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
-    from testing import aioload, slow_clients, wrkload
-    from testing.loadgen import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
+    from testing import slow_clients
+    from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
     from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
     from testing.plots import draw_bench
-    from testing.report import markdown, print_point, write_summary
-    from testing.samples import real_bodies, simulated_bodies
+    from testing.report import markdown, print_point, run_record, write_summary
+    from testing.samples import pool_shape, real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, missing_weights
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -149,40 +145,10 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
 def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
     """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
-    result = slow_clients.measure(aioload.Target.from_url(server.url), plan.f_slow, F_CLIENTS,
+    result = slow_clients.measure(server.url, plan.f_slow, F_CLIENTS,
                                   plan.durations["f"], timeout_s=5.0, server=server)
     slow_clients.print_report(result)
     return result
-
-
-def machine_info() -> dict[str, Any]:
-    """Describe the machine: CPU model, cores, RAM, load, software versions."""
-    import psutil
-
-    cpu_model = platform.processor() or "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu_model": cpu_model,
-        "logical_cpus": os.cpu_count(),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-    }
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
@@ -233,22 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     plan = make_plan(args)
-    if set(plan.sections) - {"a"} and wrkload.wrk_path() is None:
-        print("bench: wrk is not installed (bash testing/install_tools.sh installs it)", file=sys.stderr)
-        return 2
-    if not args.fake and (missing := missing_weights()):
-        print(f"bench: model/weights/ lacks {', '.join(missing)}: train the model first (make train)", file=sys.stderr)
-        return 2
+    cli.require_weights(args.fake, missing_weights())
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"bench: the results go to {out} (--out DIR writes them elsewhere)", flush=True)
     started = time.time()
     results: dict[str, Any] = {
-        "command": shlex.join([Path(sys.executable).relative_to(REPO_ROOT).as_posix()
-                               if Path(sys.executable).is_relative_to(REPO_ROOT) else sys.executable,
-                               "-m", "testing.bench", *argv]),
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "machine": machine_info(),
+        **run_record("bench", argv),
         "fake_corrector": plan.fake,
         "durations_s": {s: plan.durations[s] for s in plan.sections},
         "judge_timeout_s": JUDGE_TIMEOUT_S,
@@ -257,16 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if plan.fake:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
-    busy = os.getloadavg()[0]
-    if busy > 0.5 * (os.cpu_count() or 1):
-        print(f"bench: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy, the figures "
-              f"will be low; run the benchmark on an idle machine", file=sys.stderr, flush=True)
     pool = request_pool(POOL, plan.max_chars)
     templates = payload_templates(pool)
-    results["request_pool"] = {"bodies": len(pool), "real": len(real_bodies()),
-                               "mean_top1_chars": round(statistics.fmean(
-                                   len(strip_spaces(b["sentence_list"][0])) for b in pool), 1),
-                               "mean_hypotheses": round(statistics.fmean(len(b["sentence_list"]) for b in pool), 1)}
+    results["request_pool"] = {**pool_shape(pool), "real": len(real_bodies())}
     raw: dict[str, list[list[Any]]] = {}
     log_dir = out / "logs" if args.keep_logs else Path(tempfile.mkdtemp(prefix="esun-bench-"))
     servers = Servers(log_dir, plan.fake)

@@ -37,6 +37,12 @@ def dev_requirements(prog: str) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
+def require_weights(fake: bool, missing: list[str]) -> None:
+    """Stop a tool that serves the shipped model (not `--fake`'s) where model/weights/ lacks files."""
+    if missing and not fake:
+        raise ToolError(f"model/weights/ lacks {', '.join(missing)}: train the model first (make train)")
+
+
 def run(main: Callable[[], int], prog: str) -> NoReturn:
     """Exit with main's status; a ToolError or a missing module becomes one line on stderr and status 2."""
     try:

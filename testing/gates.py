@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from testing.aioload import Target, open_loop
-from testing.loadgen import JUDGE_TIMEOUT_S, fresh_payload, payload_templates
-from testing.report import count_paths, table
+from testing import load
+from testing.load import JUDGE_TIMEOUT_S, Target, fresh_payload, payload_templates
+from testing.report import count_paths, table, write_json
 from testing.samples import request_bodies
-from testing.server import start_server
+from testing.server import FAKE_APP, start_server
 
-APP = "tests.fakes:create_fake_app()"
 SLOW = {"FAKE_DELAY_S": "0.4", "MAX_BATCH_SIZE": "8", "HTTP_THREADS": "32", "MAX_BATCH_WAIT_S": "0.05"}
 # settings, and the offered load: a multiple of the model's capacity (8 questions a batch / FAKE_DELAY_S)
 SCENARIOS: dict[str, tuple[dict[str, str], float]] = {
@@ -41,9 +39,9 @@ async def slow_send(url: str, template: str) -> int:
     return status
 
 
-def run(name: str, settings: dict[str, str], load: float, seconds: float, templates: list[str],
+def run(name: str, settings: dict[str, str], factor: float, seconds: float, templates: list[str],
         log_dir: Path) -> dict[str, Any]:
-    with start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=APP) as server:
+    with start_server(settings, log_dir / f"{name.replace(' ', '-')}.log", app=FAKE_APP) as server:
         if name == "slow senders":
             async def senders() -> list[int]:
                 return await asyncio.gather(*(slow_send(server.url, t) for t in templates[:20]))
@@ -52,10 +50,10 @@ def run(name: str, settings: dict[str, str], load: float, seconds: float, templa
             statuses = asyncio.run(senders())
             end, late, offered = time.time(), None, None
         else:
-            offered = load * 8 / float(settings["FAKE_DELAY_S"])
-            shots, start, end, _ = open_loop(server.url, offered, seconds, 2.0, templates)
-            statuses = [shot.status for shot in shots]
-            late = sum(shot.latency_s > JUDGE_TIMEOUT_S for shot in shots)
+            offered = factor * 8 / float(settings["FAKE_DELAY_S"])
+            point = load.run(load.open_loop(server.url, offered, seconds, 2.0, templates))
+            start, end, statuses = point.start, point.end, [shot.status for shot in point.shots]
+            late = sum(shot.latency_s > JUDGE_TIMEOUT_S for shot in point.shots)
         paths = count_paths(server.request_log(), start, end)
     return {"scenario": name, "settings": settings, "offered_rps": offered, "sent": len(statuses),
             "non_200": sum(s != 200 for s in statuses), "late": late, "paths": dict(sorted(paths.items()))}
@@ -68,12 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     templates = payload_templates(request_bodies(400))
-    results = [run(name, settings, load, args.seconds, templates, args.out)
-               for name, (settings, load) in [*SCENARIOS.items(), ("slow senders", (SLOW, 0.0))]]
+    results = [run(name, settings, factor, args.seconds, templates, args.out)
+               for name, (settings, factor) in [*SCENARIOS.items(), ("slow senders", (SLOW, 0.0))]]
     print("\n".join(table("scenario | offered/s | sent | non-200 | later than the judge's timeout | answers by path",
                           [[r["scenario"], r["offered_rps"], r["sent"], r["non_200"], r["late"] or 0, r["paths"]]
                            for r in results])))
-    (args.out / "gates.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    write_json(args.out / "gates.json", results)
     return 0
 
 

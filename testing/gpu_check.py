@@ -4,59 +4,34 @@ DEVICE=cpu on the same machine, closed loops of 64 and 256 clients, GPU use samp
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import shutil
 import statistics
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from testing import cli
 from testing.batch_profile import profile
-from testing.loadgen import payload_templates
+from testing.load import payload_templates
 from testing.measure import measure_closed
-from testing.report import table
+from testing.report import table, write_json
 from testing.samples import request_bodies
-from testing.server import get_json, start_server
+from testing.server import get_json, sampling, start_server
 
 HEAD = "device | clients | answers/s | p99 ms | model share | non-200 | late > 1 s | GPU use % (mean, max) | workers"
 
 
-class GpuUse:
-    """nvidia-smi's utilization of GPU 0, sampled every 0.5 s while the block runs (nothing without nvidia-smi)."""
-
-    def __init__(self) -> None:
-        self.samples: list[float] = []
-        self._process: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
-
-    def __enter__(self) -> GpuUse:
-        smi = shutil.which("nvidia-smi")
-        if smi:
-            self._process = subprocess.Popen([smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                              "-i", "0", "-lms", "500"], stdout=subprocess.PIPE, text=True)
-            self._reader = threading.Thread(target=self._read, daemon=True)
-            self._reader.start()
-        return self
-
-    def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        for line in self._process.stdout:
-            if line.strip().isdigit():
-                self.samples.append(float(line))
-
-    def __exit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(5)
-
-    def figures(self) -> str:
-        if not self.samples:
-            return "-"
-        return f"{statistics.mean(self.samples):.0f}, {max(self.samples):.0f}"
+def gpu_use() -> float | None:
+    """GPU 0's utilisation now, in % (nvidia-smi); None where it cannot be read."""
+    smi = shutil.which("nvidia-smi")
+    try:
+        out = subprocess.run([smi or "nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                              "-i", "0"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return float(out) if out.isdigit() else None
 
 
 def serve_and_load(device: str, clients: list[int], duration_s: float, templates: list[str], logs: Path
@@ -70,14 +45,15 @@ def serve_and_load(device: str, clients: list[int], duration_s: float, templates
         print(f"gpu_check: DEVICE={device}: {workers} workers, model on {model.get('device')} "
               f"({model.get('precision')})", flush=True)
         for n in clients:
-            with GpuUse() as gpu:
+            with sampling(gpu_use, 0.5) as readings:
                 point = measure_closed(server, n, duration_s, templates)
-            point.pop("_shots", None)
+            samples = [use for _, use in readings if use is not None]
+            use = f"{statistics.mean(samples):.0f}, {max(samples):.0f}" if samples else "-"
             rows.append({"device": device, "clients": n, "workers": workers, "model_device": model.get("device"),
-                         "gpu_use": gpu.figures(), "gpu_samples": gpu.samples,
+                         "gpu_use": use, "gpu_samples": samples,
                          **{k: v for k, v in point.items() if not k.startswith("_")}})
             print(f"gpu_check: DEVICE={device}, {n} clients: {point['throughput_rps']} answers/s, p99 "
-                  f"{point['p99_ms']} ms, paths {point['paths']}, GPU {gpu.figures()}", flush=True)
+                  f"{point['p99_ms']} ms, paths {point['paths']}, GPU {use}", flush=True)
     return rows
 
 
@@ -110,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{100 * b['share']['predict']:.0f} %"] for b in batches.values()]), ""]
     text = "\n".join(lines)
     print(text)
-    (args.out / "gpu_check.json").write_text(json.dumps({"rows": rows, "batches": batches}, indent=1) + "\n",
-                                             encoding="utf-8")
+    write_json(args.out / "gpu_check.json", {"rows": rows, "batches": batches})
     (args.out / "gpu_check.md").write_text(text + "\n", encoding="utf-8")
     if args.markdown:
         with args.markdown.open("a", encoding="utf-8") as md:

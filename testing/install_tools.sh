@@ -3,8 +3,7 @@
 #   - JMeter 2.13 from Debian (`jmeter` + its HTTP sampler, `jmeter-http`), a JDK to build the XStream fix that
 #     lets Debian's JMeter 2.13 load plans at all (testing/jmeter/xstream/), and that fix;
 #   - newman, pinned in testing/postman/package.json(+ lock), installed in testing/postman/node_modules;
-#   - Debian's chromium, headless, for the test that renders /docs (tests/api/test_docs_pages.py);
-#   - Debian's wrk (with LuaJIT), the benchmark's closed-loop load generator (testing/wrkload.py, testing/wrk.lua).
+#   - Debian's chromium, headless, for the test that renders /docs (tests/api/test_docs_pages.py).
 # Run from anywhere: `bash testing/install_tools.sh` (`make test` runs it first). Needs root (or sudo) for apt.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -52,11 +51,4 @@ if command -v chromium >/dev/null 2>&1; then
     echo "install_tools: chromium already installed ($(chromium --version 2>/dev/null || echo '?'))"
 else
     apt_install chromium
-fi
-
-# wrk, the benchmark's closed-loop load generator.
-if command -v wrk >/dev/null 2>&1; then
-    echo "install_tools: wrk already installed"
-else
-    apt_install wrk
 fi

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testing import cli
-from testing.loadgen import percentile
+from testing.load import percentile
 
 # JMeter 2.13's CSV columns when the file has no header line (jmeter.properties defaults).
 _DEFAULT_CSV_COLUMNS = ("timeStamp", "elapsed", "label", "responseCode", "responseMessage", "threadName",

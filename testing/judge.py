@@ -16,7 +16,7 @@ from typing import Any, Literal
 import requests
 
 from learn.data.labelled import Labelled, LabelledFormatError, read_labelled
-from testing.loadgen import percentile
+from testing.load import percentile
 from testing.samples import check_answer, uuid_of
 
 Outcome = Literal["answered", "late", "non_200", "connection_error", "malformed"]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from testing.loadgen import JUDGE_TIMEOUT_S
+from testing.load import JUDGE_TIMEOUT_S
 from testing.report import answer_kind, fallback_share
 
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:cyan", "tab:olive")

@@ -1,17 +1,26 @@
-"""What the benchmark's shots add up to: latency figures, per-point summaries, markdown tables."""
+"""What a run's shots add up to (latency figures, per-point summaries, markdown tables), and what each run's record
+holds besides: the command, the machine, its load."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import platform
+import shlex
 import statistics
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from api.paths import AnswerPath
-from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, Shot, percentile
+from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, Shot, percentile
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 # The request log's paths answered with TOP1 (api.paths.AnswerPath.fallback): never to pass for the model's latency.
 FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)
 
@@ -41,7 +50,7 @@ def paths_by_uuid(log: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def connection_error(shot: Shot) -> bool:
-    """Say whether a request got no answer because its connection failed, not for want of time (loadgen's prefixes)."""
+    """Say whether a request got no answer because its connection failed, not for want of time (load's prefixes)."""
     return not shot.status and shot.problem is not None and shot.problem.startswith(CONNECTION_PROBLEM)
 
 
@@ -216,8 +225,57 @@ def _generator_line(points: list[dict[str, Any]]) -> str:
     return f"Load generator: {', '.join(names) or '-'} (its own CPU share of one core is in each row)."
 
 
+def run_record(prog: str, argv: list[str]) -> dict[str, Any]:
+    """Start a run's record: its exact command, when it started and the machine; warn on stderr when the machine is
+    busy (torch's threads spin: another CPU-heavy process slows the model many times over, and every figure)."""
+    python = Path(sys.executable)
+    busy = os.getloadavg()[0]
+    if busy > 0.5 * (os.cpu_count() or 1):
+        print(f"{prog}: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy, the figures "
+              f"will be low; run it on an idle machine", file=sys.stderr, flush=True)
+    return {"command": shlex.join([python.relative_to(REPO_ROOT).as_posix() if python.is_relative_to(REPO_ROOT)
+                                   else sys.executable, "-m", f"testing.{prog}", *argv]),
+            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine_info()}
+
+
+def machine_info() -> dict[str, Any]:
+    """Describe the machine: CPU model, cores, RAM, load, software versions, the commit measured."""
+    import psutil
+
+    cpu_model = platform.processor() or "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu_model": cpu_model,
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def write_summary(out: Path, name: str, results: dict[str, Any], text: str) -> None:
     """Write a run's figures (`name`.json) and its tables (`name`.md, `text`), and print the tables."""
-    (out / f"{name}.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_json(out / f"{name}.json", results)
     (out / f"{name}.md").write_text(text + "\n", encoding="utf-8")
     print(text)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write a tool's figures as JSON, its folder made if missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -100,6 +100,15 @@ def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0,
     return bodies
 
 
+def pool_shape(bodies: list[Body]) -> dict[str, float]:
+    """Describe a pool of bodies: how many, their TOP1's mean length (characters, spaces left out), mean hypotheses."""
+    from preprocess.text import strip_spaces
+
+    return {"bodies": len(bodies),
+            "mean_top1_chars": round(sum(len(strip_spaces(b["sentence_list"][0])) for b in bodies) / len(bodies), 1),
+            "mean_hypotheses": round(sum(len(b["sentence_list"]) for b in bodies) / len(bodies), 1)}
+
+
 def with_fresh_uuid(body: Body) -> Body:
     """Return a copy of the body under a new random esun_uuid (64 hex characters, like the judge's)."""
     return {**body, "esun_uuid": uuid.uuid4().hex + uuid.uuid4().hex}

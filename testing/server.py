@@ -12,10 +12,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psutil
@@ -26,6 +26,8 @@ from model.weights_meta import WEIGHTS_FILES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APP = "api:create_app()"
+# tests/fakes.py's FakeCorrector served as `make run` serves the model: to smoke-test a tool, its figures meaningless.
+FAKE_APP = "tests.fakes:create_fake_app()"
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
 
@@ -35,6 +37,11 @@ def missing_weights(weights_dir: Path = DEFAULT_WEIGHTS_DIR) -> list[str]:
     return [name for name in WEIGHTS_FILES if not (weights_dir / name).is_file()]
 
 
+def app_of(fake: bool) -> str:
+    """Name the app a tool serves: `make run`'s, or (`--fake`) the FakeCorrector's."""
+    return FAKE_APP if fake else APP
+
+
 def gunicorn_command(app: str = APP) -> list[str]:
     """Build the command `make run` uses, with this interpreter's gunicorn."""
     gunicorn = Path(sys.executable).parent / "gunicorn"
@@ -42,20 +49,46 @@ def gunicorn_command(app: str = APP) -> list[str]:
     return [*runner, "-c", "server/gunicorn_conf.py", app]
 
 
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def sampling(read: Callable[[], T], every_s: float, into: list[tuple[float, T]] | None = None
+             ) -> Iterator[list[tuple[float, T]]]:
+    """Note the wall-clock time and what `read` returns, every `every_s` on a thread while the block runs and once at
+    its end, into the list yielded: readings between the moments of a load run, which the run does not pause for."""
+    readings: list[tuple[float, T]] = [] if into is None else into
+    done = threading.Event()
+
+    def sample() -> None:
+        while True:
+            readings.append((time.time(), read()))
+            if done.wait(every_s):
+                readings.append((time.time(), read()))
+                return
+
+    sampler = threading.Thread(target=sample, name="sampler", daemon=True)
+    sampler.start()
+    try:
+        yield readings
+    finally:
+        done.set()
+        sampler.join()
+
+
 @dataclass
 class CpuClock:
     """A server's CPU seconds at wall-clock moments (`ServerProcess.cpu_clock`), read back at any moment between."""
 
-    times: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
+    readings: list[tuple[float, float]] = field(default_factory=list)
 
     def add(self, at: float, cpu_s: float) -> None:
-        self.times.append(at)
-        self.cpu.append(cpu_s)
+        self.readings.append((at, cpu_s))
 
     def between(self, start: float, end: float) -> float:
         """The CPU seconds used from `start` to `end`, read linearly between samples (clamped to the first, last)."""
-        return float(np.interp(end, self.times, self.cpu) - np.interp(start, self.times, self.cpu))
+        times, cpu = zip(*self.readings, strict=True)
+        return float(np.interp(end, times, cpu) - np.interp(start, times, cpu))
 
     def figures(self, start: float, end: float, answers: int) -> dict[str, float | None]:
         """What the window cost the server: its share of one core, and its CPU milliseconds per answer."""
@@ -85,33 +118,39 @@ class ServerProcess:
 
     @contextlib.contextmanager
     def cpu_clock(self, every_s: float = 0.2) -> Iterator[CpuClock]:
-        """Sample `cpu_s` on a thread while the block runs, to read the CPU used between two moments of it."""
+        """Sample `cpu_s` while the block runs, to read the CPU used between two moments of it."""
         clock = CpuClock()
-        done = threading.Event()
-
-        def sample() -> None:
-            while True:
-                clock.add(time.time(), self.cpu_s())
-                if done.wait(every_s):
-                    clock.add(time.time(), self.cpu_s())
-                    return
-
-        sampler = threading.Thread(target=sample, name="server-cpu", daemon=True)
-        sampler.start()
-        try:
+        with sampling(self.cpu_s, every_s, clock.readings):
             yield clock
-        finally:
-            done.set()
-            sampler.join()
+
+    def processes(self) -> list[dict[str, Any]]:
+        """Every process of the server, each with its role, pid, RSS (MiB), open file descriptors and threads: the
+        gunicorn master, each of its workers (however many gunicorn runs), and every process under a worker (the
+        model's processes with BATCHER_WORKERS > 1, their helpers)."""
+        def figures(process: psutil.Process, role: str) -> dict[str, Any]:
+            with process.oneshot():
+                return {"pid": process.pid, "role": role, "rss_mib": round(process.memory_info().rss / 2**20, 1),
+                        "fds": process.num_fds(), "threads": process.num_threads()}
+
+        out = []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            master = psutil.Process(self.process.pid)
+            out.append(figures(master, "master"))
+            for worker in master.children():
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    out.append(figures(worker, "worker"))
+                    for child in worker.children(recursive=True):
+                        with contextlib.suppress(psutil.NoSuchProcess):
+                            out.append(figures(child, "model"))
+        return out
+
+    def log_offset(self) -> int:
+        """Where the server's log ends now: `request_log_since` it reads what comes after."""
+        return self.log_path.stat().st_size
 
     def request_log(self) -> list[dict]:
         """Return the JSON lines of logger api.requests: one per inference request (`path`, `latency_ms`, ...)."""
-        out = []
-        for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("{"):
-                with contextlib.suppress(json.JSONDecodeError):
-                    out.append(json.loads(line))
-        return [line for line in out if line.get("logger") == "api.requests"]
+        return self.request_log_since(0)[0]
 
     def request_log_since(self, offset: int) -> tuple[list[dict], int]:
         """Return the api.requests lines written from byte `offset` on (whole lines only), and the offset after them:
@@ -191,14 +230,15 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
 
 def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
     """Read the samples `names` (series: key) with these labels from a server's /metrics, summed over its workers
-    (several gunicorn workers label theirs `worker`); 0.0 for one not served."""
+    (several gunicorn workers label theirs `worker`); 0.0 for one not served (all of them, by a commit without
+    /metrics: testing.ab serves older ones)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with requests.Session() as http:
         http.trust_env = False  # the server is on loopback
-        text = http.get(f"{url}/metrics", timeout=10).text
+        response = http.get(f"{url}/metrics", timeout=10)
     out = dict.fromkeys(names.values(), 0.0)
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(response.text if response.status_code == 200 else ""):
         for sample in family.samples:
             if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
                 out[names[sample.name]] += sample.value

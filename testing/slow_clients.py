@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
-import json
 import resource
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +19,10 @@ from testing import cli
 with cli.dev_requirements("testing.slow_clients"):
     import psutil
 
-    from testing.aioload import Answer, Target, parse_answer
-    from testing.loadgen import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, TIMEOUT_PROBLEM, Shot, percentile
-    from testing.report import latency_stats
-    from testing.samples import check_answer, request_bodies, with_fresh_uuid
-    from testing.server import ServerProcess, start_server
+    from testing.load import JUDGE_TIMEOUT_S, Shot, Target, closed_loop, payload_templates, percentile
+    from testing.report import latency_stats, run_record, write_json
+    from testing.samples import request_bodies
+    from testing.server import ServerProcess, sampling, start_server
 
 # The start of a POST's head; the server waits for the rest, which never comes.
 SLOW_HEAD = b"POST /inference HTTP/1.1\r\nHost: slow\r\nContent-"
@@ -43,7 +40,6 @@ class SlowStats:
     closed_by_server: int = 0
     answered_by_server: int = 0  # closed with some bytes first (an error answer) rather than silently
     held_s: list[float] = field(default_factory=list)
-    samples: list[int] = field(default_factory=list)
 
 
 async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
@@ -74,74 +70,30 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
             writer.close()
 
 
-async def closed_loop(target: Target, bodies: Iterator[dict[str, Any]], end: float, timeout_s: float,
-                      shots: list[Shot]) -> None:
-    """One client until `end`: a question at a time on a kept-alive connection, each a `Shot` timed from the connect."""
-    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def exchange(request: bytes) -> Answer:
-        nonlocal streams
-        if streams is None:
-            streams = await asyncio.open_connection(target.host, target.port)
-        streams[1].write(request)
-        buffer = bytearray()
-        while (parsed := parse_answer(buffer)) is None:
-            if not (data := await streams[0].read(65536)):
-                raise asyncio.IncompleteReadError(bytes(buffer), None)
-            buffer += data
-        return parsed[0]
-
-    while time.monotonic() < end:
-        body = with_fresh_uuid(next(bodies))
-        started, sent_at = time.monotonic(), time.time()
-        status, keep_alive = 0, False
-        try:
-            answer = await asyncio.wait_for(exchange(target.request(json.dumps(body, ensure_ascii=False).encode())),
-                                            timeout=timeout_s)
-            status, keep_alive = answer.status, answer.keep_alive
-            problem = check_answer(answer.status, answer.body, body["esun_uuid"])
-        except TimeoutError:
-            problem = f"{TIMEOUT_PROBLEM}no answer within {timeout_s:g} s"
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            problem = f"{CONNECTION_PROBLEM}{type(exc).__name__}"
-        shots.append(Shot(sent_at, time.monotonic() - started, status, problem))
-        if streams is not None and (not keep_alive or time.monotonic() >= end):
-            streams[1].close()
-            streams = None
-
-
-async def sample_open(stats: SlowStats, end: float) -> None:
-    while time.monotonic() < end:
-        stats.samples.append(stats.open_now)
-        await asyncio.sleep(SAMPLE_EVERY_S)
-
-
-async def run(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
+async def run(url: str, slow: int, clients: int, seconds: float, timeout_s: float,
               server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """Hold the slow connections, then run the clients for `seconds`; CPU times are taken over those seconds."""
-    stats = SlowStats()
+    stats, target = SlowStats(), Target.from_url(url)
     ramp_end = time.monotonic() + RAMP_S
     slow_end = ramp_end + seconds + timeout_s + 1.0  # held until the last question is answered
     holders = [asyncio.create_task(hold_slow(target, slow_end, stats)) for _ in range(slow)]
     while stats.open_now < slow and time.monotonic() < ramp_end:
         await asyncio.sleep(0.05)
     opened_in_ramp = stats.open_now
-    bodies = itertools.cycle(request_bodies(200))
-    shots: list[Shot] = []
+    templates = payload_templates(request_bodies(200))
     server_cpu_start = server_cpu() if server_cpu else 0.0
     machine_start = _machine_busy_s()
-    cpu_start, wall_start, clients_start = time.process_time(), time.monotonic(), time.time()
-    end = wall_start + seconds
-    sampler = asyncio.create_task(sample_open(stats, end))
-    await asyncio.gather(*(closed_loop(target, bodies, end, timeout_s, shots) for _ in range(clients)))
+    cpu_start, wall_start = time.process_time(), time.monotonic()
+    with sampling(lambda: stats.open_now, SAMPLE_EVERY_S) as held:
+        run = await closed_loop(url, clients, seconds, 0.0, templates, timeout_s)
     cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     machine_s = _machine_busy_s() - machine_start
-    await sampler
     for holder in holders:
         holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
-    result = {"slow": _slow_summary(stats, slow, opened_in_ramp), "questions": _question_summary(shots, clients_start),
+    result = {"slow": _slow_summary(stats, [n for _, n in held], slow, opened_in_ramp),
+              "questions": _question_summary(run.shots, run.start),
               "tool_cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 2), "tool_cpu_share": round(cpu_s / wall_s, 3)}
     if server_cpu_s is not None:
         result["server_cpu_s"] = round(server_cpu_s, 2)
@@ -158,14 +110,14 @@ def _machine_busy_s() -> float:
     return times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
 
 
-def _slow_summary(stats: SlowStats, asked: int, opened_in_ramp: int) -> dict[str, Any]:
-    samples = stats.samples or [0]
+def _slow_summary(stats: SlowStats, held: list[int], asked: int, opened_in_ramp: int) -> dict[str, Any]:
+    samples = held or [0]
     return {"asked": asked, "open_at_start": opened_in_ramp, "held_min": min(samples),
             "held_mean": round(sum(samples) / len(samples), 1), "opened": stats.opened,
             "failed_to_open": stats.failed_to_open, "closed_by_server": stats.closed_by_server,
             "answered_by_server": stats.answered_by_server,
             "held_before_close_p50_s": None if not stats.held_s else round(percentile(stats.held_s, 50), 2),
-            "held_samples": stats.samples}
+            "held_samples": held}
 
 
 def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
@@ -180,13 +132,13 @@ def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
             "late_sent_at_s": [round(s.due - start, 2) for s in shots if not s.valid or s.latency_s > JUDGE_TIMEOUT_S]}
 
 
-def measure(target: Target, slow: int, clients: int, seconds: float, timeout_s: float,
+def measure(url: str, slow: int, clients: int, seconds: float, timeout_s: float,
             server: ServerProcess | None = None) -> dict[str, Any]:
-    """Run the slow connections and the clients; with the server serving target (started here), its CPU and paths."""
+    """Run the slow connections and the clients; with the server serving url (started here), its CPU and paths."""
     raise_open_file_limit(slow + clients + 64)
     log_start = len(server.request_log()) if server else 0
     probe = server.cpu_s if server else None
-    result = asyncio.run(run(target, slow, clients, seconds, timeout_s, probe))
+    result = asyncio.run(run(url, slow, clients, seconds, timeout_s, probe))
     if server is not None:
         result["server_paths"] = dict(server.paths(since=log_start))
     return result
@@ -244,15 +196,15 @@ def main(argv: list[str] | None = None) -> int:
             raise cli.ToolError(str(exc).splitlines()[0]) from None
     url = args.url or server.url
     try:
-        target = Target.from_url(url)
+        Target.from_url(url)
     except ValueError:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
     with server or contextlib.nullcontext():
-        result = measure(target, args.slow, args.clients, args.seconds, args.timeout_s, server)
-    result["command"] = " ".join(["python -m testing.slow_clients", *(argv if argv is not None else sys.argv[1:])])
+        result = measure(url, args.slow, args.clients, args.seconds, args.timeout_s, server)
+    result |= run_record("slow_clients", sys.argv[1:] if argv is None else argv)
     print_report(result)
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.out, result)
     questions = result["questions"]
     return 0 if questions["sent"] and questions["within_1s"] == questions["sent"] else 1
 

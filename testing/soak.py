@@ -1,8 +1,8 @@
 """The soak: the service for N minutes at a fixed share of its own 64-client rate, recorded minute by minute.
 
 A benchmark, not a test (issue 40). It serves the service as `make run` does (`testing.server.start_server`),
-measures its rate at 64 closed-loop clients (wrk, `testing.measure.measure_closed`: the model's answers/s, as the
-benchmark's section c takes its capacity), then sends Poisson arrivals (`testing.aioload`) at `--share` of that
+measures its rate at 64 closed-loop clients (`testing.measure.measure_closed`: the model's answers/s, as the
+benchmark's section c takes its capacity), then sends Poisson arrivals (`testing.load.open_loop`) at `--share` of that
 rate, one open-loop run per interval, of real-shaped lists (10 hypotheses, TOP1 of 15-20 characters, like
 testing/data/real_requests.jsonl) mixed with short ones (TOP1 of 4-8 characters), every request under a new
 esun_uuid. After each interval it records the server's processes (the gunicorn master, each of its workers, and
@@ -17,11 +17,8 @@ its least-squares trend; descriptors, threads).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import random
-import shlex
 import statistics
 import sys
 import time
@@ -31,17 +28,14 @@ from typing import Any
 from testing import cli
 
 with cli.dev_requirements("testing.soak"):
-    import psutil
-
     from preprocess.text import strip_spaces
-    from testing import aioload, wrkload
-    from testing.bench import machine_info
-    from testing.loadgen import JUDGE_TIMEOUT_S, payload_templates
-    from testing.measure import OPEN_LOOP_ANSWER_S, batcher_stats, measure_closed
+    from testing import load
+    from testing.load import JUDGE_TIMEOUT_S, payload_templates
+    from testing.measure import OPEN_LOOP_ANSWER_S, batcher_stats, measure_closed, summary
     from testing.plots import draw_soak
-    from testing.report import count_paths, server_latency, summarise, table, write_summary
-    from testing.samples import real_bodies, simulated_bodies
-    from testing.server import REPO_ROOT, ServerProcess, get_json, missing_weights, scrape, start_server
+    from testing.report import run_record, table, write_json, write_summary
+    from testing.samples import pool_shape, real_bodies, simulated_bodies
+    from testing.server import REPO_ROOT, ServerProcess, app_of, get_json, missing_weights, scrape, start_server
 
 PROBE_CLIENTS = 64
 REAL_SHAPED_CHARS = (15, 20)  # TOP1 length of the real-shaped lists, with 10 hypotheses each
@@ -99,34 +93,8 @@ def request_pool(n: int, short_share: float, seed: int = 0) -> tuple[list[dict[s
                             f"{n - n_short} and {n_short} asked: ask for a smaller pool")
     pool = shaped[:n - n_short] + short[:n_short]
     random.Random(seed).shuffle(pool)
-    shape = {"bodies": len(pool), "real_shaped": n - n_short, "short": n_short,
-             "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS),
-             "mean_top1_chars": round(sum(map(top1_chars, pool)) / len(pool), 1),
-             "mean_hypotheses": round(sum(len(b["sentence_list"]) for b in pool) / len(pool), 1)}
-    return pool, shape
-
-
-def process_figures(process: psutil.Process, role: str) -> dict[str, Any]:
-    """One process's RSS (MiB), open file descriptors and threads, with its pid and role."""
-    with process.oneshot():
-        return {"pid": process.pid, "role": role, "rss_mib": round(process.memory_info().rss / 2**20, 1),
-                "fds": process.num_fds(), "threads": process.num_threads()}
-
-
-def server_processes(server: ServerProcess) -> list[dict[str, Any]]:
-    """Every process of the server: the gunicorn master, each of its workers (however many gunicorn runs), and
-    every process under a worker (the model's processes with BATCHER_WORKERS > 1, their helpers)."""
-    out = []
-    with contextlib.suppress(psutil.NoSuchProcess):
-        master = psutil.Process(server.process.pid)
-        out.append(process_figures(master, "master"))
-        for worker in master.children():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                out.append(process_figures(worker, "worker"))
-                for child in worker.children(recursive=True):
-                    with contextlib.suppress(psutil.NoSuchProcess):
-                        out.append(process_figures(child, "model"))
-    return out
+    return pool, {**pool_shape(pool), "real_shaped": n - n_short, "short": n_short,
+                  "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS)}
 
 
 def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -139,38 +107,33 @@ def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float
     return out
 
 
-def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int,
-                 log_offset: int) -> tuple[dict[str, Any], int]:
-    """Drive one interval of open-loop load; return its record and where the server's log now ends."""
-    before, batch_time_before, cpu_before = batcher_stats(server), batch_time(server), server.cpu_s()
+def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int
+                 ) -> dict[str, Any]:
+    """Drive one interval of open-loop load; return its record."""
+    before, batch_time_before, log_offset = batcher_stats(server), batch_time(server), server.log_offset()
     shift = index * len(templates) // 7 % len(templates)  # each interval starts elsewhere in the pool
-    shots, start, end, info = aioload.open_loop(server.url, rate_rps, seconds, 0.0,
-                                                templates[shift:] + templates[:shift],
-                                                timeout_s=OPEN_LOOP_ANSWER_S, seed=index)
-    after, batch_time_after, cpu_after = batcher_stats(server), batch_time(server), server.cpu_s()
-    log, log_offset = server.request_log_since(log_offset)
-    summary = summarise(shots, (start, end), count_paths(log, start, end + OPEN_LOOP_ANSWER_S),
-                        {k: after[k] - before[k] for k in after})
-    processes = server_processes(server)
+    with server.cpu_clock() as clock:
+        run = load.run(load.open_loop(server.url, rate_rps, seconds, 0.0, templates[shift:] + templates[:shift],
+                                      timeout_s=OPEN_LOOP_ANSWER_S, seed=index))
+    point = summary(server, run, OPEN_LOOP_ANSWER_S, before, log_offset)
+    processes = server.processes()
     cache = scrape(server.url, {"esun_cache_entries": "cache_entries"})
     gc_full = scrape(server.url, {"esun_gc_collections_total": "gc_full_collections"}, generation="2")
-    record = {
-        "interval": index, "end_s": None, "target_rps": round(rate_rps, 2), "sent_rps": info["sent_rps"],
-        **{k: summary.get(k) for k in ("requests", "throughput_rps", "p50_ms", "p99_ms", "max_ms", "late_over_1s",
-                                       "non_200", "no_answer", "connection_errors", "invalid", "model_share",
-                                       "paths")},
-        "mean_batch_size": summary.get("batcher", {}).get("mean_batch_size"),
+    return {
+        "interval": index, "end_s": None, "target_rps": round(rate_rps, 2), "sent_rps": run.generator["sent_rps"],
+        **{k: point.get(k) for k in ("requests", "throughput_rps", "p50_ms", "p99_ms", "max_ms", "late_over_1s",
+                                     "non_200", "no_answer", "connection_errors", "invalid", "model_share", "paths",
+                                     "server_p50_ms", "server_p99_ms")},
+        "mean_batch_size": point["batcher"]["mean_batch_size"],
         # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core, and the
         # corrector's mean run time per batch and per question in the interval.
-        "server_cpu_pct": round(100 * (cpu_after - cpu_before) / (end - start), 1),
-        **batch_means(batch_time_before, batch_time_after, after["items"] - before["items"]),
-        **server_latency(log, start, end + OPEN_LOOP_ANSWER_S),
+        "server_cpu_pct": clock.figures(run.start, run.end, 1)["server_cpu_pct"],
+        **batch_means(batch_time_before, batch_time(server), point["batcher"]["items"]),
         "cache_entries": int(cache["cache_entries"]),
         "gc_full_collections": int(gc_full["gc_full_collections"]),
         "by_role": totals_by_role(processes), "processes": processes,
-        "generator_cpu_pct": info.get("generator_cpu_pct"), "load_average": round(os.getloadavg()[0], 2),
+        "generator_cpu_pct": run.generator.get("generator_cpu_pct"), "load_average": round(os.getloadavg()[0], 2),
     }
-    return record, log_offset
 
 
 def batch_time(server: ServerProcess) -> dict[str, float]:
@@ -249,30 +212,17 @@ def main(argv: list[str] | None = None) -> int:
             or args.settle_minutes < 0:
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
                             "--settle-minutes >= 0")
-    if args.capacity is None and wrkload.wrk_path() is None:
-        raise cli.ToolError("wrk is not installed (bash testing/install_tools.sh installs it), or give --capacity")
-    if not args.fake and (missing := missing_weights()):
-        raise cli.ToolError(f"model/weights/ lacks {', '.join(missing)}: train the model first (make train)")
+    cli.require_weights(args.fake, missing_weights())
     settings = settings_of(args.server_setting)
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
     pool, shape = request_pool(POOL, args.short_share)
     templates = payload_templates(pool)
-    busy = os.getloadavg()[0]
-    if busy > 0.5 * (os.cpu_count() or 1):
-        print(f"soak: WARNING: load average {busy:.2f} on {os.cpu_count()} CPUs: the machine is busy",
-              file=sys.stderr, flush=True)
-    python = Path(sys.executable)
     results: dict[str, Any] = {
-        "command": shlex.join([python.relative_to(REPO_ROOT).as_posix() if python.is_relative_to(REPO_ROOT)
-                               else sys.executable, "-m", "testing.soak", *argv]),
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine_info(),
-        "fake_corrector": args.fake, "minutes": args.minutes, "share": args.share, "interval_s": args.interval_s,
-        "settings": settings, "request_pool": shape, "judge_timeout_s": JUDGE_TIMEOUT_S,
+        **run_record("soak", argv), "fake_corrector": args.fake, "minutes": args.minutes, "share": args.share,
+        "interval_s": args.interval_s, "settings": settings, "request_pool": shape, "judge_timeout_s": JUDGE_TIMEOUT_S,
         "open_loop_timeout_s": OPEN_LOOP_ANSWER_S, "intervals": [],
     }
-    app = "tests.fakes:create_fake_app()" if args.fake else "api:create_app()"
-    with start_server({"LOG_LEVEL": "INFO", **settings}, app=app) as server:
+    with start_server({"LOG_LEVEL": "INFO", **settings}, app=app_of(args.fake)) as server:
         print(f"soak: server up, log {server.log_path}", flush=True)
         results["service"] = get_json(server.url + "/")
         if args.capacity is None:
@@ -286,12 +236,11 @@ def main(argv: list[str] | None = None) -> int:
             capacity = args.capacity
         results["capacity_rps"] = capacity
         results["rate_rps"] = rate = round(args.share * capacity, 2)
-        _, log_offset = server.request_log_since(0)
-        results["processes_at_start"] = server_processes(server)
+        results["processes_at_start"] = server.processes()
         started = time.monotonic()
         intervals = max(1, round(args.minutes * 60 / args.interval_s))
         for index in range(intervals):
-            record, log_offset = run_interval(server, rate, args.interval_s, templates, index, log_offset)
+            record = run_interval(server, rate, args.interval_s, templates, index)
             record["end_s"] = round(time.monotonic() - started, 1)
             results["intervals"].append(record)
             roles = record["by_role"]
@@ -300,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"worker {roles['worker']['rss_mib']} model {roles['model']['rss_mib']} MiB  fds "
                   f"{roles['worker']['fds']}  threads {roles['worker']['threads']}  cache {record['cache_entries']}",
                   flush=True)
-            (out / "soak.json").write_text(json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            write_json(out / "soak.json", results)
     results["took_s"] = round(time.monotonic() - started, 1)
     results["steady_state"] = steady_state(results["intervals"], 60 * args.settle_minutes)
     print(f"soak: {steady_line(results['steady_state'])}", flush=True)

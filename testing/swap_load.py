@@ -15,36 +15,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from config import DEFAULT_WEIGHTS_DIR
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WeightsMeta
 from preprocess.text import top1_answer
+from testing import load
+from testing.load import JUDGE_TIMEOUT_S, Shot, payload_templates, percentile
+from testing.report import write_json
 from testing.samples import request_bodies
-from testing.server import ServerProcess, start_server
+from testing.server import get_json, sampling, start_server
 
 QUESTIONS = 200  # few enough that each phase asks again what the one before asked
 SWAP_TIMEOUT_S = 240.0
-
-
-@dataclass
-class Asked:
-    """One request: when it was sent (time.time()), how long its answer took, its status and answer."""
-
-    sent: float
-    took_s: float
-    status: int
-    answer: str | None
-    question: int
-    esun_uuid: str
 
 
 @dataclass
@@ -58,15 +50,13 @@ class Swap:
 
 @dataclass
 class SwapRun:
-    asked: list[Asked]
+    asked: list[Shot]  # every request: sent at `due`, its body `question` of `top1`, its `answer` (a valid one's)
     paths: dict[str, str]  # esun_uuid -> the path its answer took (the server's request log)
     server_ms: dict[str, float]  # esun_uuid -> the server's latency (accept to answer, its request log)
     swaps: list[Swap]
-    rss: dict[int, list[tuple[float, int]]]  # worker pid -> (time.time(), RSS bytes)
+    rss: dict[int, list[tuple[float, float]]]  # worker (or model process) pid -> (time.time(), RSS MiB)
     top1: list[str]  # each question's TOP1 answer
     served: dict[str, Any] = field(default_factory=dict)
-
-
 def second_folder(out: Path) -> Path:
     """The shipped folder whose answers are always TOP1's: no fitted second stage, threshold 1.01."""
     out.mkdir(parents=True, exist_ok=True)
@@ -113,56 +103,6 @@ def wait_served(url: str, folder: Path, workers: int, timeout_s: float) -> float
     raise TimeoutError(f"not every worker served {folder} within {timeout_s:g} s: {served_by_worker(url)}")
 
 
-class Load:
-    """`clients` closed-loop client threads, each asking a question as soon as its last one was answered."""
-
-    def __init__(self, url: str, bodies: list[dict[str, Any]], clients: int, timeout_s: float = 5.0) -> None:
-        self.url = url
-        self.bodies = bodies
-        self.asked: list[Asked] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._timeout_s = timeout_s
-        self._threads = [threading.Thread(target=self._client, args=(n, clients), daemon=True) for n in range(clients)]
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(self._timeout_s + 1)
-
-    def _client(self, n: int, clients: int) -> None:
-        with requests.Session() as http:
-            http.trust_env = False
-            i = n
-            while not self._stop.is_set():
-                question = i % len(self.bodies)
-                body = {**self.bodies[question], "esun_uuid": f"swap-{n}-{i}", "retry": 2}
-                sent, started = time.time(), time.monotonic()
-                try:
-                    response = http.post(f"{self.url}/inference", json=body, timeout=self._timeout_s)
-                    status, answer = response.status_code, response.json().get("answer")
-                except (requests.RequestException, ValueError):
-                    status, answer = 0, None
-                took_s = time.monotonic() - started
-                with self._lock:
-                    self.asked.append(Asked(sent, took_s, status, answer, question, body["esun_uuid"]))
-                i += clients
-
-
-def sample_rss(server: ServerProcess, into: dict[int, list[tuple[float, int]]], stop: threading.Event) -> None:
-    """Every 0.25 s, each worker's RSS (the master's children, and their model processes with the process engine)."""
-    master = psutil.Process(server.process.pid)
-    while not stop.wait(0.25):
-        for worker in master.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                into.setdefault(worker.pid, []).append((time.time(), worker.memory_info().rss))
-
-
 def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0, swaps: int = 2,
         batcher_workers: int = 1) -> SwapRun:
     """Serve the shipped folder through a link, swap to the second folder and back under load (module docstring),
@@ -173,14 +113,13 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
     bodies = request_bodies(QUESTIONS)
     settings = {"WEB_WORKERS": str(workers), "WEIGHTS_DIR": str(link), "LOG_LEVEL": "INFO",
                 "BATCHER_WORKERS": str(batcher_workers)}
-    rss: dict[int, list[tuple[float, int]]] = {}
     done: list[Swap] = []
     with start_server(settings, workdir / "server.log") as server:
         wait_served(server.url, first, workers, SWAP_TIMEOUT_S)  # /readyz is one worker's: wait for all
         stop = threading.Event()
-        sampler = threading.Thread(target=sample_rss, args=(server, rss, stop), daemon=True)
-        sampler.start()
-        with Load(server.url, bodies, clients) as load:
+        with sampling(server.processes, 0.25) as readings, ThreadPoolExecutor(1) as pool:
+            loading = pool.submit(load.run, load.closed_loop(server.url, clients, math.inf, 0.0,
+                                                             payload_templates(bodies), until=stop, answers=True))
             time.sleep(phase_s)
             for n in range(swaps):
                 folder = second if n % 2 == 0 else first
@@ -188,16 +127,18 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
                 repoint(link, folder)
                 done.append(Swap(str(folder), asked, wait_served(server.url, folder, workers, SWAP_TIMEOUT_S)))
                 time.sleep(phase_s)
-        stop.set()
-        sampler.join(2)
-        with requests.Session() as http:
-            http.trust_env = False
-            served = http.get(f"{server.url}/", timeout=5).json().get("serving") or {}
+            stop.set()
+            run = loading.result()
+        served = (get_json(f"{server.url}/") or {}).get("serving") or {}
         lines = server.request_log()
-        paths = {line["esun_uuid"]: line.get("path", "?") for line in lines}
-        server_ms = {line["esun_uuid"]: float(line.get("latency_ms", 0.0)) for line in lines}
-    top1 = [top1_answer(b["sentence_list"]) for b in bodies]
-    return SwapRun(load.asked, paths, server_ms, done, rss, top1, served=served)
+    rss: dict[int, list[tuple[float, float]]] = {}
+    for at, processes in readings:
+        for process in processes:
+            if process["role"] != "master":
+                rss.setdefault(process["pid"], []).append((at, process["rss_mib"]))
+    paths = {line["esun_uuid"]: line.get("path", "?") for line in lines}
+    server_ms = {line["esun_uuid"]: float(line.get("latency_ms", 0.0)) for line in lines}
+    return SwapRun(run.shots, paths, server_ms, done, rss, [top1_answer(b["sentence_list"]) for b in bodies], served)
 
 
 def memory(result: SwapRun) -> list[dict[str, Any]]:
@@ -207,9 +148,9 @@ def memory(result: SwapRun) -> list[dict[str, Any]]:
     for pid, samples in result.rss.items():
         before = [next((r for t, r in reversed(samples) if t < s.asked), 0) for s in result.swaps]
         peaks = [max((r for t, r in samples if s.asked <= t <= s.done), default=0) for s in result.swaps]
-        out.append({"worker": pid, "before_swap_mib": [r >> 20 for r in before],
-                    "peak_during_swap_mib": [r >> 20 for r in peaks], "first_mib": samples[0][1] >> 20,
-                    "max_mib": max(r for _, r in samples) >> 20, "end_mib": samples[-1][1] >> 20})
+        out.append({"worker": pid, "before_swap_mib": [int(r) for r in before],
+                    "peak_during_swap_mib": [int(r) for r in peaks], "first_mib": int(samples[0][1]),
+                    "max_mib": int(max(r for _, r in samples)), "end_mib": int(samples[-1][1])})
     return out
 
 
@@ -218,22 +159,19 @@ def summary(result: SwapRun) -> dict[str, Any]:
     asked while a swap was under way (from the link's change until every worker served the new folder)."""
     paths = [result.paths.get(a.esun_uuid, "?") for a in result.asked]
 
-    def swapping(a: Asked) -> bool:
-        return any(s.asked <= a.sent <= s.done for s in result.swaps)
-
     def slowest(during: bool) -> dict[str, float]:
-        asked = [a for a in result.asked if swapping(a) == during]
-        server = sorted(result.server_ms.get(a.esun_uuid, 0.0) for a in asked)
-        client = sorted(a.took_s for a in asked)
-        return {"answers": len(asked), "client_max_s": round(client[-1], 3) if client else 0.0,
-                "client_p99_s": round(client[int(0.99 * (len(client) - 1))], 3) if client else 0.0,
-                "server_max_ms": round(server[-1], 1) if server else 0.0,
-                "server_p99_ms": round(server[int(0.99 * (len(server) - 1))], 1) if server else 0.0}
+        asked = [a for a in result.asked if any(s.asked <= a.due <= s.done for s in result.swaps) == during]
+        client = [a.latency_s for a in asked]
+        server = [result.server_ms.get(a.esun_uuid, 0.0) for a in asked]
+        return {"answers": len(asked), "client_max_s": round(max(client, default=0.0), 3),
+                "client_p99_s": round(percentile(client, 99) or 0.0, 3),
+                "server_max_ms": round(max(server, default=0.0), 1),
+                "server_p99_ms": round(percentile(server, 99) or 0.0, 1)}
 
     return {
         "answers": len(result.asked),
         "non_200": sum(a.status != 200 for a in result.asked),
-        "later_than_1s": sum(a.took_s > 1.0 for a in result.asked),
+        "later_than_1s": sum(a.latency_s > JUDGE_TIMEOUT_S for a in result.asked),
         "paths": {p: paths.count(p) for p in sorted(set(paths))},
         "latency_while_swapping": slowest(True),
         "latency_otherwise": slowest(False),
@@ -255,10 +193,9 @@ def main() -> None:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=False)
     figures = summary(run(args.workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
-    text = json.dumps(figures, indent=1)
-    print(text)
+    print(json.dumps(figures, indent=1))
     if args.out is not None:
-        args.out.write_text(text + "\n", encoding="utf-8")
+        write_json(args.out, figures)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.live, pytest.mark.real_model]
 def model_answers(result: SwapRun, start: float, end: float) -> list[tuple[int, str]]:
     """(question, answer) of the model's answers to questions sent at or after `start` and answered before `end`."""
     return [(a.question, a.answer) for a in result.asked
-            if a.sent >= start and a.sent + a.took_s <= end and result.paths.get(a.esun_uuid) == "model"]
+            if a.due >= start and a.done <= end and result.paths.get(a.esun_uuid) == "model"]
 
 
 def test_a_swap_there_and_back_under_load_answers_every_question_in_time_and_from_the_new_folder(tmp_path):

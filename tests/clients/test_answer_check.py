@@ -1,5 +1,5 @@
 """What every client tool shares: the one answer check (`testing.samples.check_answer`) and the one percentile
-(`testing.loadgen.percentile`, nearest rank). The load generators, the slow clients, the judge, the grequests
+(`testing.load.percentile`, nearest rank). The load generators, the slow clients, the judge, the grequests
 script and the JMeter results reader all go through these two."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from testing.jtl import read_jtl, summary
-from testing.loadgen import percentile
+from testing.load import percentile
 from testing.samples import check_answer
 
 VALID = {"esun_uuid": "u", "server_uuid": "s", "server_timestamp": 1.5, "answer": "好"}

@@ -1,5 +1,5 @@
-"""testing/bench.py end to end on the fake corrector: the overload section (testing/aioload.py's open loop) runs
-and writes its tables and JSON; section f holds slow connections beside the clients (wrk)."""
+"""testing/bench.py end to end on the fake corrector: the overload section (testing/load.py's open loop) runs
+and writes its tables and JSON; section f holds slow connections beside the clients."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_bench_overload_section_runs_the_lean_generators_and_counts_every_reques
     results = run_bench(tmp_path, "c")
     assert results["open_loop_timeout_s"] == 10.0
     (point,) = results["c"]["points"]  # --quick: 2x only
-    assert point["factor"] == 2.0 and point["generator"].startswith("aioload")
+    assert point["factor"] == 2.0 and point["generator"].startswith("testing.load open loop")
     assert point["latency_from"] == "due" and point["requests"] > 0
     assert point["non_200"] == 0 and point["connection_errors"] == 0 and point["no_answer"] == 0
     # one raw row per request due in the window, each a 200 whose path the server's log named

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from testing import plots  # noqa: E402
-from testing.loadgen import Shot  # noqa: E402
+from testing.load import Shot  # noqa: E402
 from testing.report import FALLBACK_PATHS, kind_latency, tag_paths  # noqa: E402
 from testing.server import REPO_ROOT  # noqa: E402
 
