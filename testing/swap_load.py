@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import math
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from config import DEFAULT_WEIGHTS_DIR
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WeightsMeta
 from preprocess.text import top1_answer
-from testing import load
+from testing import cli, load
 from testing.load import JUDGE_TIMEOUT_S, Shot, payload_templates, percentile
 from testing.report import write_json
 from testing.samples import request_bodies
@@ -180,23 +181,30 @@ def summary(result: SwapRun) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m testing.swap_load", description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--phase-s", type=float, default=8.0)
     parser.add_argument("--swaps", type=int, default=2, help="swaps in all: to the second folder, back, ... (0: a "
                         "baseline, phase-s of load on the shipped folder)")
     parser.add_argument("--batcher-workers", type=int, default=1, help="BATCHER_WORKERS: above 1, the process engine")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/esun-swap-load"))
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="a new folder for the run's weights folders and link (default: a new one under /tmp)")
     parser.add_argument("--out", type=Path, default=None, help="write the run's summary here (JSON)")
     args = parser.parse_args()
-    args.workdir.mkdir(parents=True, exist_ok=False)
+    if args.workdir is None:
+        args.workdir = Path(tempfile.mkdtemp(prefix="esun-swap-load-"))
+    elif args.workdir.exists():
+        raise cli.ToolError(f"--workdir {args.workdir} exists: name a new folder (the run writes its folders there)")
+    else:
+        args.workdir.mkdir(parents=True)
     figures = summary(run(args.workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
     print(json.dumps(figures, indent=1))
     if args.out is not None:
         write_json(args.out, figures)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main, "testing.swap_load")

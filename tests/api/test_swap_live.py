@@ -1,6 +1,7 @@
-"""A swap there and back under load, as `make run` serves (issue 47): 8 closed-loop clients, two gunicorn workers,
-WEIGHTS_DIR a symlink repointed twice. Every question is answered 200 within 1 s, none TOP1 for a model still
-loading, and each question asked once every worker serves the new folder gets that folder's answer.
+"""A swap there and back under load, as `make run` serves (issue 47): 8 closed-loop clients, two gunicorn workers (or
+one, with the process engine's two model processes: `BATCHER_WORKERS=2`), WEIGHTS_DIR a symlink repointed twice.
+Every question is answered 200 within 1 s, none TOP1 for a model still loading, and each question asked once every
+worker serves the new folder gets that folder's answer.
 
 The shipped model on CPU runs int8 with activations quantized per batch, so a question may be answered otherwise in
 another batch (1 of 200 questions was, within one phase): the second folder's answers (TOP1's, whatever the batch)
@@ -21,8 +22,11 @@ def model_answers(result: SwapRun, start: float, end: float) -> list[tuple[int, 
             if a.due >= start and a.done <= end and result.paths.get(a.esun_uuid) == "model"]
 
 
-def test_a_swap_there_and_back_under_load_answers_every_question_in_time_and_from_the_new_folder(tmp_path):
-    result = run(tmp_path, clients=8, workers=2, phase_s=8.0)
+@pytest.mark.parametrize(("workers", "batcher_workers"), [(2, 1), (1, 2)],
+                         ids=["two-web-workers", "process-engine-two-model-processes"])
+def test_a_swap_there_and_back_under_load_answers_every_question_in_time_and_from_the_new_folder(
+        tmp_path, workers, batcher_workers):
+    result = run(tmp_path, clients=8, workers=workers, phase_s=8.0, batcher_workers=batcher_workers)
     figures = summary(result)
     print(figures)
     to_second, back = result.swaps
