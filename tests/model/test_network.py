@@ -7,6 +7,7 @@ import math
 import torch
 
 from model.contract import CANDIDATE_FEATURES
+from model.corrector import quantized
 from model.features import MAX_CANDIDATES, MAX_SEGMENT, N_CAND_FEATS, N_POS_FEATS, PAD
 from model.network import CorrectorNet, FeatureProjection, NetConfig
 
@@ -63,7 +64,8 @@ def test_the_feature_projections_keep_linear_layer_names_and_stay_fp32_when_the_
     keys = set(net.state_dict())
     # the names the saved weights use
     assert {"cand_proj.weight", "cand_proj.bias", "cand_bias.weight", "cand_bias.bias"} <= keys
-    quantized = torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)
-    assert isinstance(quantized.cand_proj, FeatureProjection) and quantized.cand_proj.weight.dtype == torch.float32
+    int8 = quantized(net)  # as the corrector serves it on CPU
+    assert isinstance(int8.cand_proj, FeatureProjection) and int8.cand_proj.weight.dtype == torch.float32
+    assert type(int8.query) is not torch.nn.Linear  # the linear layers were quantized, these two were not
     with torch.inference_mode():
-        assert quantized(**random_inputs()).shape == (5, 7, MAX_CANDIDATES)
+        assert int8(**random_inputs()).shape == (5, 7, MAX_CANDIDATES)

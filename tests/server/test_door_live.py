@@ -68,9 +68,17 @@ def _recv(sock: socket.socket) -> bytes:
     return chunk
 
 
-def paths(log: Path, esun_uuid: str) -> list[str]:
-    lines = [json.loads(t) for t in log.read_text(encoding="utf-8").splitlines() if t.startswith("{")]
-    return [line["path"] for line in lines if line.get("msg") == "inference" and line.get("esun_uuid") == esun_uuid]
+def paths(log: Path, esun_uuid: str, wait_s: float = 5.0) -> list[str]:
+    """The paths the server logged for this question, waiting up to `wait_s` for a first line: the worker's log lines
+    reach the file from a writer thread a moment after the answer leaves (sidecar/log_writer.py)."""
+    until = time.monotonic() + wait_s
+    while True:
+        lines = [json.loads(t) for t in log.read_text(encoding="utf-8").splitlines() if t.startswith("{")]
+        found = [line["path"] for line in lines
+                 if line.get("msg") == "inference" and line.get("esun_uuid") == esun_uuid]
+        if found or time.monotonic() >= until:
+            return found
+        time.sleep(0.02)
 
 
 def _wait_until_no_question_is_on_the_model(port: int, timeout_s: float = 10.0) -> None:
