@@ -62,7 +62,7 @@ from learn.rule_trust import GATE_CLOSED, GATES, learn_confusions
 from learn.train import pick_threshold, save, shipped_start
 from learn.train_data import labelled_examples
 from learn.train_settings import TrainSettings
-from learn.tune import described_lists, dev_lists, fit_lists
+from learn.tune import described_lists, dev_lists, fit_lists, pick_rule_pass
 from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
 from model.corrector import Corrector
@@ -297,10 +297,15 @@ def refit(settings: AdaptSettings, adapted: Corrector, split: Split) -> tuple[di
                                    adaptation=_behind_gate(f.adaptation, gate))
             stage, stage_figures = fit_lists(lists, "full", settings.max_worse, settings.max_right_changed,
                                              priors["full"], settings.prior_lists)
+            if settings.rule_pass:
+                stage, ruled = pick_rule_pass(lists, stage, settings.max_worse, settings.max_right_changed)
+                stage_figures |= ruled
             acting = sum(map(gated.confusions.acts, served.rules))
             print(f"    gate {gate:g}: {acting} of {len(served)} rules act; the lists "
                   f"fitted on: CER {stage_figures['top1_cer']:.2%} (TOP1) -> {stage_figures['cer']:.2%}, margin "
-                  f"{stage.margin:.2f}")
+                  f"{stage.margin:.2f}" + (f"; rule pass: trust >= {stage.rule_trust:g}, lead of trigram + "
+                                            f"{stage.rule_domain:g} x domain >= {stage.rule_margin:g}"
+                                            if stage.rule_trust else ""))
             tried.append((gate, stage, stage_figures))
     gate, full, full_figures = min(reversed(tried), key=lambda t: t[2]["cer"])
     kept = _behind_gate(adapted.adaptation, gate)

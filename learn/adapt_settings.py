@@ -43,6 +43,8 @@ class AdaptSettings:
     # a rule's trust: its out-of-fold rate where the language models prefer its rewrite ("agreed"), or wherever its
     # source occurs ("everywhere", as before issue 48); learn.rule_trust
     trust: Literal["agreed", "everywhere"] = "agreed"
+    # fit the stage's rule pass (learn.tune.pick_rule_pass) beside its linear score
+    rule_pass: bool = True
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
     def __post_init__(self) -> None:
@@ -86,6 +88,8 @@ def parse_args(argv: list[str] | None = None) -> AdaptSettings:
                          "so that a run stopped midway resumes (default: inside the folder being built, gone with it)")
     ap.add_argument("--trust", help="a rule's trust: its out-of-fold rate where the language models prefer its "
                     "rewrite (agreed, the default) or wherever its source occurs (everywhere)")
+    ap.add_argument("--no-rule-pass", dest="rule_pass", action="store_false",
+                    help="fit no rule pass beside the stage's linear score (learn.tune.pick_rule_pass)")
     ap.add_argument("--device", help="auto (CUDA when present), cpu or cuda")
     values = vars(ap.parse_args(argv))
     try:
