@@ -18,8 +18,8 @@ With a `scorer` (`learn.adapt` gives one: the shipped word trigram plus half a c
 `learn.memo_baseline.agreement_scorer`), trust is **conditioned on the language models' agreement**: out of fold, a
 place where a rule's source occurs counts as a trial only where the scorer, built from the other folds' truths, prefers
 TOP1 rewritten by the rule to TOP1, and as a hit where that rewrite is closer to the truth. A rule acts in the second
-stage where the language models prefer its rewrite, so that is the rate it is right at there: on real lists a rule
-such as 有 → 又 is wrong most of the places its source occurs, and right much more often where the models prefer it.
+stage where the language models prefer its rewrite, so that is the rate that tells whether it should: a rule wrong at
+most of the places its source occurs may be right at most of those where the models prefer it.
 `held_seen` and `held_count` then count those places.
 
 `learn.adapt` fits the gate (the least trust that lets a rule act) among `GATES` on the lists it fits the stage on.
