@@ -1,8 +1,9 @@
 """What learns and measures, never served: training the network (`train`, its settings in `train_settings`, its data
 in `train_data`, its loop in `fit`), fitting the second stage (`tune`), adapting to a team's labelled lists (`adapt`,
 its settings in `adapt_settings`, its output folder in `adapt_folder`, the domain LM built by `domain_lm`, the
-confusion rules and their trust learned by `rule_trust`), and the figures (`evaluate`, `diagnose`; the error
-statistics the stand-in data is held to, `error_stats`). Run from the repository root as modules, e.g.
+confusion rules and their trust learned by `rule_trust`), and the figures (`evaluate`, `diagnose`; adapt
+cross-validated on one labelled file, `crossval`, and what limits it, `limits`; the error statistics the stand-in data
+is held to, `error_stats`). Run from the repository root as modules, e.g.
 `.venv/bin/python -m learn.evaluate`.
 
 Every tool here is guarded once, here: run by a Python that lacks the project's packages (the system Python, say),

@@ -57,16 +57,17 @@ from learn.data.labelled import Labelled, LabelledFormatError, Split, split_thre
 from learn.domain_lm import build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, table
 from learn.fit import dev_probs, fit
-from learn.memo_baseline import MEMO_MARGINS, RuleMemo
+from learn.memo_baseline import MEMO_MARGINS, RuleMemo, agreement_scorer
 from learn.rule_trust import GATE_CLOSED, GATES, learn_confusions
 from learn.train import pick_threshold, save, shipped_start
 from learn.train_data import labelled_examples
 from learn.train_settings import TrainSettings
-from learn.tune import described_lists, dev_lists, fit_lists
+from learn.tune import described_lists, dev_lists, fit_lists, pick_rule_pass
 from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
 from model.corrector import Corrector
 from model.features import Featurizer
+from model.lm import LanguageModel
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
 from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankStage, WeightsMeta
@@ -117,15 +118,17 @@ def fine_tune(settings: AdaptSettings, train: list[Labelled], dev: list[Labelled
     return record
 
 
-def learn_lm_and_confusions(items: list[Labelled], out: Path, settings: AdaptSettings,
+def learn_lm_and_confusions(items: list[Labelled], out: Path, settings: AdaptSettings, lm: LanguageModel,
                             gate: float | None = None) -> tuple[dict[str, int], Confusions]:
     """Build the domain LM and learn the confusions of `items` into `out` (each rule's trust measured in
-    `settings.folds` folds; `gate` the least trust that lets a rule act)."""
+    `settings.folds` folds, where the language models prefer its rewrite unless `settings.trust` says everywhere;
+    `gate` the least trust that lets a rule act)."""
     truths = [han_chars(it.truth) for it in items]
     lm_counts = build_domain_lm(truths, out / DOMAIN_LM_FILE)
     pairs = [(han_chars(it.nbest.top1), truth) for it, truth in zip(items, truths, strict=True)]
     confusions = learn_confusions([p for p in pairs if p[0] and p[1]], min_count=settings.min_count,
-                                  folds=max(2, settings.folds), seed=settings.seed, gate=gate)
+                                  folds=max(2, settings.folds), seed=settings.seed, gate=gate,
+                                  scorer=agreement_scorer(lm) if settings.trust == "agreed" else None)
     save_confusions(confusions, out / CONFUSIONS_FILE)
     return lm_counts, confusions
 
@@ -154,8 +157,8 @@ def cross_fitted_folds(settings: AdaptSettings, train: list[Labelled], corrector
         rest = [it for it in train if fold_of(it.id, settings.seed, settings.folds) != k]
         part = tmp / f"fold{k}"
         part.mkdir()
-        _, confusions = learn_lm_and_confusions(rest, part, settings)
         assert corrector.lm is not None
+        _, confusions = learn_lm_and_confusions(rest, part, settings, corrector.lm)
         adaptation = Adaptation(DomainLM(part / DOMAIN_LM_FILE), confusions,
                                 Conventions.from_confusions(confusions, corrector.lm.to_simplified))
         out.append(Fold(adaptation, nbests(held), [han_chars(it.truth) for it in held]))
@@ -210,7 +213,8 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
     """Every step, written into `build`; return the provenance recorded in its config.json."""
     device = torch.device("cuda" if settings.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
     print("1/6 domain language model (IRSTLM) from the train truths; 2/6 the recogniser's confusions")
-    lm_counts, confusions = learn_lm_and_confusions(split.train, build, settings)
+    lm = LanguageModel()  # the shipped word trigram: where it (and the domain's characters) prefer a rule's rewrite
+    lm_counts, confusions = learn_lm_and_confusions(split.train, build, settings, lm)
     print(f"    {lm_counts}; {len(confusions)} confusion rules")
 
     print(f"3/6 fine-tuning the network on {len(split.train)} lists ({device})")
@@ -246,7 +250,7 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
         gate = GATE_CLOSED
 
     print(f"6/6 the rules and the domain language model the folder serves, from all {len(items)} lists")
-    lm_counts, confusions = learn_lm_and_confusions(items, build, settings, gate)
+    lm_counts, confusions = learn_lm_and_confusions(items, build, settings, lm, gate)
     print(f"    {lm_counts}; {len(confusions)} confusion rules, {sum(map(confusions.acts, confusions.rules))} of "
           f"them trusted at the gate {gate:g} or more")
     print(trusted_rules(confusions))
@@ -293,10 +297,15 @@ def refit(settings: AdaptSettings, adapted: Corrector, split: Split) -> tuple[di
                                    adaptation=_behind_gate(f.adaptation, gate))
             stage, stage_figures = fit_lists(lists, "full", settings.max_worse, settings.max_right_changed,
                                              priors["full"], settings.prior_lists)
+            if settings.rule_pass:
+                stage, ruled = pick_rule_pass(lists, stage, settings.max_worse, settings.max_right_changed)
+                stage_figures |= ruled
             acting = sum(map(gated.confusions.acts, served.rules))
             print(f"    gate {gate:g}: {acting} of {len(served)} rules act; the lists "
                   f"fitted on: CER {stage_figures['top1_cer']:.2%} (TOP1) -> {stage_figures['cer']:.2%}, margin "
-                  f"{stage.margin:.2f}")
+                  f"{stage.margin:.2f}" + (f"; rule pass: trust >= {stage.rule_trust:g}, lead of trigram + "
+                                            f"{stage.rule_domain:g} x domain >= {stage.rule_margin:g}"
+                                            if stage.rule_trust else ""))
             tried.append((gate, stage, stage_figures))
     gate, full, full_figures = min(reversed(tried), key=lambda t: t[2]["cer"])
     kept = _behind_gate(adapted.adaptation, gate)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rapidfuzz.distance import Levenshtein
@@ -68,6 +68,17 @@ class CharTrigram:
     def score(self, text: str) -> float:
         padded = BOS + BOS + text + EOS
         return sum(math.log10(self.prob(padded[i - 2 : i], padded[i])) for i in range(2, len(padded)))
+
+
+def agreement_scorer(lm: LanguageModel) -> Callable[[list[str]], Callable[[str], float]]:
+    """The memo's scorer as `learn.rule_trust` asks for one: given taught truths, the shipped word trigram plus
+    `CHAR_WEIGHT` times a character trigram of those truths (log10)."""
+
+    def taught(truths: list[str]) -> Callable[[str], float]:
+        chars = CharTrigram([t for t in truths if t])
+        return lambda text: lm.score(text).logp + CHAR_WEIGHT * chars.score(text)
+
+    return taught
 
 
 @dataclass

@@ -14,6 +14,14 @@ fire (有 → 又 right 10 times of 252, issue 39), so a rule earns its place by
   rule's trust is its posterior mean, (held_count + a) / (held_seen + a + b): a rule seen rarely out of fold is
   trusted as its kind is, one seen often as it did.
 
+With a `scorer` (`learn.adapt` gives one: the shipped word trigram plus half a character trigram of the taught truths,
+`learn.memo_baseline.agreement_scorer`), trust is **conditioned on the language models' agreement**: out of fold, a
+place where a rule's source occurs counts as a trial only where the scorer, built from the other folds' truths, prefers
+TOP1 rewritten by the rule to TOP1, and as a hit where that rewrite is closer to the truth. A rule acts in the second
+stage where the language models prefer its rewrite, so that is the rate that tells whether it should: a rule wrong at
+most of the places its source occurs may be right at most of those where the models prefer it.
+`held_seen` and `held_count` then count those places.
+
 `learn.adapt` fits the gate (the least trust that lets a rule act) among `GATES` on the lists it fits the stage on.
 """
 
@@ -22,8 +30,10 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+
+from rapidfuzz.distance import Levenshtein
 
 from learn.error_stats import classify_span
 from preprocess.rules import BOS, EOS, MAX_SPAN, Confusions, Rule, edit_spans, span_context
@@ -34,19 +44,24 @@ GATE_CLOSED = 1.01
 # a kind with fewer rules measured out of fold takes the prior of all rules
 MIN_RULES_PER_KIND = 8
 PRIOR_STRENGTHS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+# given the truths a fold is taught, a sentence scorer (higher: likelier); see the module's docstring
+Scorer = Callable[[list[str]], Callable[[str], float]]
 
 
 def learn_confusions(pairs: Iterable[tuple[str, str]], min_count: int = 2, folds: int = 0, seed: int = 0,
-                     gate: float | None = None) -> Confusions:
+                     gate: float | None = None, scorer: Scorer | None = None) -> Confusions:
     """Count rules over (TOP1, truth) pairs, then how often each kept rule's source appears in the TOP1s; with
-    `folds` >= 2, each rule's trust (out of fold, shrunk toward its kind: the module's docstring)."""
+    `folds` >= 2, each rule's trust (out of fold, where `scorer` prefers its rewrite when one is given, shrunk toward
+    its kind: the module's docstring)."""
     pairs = list(pairs)
     counts = _rule_counts(pairs)
     kept = {k: n for k, n in counts.items() if n >= min_count}
     seen = _occurrences([top1 for top1, _ in pairs], {(src, ctx) for src, _, ctx in kept})
     rules = [Rule(src, tgt, ctx, n, seen.get((src, ctx), n)) for (src, tgt, ctx), n in kept.items()]
     if folds >= 2 and len(pairs) >= folds:
-        rules = _trusted(rules, _held_out(pairs, kept, min_count, folds, seed))
+        held = _held_out(pairs, kept, min_count, folds, seed) if scorer is None else \
+            _held_out_agreed(pairs, kept, min_count, folds, seed, scorer)
+        rules = _trusted(rules, held)
     return Confusions(rules, gate)
 
 
@@ -85,6 +100,33 @@ def _held_out(pairs: list[tuple[str, str]], kept: dict[tuple[str, str, bool], in
             trials = max(seen.get((key[0], key[2]), 0), hits)
             h, t = out.get(key, (0, 0))
             out[key] = (h + hits, t + trials)
+    return out
+
+
+def _held_out_agreed(pairs: list[tuple[str, str]], kept: dict[tuple[str, str, bool], int], min_count: int,
+                     folds: int, seed: int, scorer: Scorer) -> dict[tuple[str, str, bool], tuple[int, int]]:
+    """`_held_out`, counting a trial only where the scorer taught by the other folds prefers the rule's rewrite, and
+    a hit where that rewrite is also closer to the truth."""
+    rng = random.Random(seed)
+    fold_of = [rng.randrange(folds) for _ in pairs]
+    parts: list[list[tuple[str, str]]] = [[] for _ in range(folds)]
+    for pair, k in zip(pairs, fold_of, strict=True):
+        parts[k].append(pair)
+    part_counts = [_rule_counts(part) for part in parts]
+    out: dict[tuple[str, str, bool], tuple[int, int]] = {}
+    for k, part in enumerate(parts):
+        taught = Confusions([Rule(src, tgt, ctx, n, n) for (src, tgt, ctx), n in kept.items()
+                             if n - part_counts[k][(src, tgt, ctx)] >= max(1, min_count - 1)])
+        score = scorer([truth for j, other in enumerate(parts) if j != k for _, truth in other])
+        for top1, truth in part:
+            base, before = score(top1), Levenshtein.distance(top1, truth)
+            for start, end, target, rule in taught.matches(top1):
+                rewritten = top1[:start] + target + top1[end:]
+                if not rewritten or rewritten == top1 or score(rewritten) <= base:
+                    continue
+                key = (rule.source, rule.target, rule.in_context)
+                h, t = out.get(key, (0, 0))
+                out[key] = (h + (Levenshtein.distance(rewritten, truth) < before), t + 1)
     return out
 
 

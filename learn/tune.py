@@ -171,18 +171,53 @@ def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right
 def stage_cer(lists: list[DevList], weights: RerankWeights) -> float:
     """The CER a stage's weights and margin give on described lists, counted as `pick_margin` counts."""
     w = weights.vector()
-    errors = sum(_chosen_errors(d, w, weights.margin) for d in lists)
+    errors = sum(_chosen_errors(d, w, weights.margin, weights) for d in lists)
     return errors / max(1, sum(d.truth_len for d in lists))
 
 
-def _chosen_errors(d: DevList, w: np.ndarray, margin: float) -> int:
-    """The errors of what a stage answers for one list: its best other sentence past the margin, else TOP1."""
+def _chosen_errors(d: DevList, w: np.ndarray, margin: float, rules: RerankWeights | None = None) -> int:
+    """The errors of what a stage answers for one list: its best other sentence past the margin, else the rule
+    pass's choice (`rules`, when given), else TOP1."""
     s = d.feats @ w
     if len(s) > 1:
         b = 1 + int(np.argmax(s[1:]))
         if s[b] - s[0] >= margin:
             return int(d.errors[b])
-    return int(d.errors[0])
+    ruled = rules.rule_pass(d.feats) if rules is not None else None
+    return int(d.errors[ruled if ruled is not None else 0])
+
+
+# the rule pass's settings tried (learn.adapt): the least trust, the domain LM's weight beside the trigram's, the lead
+RULE_TRUSTS = (0.3, 0.4, 0.5, 0.6, 0.7)
+RULE_DOMAIN = (0.5, 1.0)
+RULE_MARGINS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
+
+
+def pick_rule_pass(lists: list[DevList], weights: RerankWeights, max_worse: float,
+                   max_right_changed: float) -> tuple[RerankWeights, dict]:
+    """Fit the rule pass (`RerankWeights.rule_pass`) beside a fitted stage: of `RULE_TRUSTS` x `RULE_DOMAIN` x
+    `RULE_MARGINS`, the setting with the lowest CER on `lists` that keeps at most `max_worse` of them made worse and
+    `max_right_changed` of their right TOP1s changed (the stage's answers counted too; ties: the stricter setting);
+    none, when no setting does better than the stage alone. Return the weights and their figures."""
+    w = weights.vector()
+    total = max(1, sum(d.truth_len for d in lists))
+    n_right = max(1, sum(int(d.errors[0]) == 0 for d in lists))
+
+    def figures(rules: RerankWeights) -> dict:
+        chosen = [(_chosen_errors(d, w, weights.margin, rules), int(d.errors[0])) for d in lists]
+        return {"cer": sum(a for a, _ in chosen) / total, "worse": sum(a > b for a, b in chosen) / max(1, len(lists)),
+                "right_changed": sum(b == 0 and a != 0 for a, b in chosen) / n_right}
+
+    best, best_figures = weights, figures(weights)
+    for trust in sorted(RULE_TRUSTS, reverse=True):
+        for dom in RULE_DOMAIN:
+            for margin in sorted(RULE_MARGINS, reverse=True):
+                rules = replace(weights, rule_trust=trust, rule_domain=dom, rule_margin=margin)
+                f = figures(rules)
+                if f["worse"] <= max_worse and f["right_changed"] <= max_right_changed and \
+                        f["cer"] < best_figures["cer"] - 1e-12:
+                    best, best_figures = rules, f
+    return best, best_figures
 
 
 def breaks_bounds(lists: list[DevList], weights: RerankWeights, max_worse: float, max_right_changed: float,
@@ -193,7 +228,7 @@ def breaks_bounds(lists: list[DevList], weights: RerankWeights, max_worse: float
     ids = groups if groups is not None else [0] * len(lists)
     counts: dict[int, list[int]] = {}  # group: [lists, worse, right TOP1s, right TOP1s changed]
     for d, g in zip(lists, ids, strict=True):
-        chosen = _chosen_errors(d, w, weights.margin)
+        chosen = _chosen_errors(d, w, weights.margin, weights)
         c = counts.setdefault(g, [0, 0, 0, 0])
         c[0] += 1
         c[1] += chosen > d.errors[0]

@@ -30,6 +30,7 @@ from model.adaptation import Adaptation, Conventions
 from model.features import Example
 from model.lm import LanguageModel
 from preprocess.align import align_to
+from preprocess.rules import RATE_FLOOR
 from preprocess.text import SPOKEN_FILLERS
 
 FLOOR_P = 1e-4  # network probability of a segment that is not among a position's candidates
@@ -62,6 +63,7 @@ class Features:
 
 
 _FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Features))
+_LM, _DOMAIN, _CONFUSION = (_FEATURE_NAMES.index(n) for n in ("lm", "domain", "confusion"))
 if _FEATURE_NAMES != ("lm", "taiwan", "net", "rank", "outside_nbest", "changes", "oov", "domain", "confusion"):
     raise RuntimeError(f"Reranker.rows writes its columns in another order than Features' {_FEATURE_NAMES}")
 
@@ -81,9 +83,25 @@ class RerankWeights:
     confusion: float = 0.0
     margin: float = math.inf
     net_only: bool = False  # the network's own threshold decides; no sentence-level stage
+    # the rule pass (an adapted folder's, fitted by learn.tune.pick_rule_pass; 0: none): where the linear score keeps
+    # TOP1, a candidate whose confusion evidence reaches a rule of trust `rule_trust` and whose trigram plus
+    # `rule_domain` x domain LM lead over TOP1 is at least `rule_margin` is answered (the likeliest such one)
+    rule_trust: float = 0.0
+    rule_domain: float = 0.0
+    rule_margin: float = 0.0
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, n) for n in Features.names()], dtype=np.float64)
+
+    def rule_pass(self, rows: np.ndarray) -> int | None:
+        """The rule pass's choice among candidates described by `rows` ([K, F], row 0 TOP1), or None."""
+        if self.rule_trust <= 0 or len(rows) < 2:
+            return None
+        evidence = math.log10(max(self.rule_trust, RATE_FLOOR) / RATE_FLOOR)
+        lead = rows[1:, _LM] + self.rule_domain * rows[1:, _DOMAIN]
+        lead = np.where(rows[1:, _CONFUSION] >= evidence - 1e-9, lead, -np.inf)
+        best = int(np.argmax(lead))
+        return 1 + best if lead[best] >= self.rule_margin else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -230,12 +248,16 @@ class Reranker:
         if self.lm is None and not self._w.any():
             return example.top1
         # one dot product per row, as Features.vector() @ w computes it (a matrix product may sum in another order)
-        scores = [float(row @ self._w) for row in np.array(self.rows(example, probs, cands), dtype=np.float64)]
+        rows = np.array(self.rows(example, probs, cands), dtype=np.float64)
+        scores = [float(row @ self._w) for row in rows]
         # the best sentence other than TOP1, against TOP1: a fitted margin may be negative (on TOP1-alone lists every
         # other sentence pays the same outside_nbest penalty, which the margin then takes back in part)
         best = 1 + int(np.argmax(scores[1:]))
         if scores[best] - scores[0] >= self.weights.margin and not self._only_variants(example.top1, cands[best]):
             return cands[best].text
+        ruled = self.weights.rule_pass(rows)
+        if ruled is not None and not self._only_variants(example.top1, cands[ruled]):
+            return cands[ruled].text
         return example.top1
 
     def _only_variants(self, top1: str, cand: Candidate) -> bool:

@@ -20,7 +20,8 @@ def test_explain_shows_the_trusted_rules_and_samples_of_what_the_folder_did(tmp_
     out = capsys.readouterr().out
     assert "most trusted rules" in out and "| 台 → 臺 |" in out
     assert f"## {len(_rows(top1_alone=True))} lists of labelled.jsonl:" in out
-    assert "### made better (a sample of" in out and "### made worse" in out and "### left wrong (a sample of 3)" in out
+    # the three groups, whichever the folder's answers fill (since issue 48 it leaves none of these lists wrong)
+    assert "### made better (a sample of" in out and "### made worse" in out and "### left wrong (a sample of" in out
 
 
 def test_explain_refuses_a_folder_that_is_not_adapted(capsys):

@@ -58,3 +58,26 @@ def test_trusted_rules_and_their_gate_round_trip():
     confusions = learn_confusions(_recogniser_pairs(), folds=5, seed=3, gate=0.3)
     again = Confusions.from_dict(confusions.to_dict())
     assert again.rules == confusions.rules and again.gate == 0.3
+
+
+def _bigram_scorer(truths: list[str]):
+    """A scorer taught by truths: how many of a sentence's character bigrams the truths hold (a stand-in for the
+    language models `learn.adapt` gives)."""
+    from collections import Counter
+
+    counts = Counter(t[i : i + 2] for t in truths for i in range(len(t) - 1))
+    return lambda text: sum(counts[text[i : i + 2]] > 0 for i in range(len(text) - 1))
+
+
+def test_trust_where_the_models_agree_counts_only_the_places_they_prefer_the_rewrite():
+    # 有 → 又 is wrong in most places the recogniser writes 有, and right where the truths' bigrams prefer 又
+    pairs = [("我有錢", "我有錢")] * 150 + [("有來了", "又來了")] * 30
+    everywhere = {(r.source, r.target, r.in_context): r for r in learn_confusions(pairs, folds=5, seed=2).rules}
+    agreed = {(r.source, r.target, r.in_context): r
+              for r in learn_confusions(pairs, folds=5, seed=2, scorer=_bigram_scorer).rules}
+    rule, where = everywhere[("有", "又", False)], agreed[("有", "又", False)]
+    assert rule.trust is not None and rule.trust < 0.3
+    assert where.trust is not None and where.trust > 0.8
+    assert where.held_seen < rule.held_seen and where.held_count == rule.held_count == 30
+    confusions = learn_confusions(pairs, folds=5, seed=2, gate=0.5, scorer=_bigram_scorer)
+    assert "又來了" in confusions.rewrites("有來了")

@@ -12,8 +12,8 @@ import pytest
 from config import DEFAULT_WEIGHTS_DIR as WEIGHTS_DIR
 from learn import tune
 from learn.data.labelled import Labelled, write_labelled
-from learn.tune import DevList, stage_cer
-from model.rerank import RerankWeights
+from learn.tune import DevList, pick_rule_pass, stage_cer
+from model.rerank import Features, RerankWeights
 from preprocess.text import NBest
 
 
@@ -24,6 +24,38 @@ def test_stage_cer_answers_the_best_other_sentence_only_past_the_margin():
     weights = replace(RerankWeights(lm=1.0), margin=0.5)
     assert stage_cer(lists, weights) == 0.0
     assert stage_cer(lists, replace(weights, margin=2.0)) == 0.1
+
+
+def _ruled(lm: float, confusion: float, chosen_errors: int, top1_errors: int) -> DevList:
+    """A list whose one other sentence is a rule's rewrite: its trigram lead and confusion evidence."""
+    feats = np.zeros((2, len(Features.names())))
+    feats[1, Features.names().index("lm")] = lm
+    feats[1, Features.names().index("confusion")] = confusion
+    return DevList(feats, np.array([top1_errors, chosen_errors]), 10)
+
+
+def test_the_rule_pass_answers_a_trusted_rules_rewrite_the_models_prefer_where_the_stage_keeps_top1():
+    stage = replace(RerankWeights(lm=0.1), margin=5.0)  # the linear score never answers here
+    trusted = _ruled(lm=2.0, confusion=2.0, chosen_errors=0, top1_errors=1)  # a rule of trust 1.0 (log10(1 / 0.01))
+    assert stage.rule_pass(trusted.feats) is None
+    ruled = replace(stage, rule_trust=0.5, rule_domain=1.0, rule_margin=1.0)
+    assert ruled.rule_pass(trusted.feats) == 1 and stage_cer([trusted], ruled) == 0.0
+    assert ruled.rule_pass(_ruled(lm=0.5, confusion=2.0, chosen_errors=0, top1_errors=1).feats) is None  # lead
+    assert ruled.rule_pass(_ruled(lm=2.0, confusion=1.0, chosen_errors=0, top1_errors=1).feats) is None  # trust 0.1
+    again = RerankWeights.from_dict(ruled.to_dict())
+    assert (again.rule_trust, again.rule_domain, again.rule_margin) == (0.5, 1.0, 1.0)
+
+
+def test_the_rule_pass_is_fitted_within_the_precision_bounds_or_left_off():
+    stage = replace(RerankWeights(lm=0.1), margin=5.0)
+    # 40 rewrites of trusted rules the trigram prefers by 2, all right; 200 right TOP1s whose rewrite it prefers by 0.7
+    lists = [_ruled(2.0, 2.0, 0, 1)] * 40 + [_ruled(0.7, 2.0, 1, 0)] * 200
+    fitted, figures = pick_rule_pass(lists, stage, max_worse=0.005, max_right_changed=0.005)
+    assert fitted.rule_trust > 0 and 0.7 < fitted.rule_margin <= 2.0
+    assert figures["cer"] == 0.0 and figures["worse"] == 0.0
+    # where every lead that fixes a list also breaks a right one, no rule pass is fitted
+    worse = [_ruled(2.0, 2.0, 0, 1)] * 40 + [_ruled(2.0, 2.0, 1, 0)] * 40
+    assert pick_rule_pass(worse, stage, max_worse=0.005, max_right_changed=0.005)[0].rule_trust == 0.0
 
 
 def test_a_margin_keeps_the_precision_bounds_in_each_group_not_only_on_average():
