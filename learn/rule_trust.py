@@ -79,15 +79,20 @@ def _rule_counts(pairs: list[tuple[str, str]]) -> Counter[tuple[str, str, bool]]
     return counts
 
 
+def _folds(pairs: list[tuple[str, str]], folds: int, seed: int) -> tuple[list[list[tuple[str, str]]],
+                                                                       list[Counter[tuple[str, str, bool]]]]:
+    """The pairs dealt into `folds` seeded folds, and each fold's rule counts."""
+    rng = random.Random(seed)
+    parts: list[list[tuple[str, str]]] = [[] for _ in range(folds)]
+    for pair in pairs:
+        parts[rng.randrange(folds)].append(pair)
+    return parts, [_rule_counts(part) for part in parts]
+
+
 def _held_out(pairs: list[tuple[str, str]], kept: dict[tuple[str, str, bool], int], min_count: int, folds: int,
               seed: int) -> dict[tuple[str, str, bool], tuple[int, int]]:
     """Each kept rule's (hits, trials) on held-out folds, counted only in the folds whose other folds teach it."""
-    rng = random.Random(seed)
-    fold_of = [rng.randrange(folds) for _ in pairs]
-    parts: list[list[tuple[str, str]]] = [[] for _ in range(folds)]
-    for pair, k in zip(pairs, fold_of, strict=True):
-        parts[k].append(pair)
-    part_counts = [_rule_counts(part) for part in parts]
+    parts, part_counts = _folds(pairs, folds, seed)
     out: dict[tuple[str, str, bool], tuple[int, int]] = {}
     for k, part in enumerate(parts):
         # taught by the other folds where they saw it at least once (min_count - 1): a rule the folder serves was
@@ -107,12 +112,7 @@ def _held_out_agreed(pairs: list[tuple[str, str]], kept: dict[tuple[str, str, bo
                      folds: int, seed: int, scorer: Scorer) -> dict[tuple[str, str, bool], tuple[int, int]]:
     """`_held_out`, counting a trial only where the scorer taught by the other folds prefers the rule's rewrite, and
     a hit where that rewrite is also closer to the truth."""
-    rng = random.Random(seed)
-    fold_of = [rng.randrange(folds) for _ in pairs]
-    parts: list[list[tuple[str, str]]] = [[] for _ in range(folds)]
-    for pair, k in zip(pairs, fold_of, strict=True):
-        parts[k].append(pair)
-    part_counts = [_rule_counts(part) for part in parts]
+    parts, part_counts = _folds(pairs, folds, seed)
     out: dict[tuple[str, str, bool], tuple[int, int]] = {}
     for k, part in enumerate(parts):
         taught = Confusions([Rule(src, tgt, ctx, n, n) for (src, tgt, ctx), n in kept.items()
