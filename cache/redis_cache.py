@@ -81,14 +81,7 @@ class RedisResultCache:
 
     def put(self, esun_uuid: str, answer: str) -> None:
         """Store the answer for `ttl_s`; give up silently (logged once per outage) when Redis cannot take it."""
-        if not self._breaker.allow():
-            return
-        try:
-            self._client.set(self._prefix + esun_uuid, _encode(answer), px=self._ttl_ms)
-        except (redis.RedisError, OSError) as exc:
-            self._failed("put", exc)
-            return
-        self._breaker.succeeded()
+        self.put_many([(esun_uuid, answer)])
 
     def put_many(self, items: list[tuple[str, str]]) -> None:
         """Store each (esun_uuid, answer) as `put` does, in one pipelined round trip (no transaction: each SET stands
