@@ -16,7 +16,7 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +25,12 @@ from rapidfuzz.distance import Levenshtein
 
 from config import DEFAULT_WEIGHTS_DIR
 from learn.data.simulate import load_simulator
+from learn.dev_list import DevList, pick_cut
+from learn.gate_fit import fit_gate
 from learn.written import wrote
 from model.adaptation import Adaptation
 from model.corrector import Corrector
+from model.gate import Gate, context
 from model.rerank import Features, Reranker, RerankWeights
 from model.weights_meta import RerankStage, WeightsMeta
 from preprocess.text import NBest
@@ -38,13 +41,6 @@ LM_ONLY = ("lm", "taiwan", "rank", "outside_nbest", "changes", "oov", "domain", 
 # text is mainland news, where Taiwan usage tells little; on Taiwan speech it is what keeps Taiwan words.
 SIGNS = {"lm": 1.0, "taiwan": 1.0, "net": 1.0, "outside_nbest": -1.0, "changes": -1.0, "domain": 1.0,
          "confusion": 1.0}
-
-
-@dataclass
-class DevList:
-    feats: np.ndarray  # [K, F], row 0 is TOP1
-    errors: np.ndarray  # [K] edit distance of each candidate to the truth
-    truth_len: int
 
 
 def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool,
@@ -71,9 +67,9 @@ def described_lists(corrector: Corrector, nbests: list[NBest], truths: list[str]
                 continue
             p = probs[k] if use_net else None
             cands = reranker.candidates(example, p)
-            feats = reranker.features(example, p, cands)
-            out.append(DevList(np.stack([f.vector() for f in feats]),
-                               np.array([Levenshtein.distance(c.text, truth) for c in cands]), len(truth)))
+            rows = np.stack([f.vector() for f in reranker.features(example, p, cands)])
+            out.append(DevList(rows, np.array([Levenshtein.distance(c.text, truth) for c in cands]), len(truth),
+                               context(example, rows, [c.choice for c in cands], Features.names())))
     return out
 
 
@@ -126,62 +122,35 @@ def pick_margin(lists: list[DevList], w: np.ndarray, max_worse: float, max_right
     """Choose the margin with the lowest CER within the precision bounds, on all lists and, with `groups` (one id
     per list: the profile or file it came from), on each group alone: a margin that keeps the bounds on easy lists
     on average may break them on a hard recogniser's, whose share is small."""
-    total = sum(d.truth_len for d in lists)
-    gains = []  # (score lead of the best candidate other than TOP1, errors if chosen, errors of TOP1)
+    leads, chosen = [], []  # score lead of the best candidate other than TOP1, and its errors
     for d in lists:
         s = d.feats @ w
         if len(s) < 2:
-            gains.append((-math.inf, int(d.errors[0]), int(d.errors[0])))
+            leads.append(-math.inf)
+            chosen.append(int(d.errors[0]))
             continue
         b = 1 + int(np.argmax(s[1:]))
-        gains.append((float(s[b] - s[0]), int(d.errors[b]), int(d.errors[0])))
-    base = sum(g[2] for g in gains)
-    n_right = max(1, sum(g[2] == 0 for g in gains))
-    best = (float("inf"), {"cer": base / total, "top1_cer": base / total, "worse": 0.0, "right_changed": 0.0})
-    # every lead is a margin to try, negative ones too (the same score as served: Reranker.choose); the lists sorted by
-    # lead once, each margin's figures read from running sums (the lists a margin changes are a prefix)
-    lead = np.array([g[0] for g in gains])
-    order = np.argsort(-lead, kind="stable")
-    lead = lead[order]
-    chosen_err = np.array([g[1] for g in gains])[order]
-    top1_err = np.array([g[2] for g in gains])[order]
-    delta = np.cumsum(chosen_err - top1_err)
-    worse = np.cumsum(chosen_err > top1_err) / len(gains)
-    right = np.cumsum((top1_err == 0) & (chosen_err != 0)) / n_right  # a changed right TOP1 has errors
-    margins = np.unique(np.round(lead[np.isfinite(lead)], 3))
-    if not len(margins):
-        return best
-    last = np.searchsorted(-lead, -margins, side="right") - 1  # the last list each margin changes
-    errs = base + delta[last]
-    ok = (worse[last] <= max_worse) & (right[last] <= max_right_changed) & (errs < base)
-    group_ids = np.array(groups if groups is not None else [0] * len(lists))[order]
-    for g in np.unique(group_ids):
-        mine = group_ids == g
-        g_worse = np.cumsum(mine & (chosen_err > top1_err)) / max(1, int(mine.sum()))
-        g_right = np.cumsum(mine & (top1_err == 0) & (chosen_err != 0)) / max(1, int((mine & (top1_err == 0)).sum()))
-        ok &= (g_worse[last] <= max_worse) & (g_right[last] <= max_right_changed)
-    if ok.any():
-        k = int(np.flatnonzero(ok)[np.argmin(errs[ok])])  # the lowest margin among the best
-        i = last[k]
-        best = (float(margins[k]), {"cer": float(errs[k]) / total, "top1_cer": base / total,
-                                    "worse": float(worse[i]), "right_changed": float(right[i])})
-    return best
+        leads.append(float(s[b] - s[0]))
+        chosen.append(int(d.errors[b]))
+    return pick_cut(lists, np.array(leads), np.array(chosen), max_worse, max_right_changed, groups)
 
 
-def stage_cer(lists: list[DevList], weights: RerankWeights) -> float:
-    """The CER a stage's weights and margin give on described lists, counted as `pick_margin` counts."""
+def stage_cer(lists: list[DevList], weights: RerankWeights, gate: Gate | None = None) -> float:
+    """The CER a stage's weights, margin and gate give on described lists, counted as `pick_margin` counts."""
     w = weights.vector()
-    errors = sum(_chosen_errors(d, w, weights.margin, weights) for d in lists)
+    errors = sum(_chosen_errors(d, w, weights.margin, weights, gate) for d in lists)
     return errors / max(1, sum(d.truth_len for d in lists))
 
 
-def _chosen_errors(d: DevList, w: np.ndarray, margin: float, rules: RerankWeights | None = None) -> int:
-    """The errors of what a stage answers for one list: its best other sentence past the margin, else the rule
-    pass's choice (`rules`, when given), else TOP1."""
+def _chosen_errors(d: DevList, w: np.ndarray, margin: float, rules: RerankWeights | None = None,
+                   gate: Gate | None = None) -> int:
+    """The errors of what a stage answers for one list: its best other sentence past the margin (and its gate,
+    when given), else the rule pass's choice (`rules`, when given), else TOP1."""
     s = d.feats @ w
     if len(s) > 1:
         b = 1 + int(np.argmax(s[1:]))
-        if s[b] - s[0] >= margin:
+        lead = float(s[b] - s[0])
+        if lead >= margin and (gate is None or d.context is None or gate.admits(lead, d.context[b])):
             return int(d.errors[b])
     ruled = rules.rule_pass(d.feats) if rules is not None else None
     return int(d.errors[ruled if ruled is not None else 0])
@@ -221,14 +190,14 @@ def pick_rule_pass(lists: list[DevList], weights: RerankWeights, max_worse: floa
 
 
 def breaks_bounds(lists: list[DevList], weights: RerankWeights, max_worse: float, max_right_changed: float,
-                  groups: list[int] | None = None) -> bool:
+                  groups: list[int] | None = None, gate: Gate | None = None) -> bool:
     """Whether a stage's weights and margin make more than `max_worse` of the lists worse, or change more than
     `max_right_changed` of the right TOP1s, on all lists or (with `groups`) in any group alone."""
     w = weights.vector()
     ids = groups if groups is not None else [0] * len(lists)
     counts: dict[int, list[int]] = {}  # group: [lists, worse, right TOP1s, right TOP1s changed]
     for d, g in zip(lists, ids, strict=True):
-        chosen = _chosen_errors(d, w, weights.margin, weights)
+        chosen = _chosen_errors(d, w, weights.margin, weights, gate)
         c = counts.setdefault(g, [0, 0, 0, 0])
         c[0] += 1
         c[1] += chosen > d.errors[0]
@@ -289,6 +258,9 @@ def main() -> None:
     ap.add_argument("--max-right-changed", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=21)
     ap.add_argument("--margin-only", action="store_true", help="keep the current weights; choose the margin again")
+    ap.add_argument("--gate", action="store_true",
+                    help="keep the current weights and margin; fit the abstain gate that may keep TOP1 where they "
+                         "would change it (learn.gate_fit; with --per-file: the bounds kept on each file alone)")
     ap.add_argument("--per-file", action="store_true",
                     help="keep the precision bounds on the simulated lists and on each --data file alone, not only "
                          "on all of them together (a hard recogniser's few lists are not outweighed)")
@@ -312,25 +284,38 @@ def main() -> None:
     groups = [g for d, g in zip(described, origin, strict=True) if d is not None] if args.per_file else None
     meta = WeightsMeta.load(args.weights)
     current = meta.rerank.get(args.variant)
-    if args.margin_only and current is not None:  # the current weights kept, the margin chosen again
+    gate = None
+    if (args.margin_only or args.gate) and current is None:
+        sys.exit(f"tune: {args.weights} has no fitted {args.variant!r} stage to keep the weights of")
+    if args.margin_only or args.gate:  # the current weights kept; the margin (or the gate) chosen again
         kept = RerankWeights.from_dict(current.weights)
-        margin, figures = pick_margin(lists, kept.vector(), args.max_worse, args.max_right_changed, groups)
+        if args.gate:
+            gate, figures = fit_gate(lists, kept.vector(), kept.margin, args.max_worse, args.max_right_changed, groups)
+            if gate is None:
+                sys.exit(f"tune: no gate keeps the precision bounds on these lists: {figures}")
+            margin = kept.margin
+        else:
+            margin, figures = pick_margin(lists, kept.vector(), args.max_worse, args.max_right_changed, groups)
         weights, figures = replace(kept, margin=margin), figures | {"lists": len(lists)}
     else:
         weights, figures = fit_lists(lists, args.variant, args.max_worse, args.max_right_changed, groups=groups)
     if current is not None:
-        figures["current_stage_cer"] = stage_cer(lists, RerankWeights.from_dict(current.weights))
+        current_gate = Gate.from_dict(current.gate) if current.gate is not None else None
+        figures["current_stage_cer"] = stage_cer(lists, RerankWeights.from_dict(current.weights), current_gate)
         # a current stage that breaks the precision bounds on these lists is no stage to keep, whatever its CER
-        figures["current_stage_breaks_bounds"] = breaks_bounds(
-            lists, RerankWeights.from_dict(current.weights), args.max_worse, args.max_right_changed, groups)
-    print(json.dumps({"weights": weights.to_dict(), "dev": figures}, indent=1))
+        figures["current_stage_breaks_bounds"] = breaks_bounds(lists, RerankWeights.from_dict(current.weights),
+                                                               args.max_worse, args.max_right_changed, groups,
+                                                               current_gate)
+    print(json.dumps({"weights": weights.to_dict(), "gate": gate.to_dict() if gate else None, "dev": figures},
+                     indent=1))
     if (args.write and current is not None and figures["cer"] > figures["current_stage_cer"]
             and not figures["current_stage_breaks_bounds"]):
         print(f"tune: the refit loses on the lists it was fitted on (CER {figures['cer']:.3%} against the current "
               f"stage's {figures['current_stage_cer']:.3%}): nothing was written", file=sys.stderr)
         sys.exit(1)
     if args.write:
-        print(wrote(meta.with_stage(args.variant, RerankStage(weights.to_dict(), figures)).save(args.weights)))
+        stage = RerankStage(weights.to_dict(), figures, gate.to_dict() if gate is not None else None)
+        print(wrote(meta.with_stage(args.variant, stage).save(args.weights)))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from config import DEFAULT_LM_PATH, DEFAULT_WEIGHTS_DIR
 from model.adaptation import Adaptation
 from model.contract import check_features, sha256
 from model.features import Example, Featurizer, Vocab, collate
+from model.gate import Gate
 from model.lm import LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
@@ -292,7 +293,8 @@ class Corrector:
             return None
         if self.lm is None:
             raise ValueError(f"stage {self.stage!r} needs the language model, but no LM_PATH was given")
-        return Reranker(self.lm, RerankWeights.from_dict(fitted.weights), self.adaptation)
+        gate = Gate.from_dict(fitted.gate) if fitted.gate is not None else None
+        return Reranker(self.lm, RerankWeights.from_dict(fitted.weights), self.adaptation, gate)
 
     def batch(self, items: list[NBest]) -> Batch:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""

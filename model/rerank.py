@@ -28,6 +28,7 @@ import numpy as np
 
 from model.adaptation import Adaptation, Conventions
 from model.features import Example
+from model.gate import Gate, context
 from model.lm import LanguageModel
 from preprocess.align import align_to
 from preprocess.rules import RATE_FLOOR
@@ -199,10 +200,12 @@ def _log_p(example: Example, probs: np.ndarray, i: int, seg: str) -> float:
 class Reranker:
     """Choose one sentence per n-best list; the language model is loaded once and shared."""
 
-    def __init__(self, lm: LanguageModel | None, weights: RerankWeights, adaptation: Adaptation | None = None) -> None:
+    def __init__(self, lm: LanguageModel | None, weights: RerankWeights, adaptation: Adaptation | None = None,
+                 gate: Gate | None = None) -> None:
         self.lm = lm
         self.weights = weights
         self.adaptation = adaptation
+        self.gate = gate
         self._w = weights.vector()
 
     def candidates(self, example: Example, probs: np.ndarray | None) -> list[Candidate]:
@@ -253,12 +256,20 @@ class Reranker:
         # the best sentence other than TOP1, against TOP1: a fitted margin may be negative (on TOP1-alone lists every
         # other sentence pays the same outside_nbest penalty, which the margin then takes back in part)
         best = 1 + int(np.argmax(scores[1:]))
-        if scores[best] - scores[0] >= self.weights.margin and not self._only_variants(example.top1, cands[best]):
+        lead = scores[best] - scores[0]
+        if lead >= self.weights.margin and self._gate_admits(example, rows, cands, best, lead) \
+                and not self._only_variants(example.top1, cands[best]):
             return cands[best].text
         ruled = self.weights.rule_pass(rows)
         if ruled is not None and not self._only_variants(example.top1, cands[ruled]):
             return cands[ruled].text
         return example.top1
+
+    def _gate_admits(self, example: Example, rows: np.ndarray, cands: list[Candidate], best: int, lead: float) -> bool:
+        """Whether the gate (when the stage has one) lets the best candidate replace TOP1."""
+        if self.gate is None:
+            return True
+        return self.gate.admits(lead, context(example, rows, [c.choice for c in cands], _FEATURE_NAMES, [best])[0])
 
     def _only_variants(self, top1: str, cand: Candidate) -> bool:
         """Tell whether the change brings in an orthographic variant (same character once simplified) that no

@@ -72,9 +72,11 @@ class RerankStage:
 
     weights: dict[str, float | bool]
     dev: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None  # `model.gate.Gate`'s fields: {"weights": {feature: weight}, "margin": m}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"weights": dict(self.weights)} | ({"dev": self.dev} if self.dev is not None else {})
+        return ({"weights": dict(self.weights)} | ({"dev": self.dev} if self.dev is not None else {})
+                | ({"gate": self.gate} if self.gate is not None else {}))
 
 
 @dataclass(frozen=True)
@@ -266,14 +268,23 @@ class _Reader:
         return {stage: self.stage(fitted, f"rerank.{stage}") for stage, fitted in raw.items()}
 
     def stage(self, raw: Any, name: str) -> RerankStage:
-        raw = self.obj(raw, name, ("weights",), ("dev",))
+        raw = self.obj(raw, name, ("weights",), ("dev", "gate"))
         weights = raw["weights"]
         if not isinstance(weights, dict):
             raise self.fail(f"{name}.weights", "a JSON object", weights)
         checked: dict[str, float | bool] = {}
         for key, value in weights.items():
             checked[key] = value if isinstance(value, bool) else self.number(value, f"{name}.weights.{key}")
-        return RerankStage(checked, self.free(raw.get("dev"), f"{name}.dev"))
+        gate = self.gate(raw["gate"], f"{name}.gate") if "gate" in raw else None
+        return RerankStage(checked, self.free(raw.get("dev"), f"{name}.dev"), gate)
+
+    def gate(self, raw: Any, name: str) -> dict[str, Any]:
+        raw = self.obj(raw, name, ("weights", "margin"))
+        weights = raw["weights"]
+        if not isinstance(weights, dict):
+            raise self.fail(f"{name}.weights", "a JSON object", weights)
+        return {"weights": {k: self.number(v, f"{name}.weights.{k}") for k, v in weights.items()},
+                "margin": self.number(raw["margin"], f"{name}.margin")}
 
     def adaptation(self, raw: Any) -> AdaptationRecord:
         raw = self.obj(raw, "adaptation", ("files",), ("provenance",))

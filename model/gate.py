@@ -1,0 +1,96 @@
+"""The second stage's abstain gate: whether the sentence the linear score prefers is safe to answer.
+
+The linear score (`model.rerank`) ranks a list's candidate sentences; its margin alone decides whether the best one
+replaces TOP1. That is enough on recognisers like the ones the score was fitted on, whose wrong hypotheses the
+trigram rarely prefers. On a recogniser whose other hypotheses hold fluent errors, the same lead often means a
+change for the worse. The gate looks at the change in its list: how many of the other hypotheses hold it, how
+far the hypotheses disagree, how many of them the trigram prefers to TOP1, how much trigram gain each changed
+position brings. A logistic score of these (`GATE_FEATURES`, fitted by `learn.gate_fit` on dev lists of several
+recognisers, with a precision bound on each) must reach the gate's margin, else TOP1 stays.
+
+Every feature is computed from the list itself: the gate keeps no state between questions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from model.features import Example
+
+# the candidate's own features (`model.rerank.Features`) the gate reads, by name
+CANDIDATE_FEATURES = ("lm", "net", "rank", "outside_nbest", "changes", "oov", "taiwan")
+GATE_FEATURES = (
+    "lead",  # the linear score's lead over TOP1
+    *CANDIDATE_FEATURES,
+    "several",  # 1 when the list holds more than TOP1
+    "disagreement",  # share of TOP1's positions where some other hypothesis differs
+    "lm_prefers",  # share of the other hypotheses (as candidates) the trigram prefers to TOP1
+    "support_min",  # over the changed positions, the least share of other hypotheses holding the change
+    "support_mean",  # the same, averaged
+    "lm_per_change",  # the trigram's gain per changed position
+    "net_best",  # 1 when no candidate has a higher network score
+)
+# the columns of `context`: every gate feature but the lead, which depends on the linear weights
+CONTEXT_FEATURES = GATE_FEATURES[1:]
+
+
+def context(example: Example, rows: np.ndarray, choices: list[tuple[str, ...]], names: tuple[str, ...],
+            which: list[int] | None = None) -> np.ndarray:
+    """The gate's features but the lead, one row per candidate ([K, len(CONTEXT_FEATURES)]), or per candidate of
+    `which` (the served path asks for the stage's choice alone).
+
+    `rows` are the candidates' `Features` ([K, F], columns named by `names`, row 0 TOP1) and `choices` their
+    segments at each of TOP1's positions."""
+    col = {n: names.index(n) for n in CANDIDATE_FEATURES}
+    top1 = example.top1
+    others = example.rows
+    several = float(bool(others))
+    disagreement = (sum(any(r[i] != c for r in others) for i, c in enumerate(top1)) / len(top1)
+                    if others and top1 else 0.0)
+    hypotheses = rows[1:][rows[1:, col["outside_nbest"]] == 0]
+    lm_prefers = float((hypotheses[:, col["lm"]] > 0).mean()) if len(hypotheses) else 0.0
+    best_net = float(rows[:, col["net"]].max())
+    which = list(range(len(rows))) if which is None else which
+    out = np.zeros((len(which), len(CONTEXT_FEATURES)))
+    for n, k in enumerate(which):
+        row, choice = rows[k], choices[k]
+        changed = [i for i, (seg, char) in enumerate(zip(choice, top1, strict=True)) if seg != char]
+        support = [sum(r[i] == choice[i] for r in others) / len(others) for i in changed] if others else []
+        out[n] = [*(row[col[n]] for n in CANDIDATE_FEATURES), several, disagreement, lm_prefers,
+                  min(support, default=0.0), sum(support) / len(support) if support else 0.0,
+                  row[col["lm"]] / max(1.0, row[col["changes"]]), float(row[col["net"]] >= best_net)]
+    return out
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A fitted gate: a weight per gate feature (missing: 0) and the margin its score must reach."""
+
+    weights: dict[str, float] = field(default_factory=dict)
+    margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.weights) - set(GATE_FEATURES)
+        if unknown:
+            raise ValueError(f"the gate names unknown features {sorted(unknown)}; known: {GATE_FEATURES}")
+
+    def vector(self) -> np.ndarray:
+        return np.array([self.weights.get(n, 0.0) for n in GATE_FEATURES], dtype=np.float64)
+
+    def scores(self, leads: np.ndarray, contexts: np.ndarray) -> np.ndarray:
+        """The gate's score of candidates with these leads and `context` rows."""
+        w = self.vector()
+        return leads * w[0] + contexts @ w[1:]
+
+    def admits(self, lead: float, context_row: np.ndarray) -> bool:
+        return float(self.scores(np.array([lead]), context_row[None, :])[0]) >= self.margin
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weights": dict(self.weights), "margin": self.margin}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Gate:
+        return cls({k: float(v) for k, v in raw["weights"].items()}, float(raw["margin"]))
