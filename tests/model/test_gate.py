@@ -4,9 +4,7 @@ import numpy as np
 import pytest
 
 from config import DEFAULT_WEIGHTS_DIR
-from model.features import Featurizer, Vocab
 from model.gate import CONTEXT_FEATURES, GATE_FEATURES, Gate, context
-from model.lm import LanguageModel
 from model.rerank import Features, Reranker, RerankWeights, candidates
 from model.weights_meta import WeightsMeta
 from preprocess.text import NBest
@@ -14,16 +12,6 @@ from preprocess.text import NBest
 pytestmark = pytest.mark.real_model
 
 LM_ONLY = RerankWeights(lm=1.0, margin=0.0)
-
-
-@pytest.fixture(scope="module")
-def featurizer() -> Featurizer:
-    return Featurizer(Vocab.load(DEFAULT_WEIGHTS_DIR / "vocab.json"))
-
-
-@pytest.fixture(scope="module")
-def lm() -> LanguageModel:
-    return LanguageModel()
 
 
 def _described(featurizer, lm, *sentences):

@@ -3,25 +3,12 @@
 import numpy as np
 import pytest
 
-from config import DEFAULT_WEIGHTS_DIR
-from model.features import Featurizer, Vocab
-from model.lm import LanguageModel
 from model.rerank import Features, Reranker, RerankWeights, candidates, protected_positions
 from preprocess.text import NBest
 
 pytestmark = pytest.mark.real_model
 
 LM_ONLY = RerankWeights(lm=1.0, rank=-0.1, margin=0.5)
-
-
-@pytest.fixture(scope="module")
-def featurizer() -> Featurizer:
-    return Featurizer(Vocab.load(DEFAULT_WEIGHTS_DIR / "vocab.json"))
-
-
-@pytest.fixture(scope="module")
-def lm() -> LanguageModel:
-    return LanguageModel()
 
 
 def _example(featurizer, *sentences):
