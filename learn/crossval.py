@@ -29,10 +29,10 @@ from typing import Any
 from config import Config
 from learn.adapt_data import nbests
 from learn.data.labelled import Labelled, read_labelled_lenient, write_labelled
-from learn.evaluate import cer_score, local_answers
+from learn.evaluate import cer_score, served_answers
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo
 from model.corrector import Corrector
-from preprocess.text import NBest, han_chars, strip_spaces, top1_answer
+from preprocess.text import han_chars, strip_spaces, top1_answer
 
 FOLDS = 5
 SEED = 0
@@ -68,15 +68,6 @@ def adapt_fold(fold: Path, adapt_args: list[str], reuse: bool) -> float:
     if done.returncode != 0:
         raise RuntimeError(f"learn.adapt failed on {fold} (exit {done.returncode}): see {fold / 'adapt.log'}")
     return time.monotonic() - t0
-
-
-def served_answers(corrector: Corrector, lists: list[NBest], max_top1_chars: int) -> list[str]:
-    """Answer as the service does (`api.answers`): a TOP1 of more than `max_top1_chars` characters besides whitespace
-    is answered TOP1 without asking the model (which reads at most `model.features.MAX_LEN` of them)."""
-    long = [len(strip_spaces(nb.top1)) > max_top1_chars for nb in lists]
-    asked = local_answers(corrector, [nb for nb, skip in zip(lists, long, strict=True) if not skip])
-    said = iter(asked)
-    return [top1_answer(nb.sentences) if skip else next(said) for nb, skip in zip(lists, long, strict=True)]
 
 
 def score_fold(fold: Path, limits: bool) -> dict[str, Any]:

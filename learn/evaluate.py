@@ -9,8 +9,10 @@ Evaluation sets (3,000 lists each by default, seeded; none of them is what the s
 
 Per set: TOP1 CER, answer CER, n-best oracle CER, the share of the TOP1 → oracle gap closed, sentences made
 better / worse, right TOP1s changed. Answers come from the corrector in this process (`--stage` picks the
-network alone, LM rescoring alone or both; `--stage all` prints the ablation table). A running service is
-scored the same way, asked as the judge asks, by `python -m testing.judge --url URL --data FILE` (or `--sets`).
+network alone, LM rescoring alone or both; `--stage all` prints the ablation table), under the service's rule for
+long lists: a TOP1 of more than `max_top1_chars` characters is answered as itself (`served_answers`). A running
+service is scored the same way, asked as the judge asks, by `python -m testing.judge --url URL --data FILE` (or
+`--sets`).
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
-from config import DEFAULT_WEIGHTS_DIR, STAGES
+from config import DEFAULT_WEIGHTS_DIR, STAGES, Config
 from learn.data.simulate import DEFAULT, REVIEWS, load_simulator
 from learn.written import wrote
 from model.corrector import Corrector
 from model.weights_meta import WeightsMeta
-from preprocess.text import NBest, han_chars, strip_spaces
+from preprocess.text import NBest, han_chars, strip_spaces, top1_answer
 
 # The ablation table's rows: the network alone first, the whole corrector last.
 ABLATION = STAGES[::-1]
@@ -127,6 +129,15 @@ def local_answers(corrector: Corrector, nbests: list[NBest]) -> list[str]:
     return answers
 
 
+def served_answers(corrector: Corrector, lists: list[NBest], max_top1_chars: int) -> list[str]:
+    """Answer as the service does (`api.answers`): a TOP1 of more than `max_top1_chars` characters besides whitespace
+    is answered TOP1 without asking the model (which reads at most `model.features.MAX_LEN` of them)."""
+    long = [len(strip_spaces(nb.top1)) > max_top1_chars for nb in lists]
+    asked = local_answers(corrector, [nb for nb, skip in zip(lists, long, strict=True) if not skip])
+    said = iter(asked)
+    return [top1_answer(nb.sentences) if skip else next(said) for nb, skip in zip(lists, long, strict=True)]
+
+
 def timings(corrector: Corrector, nbests: list[NBest]) -> dict:
     """Median time of a batch of 64 and of 1, and the process's peak memory."""
     return {"ms_per_batch_64": 1000 * timed(corrector.predict_batch, nbests[:64]),
@@ -201,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     results = {}
+    longest = Config().max_top1_chars  # a longer TOP1 is answered as itself, as the service answers it
     for stage in ABLATION if args.stage == "all" else (args.stage,):
         corrector = Corrector(args.weights, device=args.device, stage=stage)
         corrector.setup()
-        results[stage] = evaluate(sets, lambda d, c=corrector: (local_answers(c, d.nbests),
+        results[stage] = evaluate(sets, lambda d, c=corrector: (served_answers(c, d.nbests, longest),
                                                                 timings(c, d.nbests)))
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     written = ""

@@ -82,3 +82,24 @@ def test_cer_score_has_no_gap_to_close_when_the_list_holds_top1_alone():
     score = cer_score([NBest(("我 要 去",))], ["我要趣"], ["我要趣"])
     assert score.gap_closed is None
     assert "| gap_closed | n/a |" in table({"top1-alone": {"gap_closed": None}})
+
+
+class _Recorder:
+    """A corrector that answers every list it is asked with "asked", and remembers what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[NBest] = []
+
+    def predict_batch(self, items: list[NBest]) -> list[str]:
+        self.asked += items
+        return ["asked"] * len(items)
+
+
+def test_a_top1_longer_than_the_service_takes_is_answered_as_itself_without_the_model():
+    from learn.evaluate import served_answers
+
+    long_top1 = " ".join(["股價"] * 23)  # 46 characters besides spaces
+    lists = [NBest(("今天 股價",)), NBest((long_top1, "今天 股價")), NBest(("明天 故價",))]
+    corrector = _Recorder()
+    assert served_answers(corrector, lists, 45) == ["asked", long_top1.replace(" ", ""), "asked"]
+    assert corrector.asked == [lists[0], lists[2]]
