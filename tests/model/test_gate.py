@@ -31,14 +31,13 @@ def test_context_counts_how_many_other_hypotheses_hold_each_change(featurizer, l
     assert ctx[held_by_one, col["support_min"]] == pytest.approx(1 / 3)  # 鼓 held by one of three, 架 by one
     assert ctx[0, col["support_mean"]] == 0.0  # TOP1 changes nothing
     assert ctx[0, col["several"]] == 1.0
-    assert ctx[0, col["disagreement"]] == pytest.approx(2 / 6)  # 故 and 價 differ somewhere, of 6 characters
     assert ctx[held_by_two, col["changes"]] == rows[held_by_two, Features.names().index("changes")] == 1.0
 
 
-def test_context_of_a_top1_alone_list_has_no_support_and_no_disagreement(featurizer, lm):
+def test_context_of_a_top1_alone_list_has_no_support(featurizer, lm):
     _, _, _, ctx = _described(featurizer, lm, "今天 故價 上漲")
     col = {n: i for i, n in enumerate(CONTEXT_FEATURES)}
-    assert ctx[:, [col["several"], col["disagreement"], col["support_mean"]]].sum() == 0.0
+    assert ctx[:, [col["several"], col["support_min"], col["support_mean"]]].sum() == 0.0
 
 
 def test_context_for_chosen_candidates_equals_their_rows_of_the_whole(featurizer, lm):
