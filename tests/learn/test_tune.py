@@ -112,3 +112,24 @@ def test_a_refit_that_loses_on_its_own_lists_says_so_and_writes_nothing(tmp_path
     assert stop.value.code == 1
     assert "the refit loses on the lists it was fitted on" in capsys.readouterr().err
     assert (weights / "config.json").read_bytes() == before
+
+
+@pytest.mark.real_model
+def test_tune_gate_keeps_the_stage_and_writes_the_fitted_gate_beside_it(tmp_path: Path, monkeypatch, capsys):
+    from model.weights_meta import WeightsMeta
+
+    weights = tmp_path / "weights"
+    shutil.copytree(WEIGHTS_DIR, weights)
+    shipped = WeightsMeta.load(weights).rerank["full"]
+    data = tmp_path / "lists.jsonl"
+    write_labelled([Labelled(f"l{k}", "我想申請貸款", NBest(("我 想 申請 代款", "我 想 申請 貸款")))
+                    for k in range(20)], data)
+    fitted_gate = tune.Gate({"support_mean": 2.0}, margin=1.0)
+    monkeypatch.setattr(tune, "fit_gate", lambda lists, w, margin, *a: (fitted_gate, {"cer": 0.0, "top1_cer": 0.1}))
+    monkeypatch.setattr("sys.argv", ["tune", "--weights", str(weights), "--dev-sentences", "0", "--data", str(data),
+                                     "--gate", "--write"])
+    tune.main()
+    stage = WeightsMeta.load(weights).rerank["full"]
+    assert stage.weights == shipped.weights  # the weights and the margin kept
+    assert tune.Gate.from_dict(stage.gate) == fitted_gate
+    assert '"gate"' in capsys.readouterr().out
