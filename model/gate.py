@@ -22,18 +22,10 @@ from typing import Any
 import numpy as np
 
 from model.features import Example
+from model.weights_meta import GATE_FEATURES
 
-# the candidate's own features (`model.rerank.Features`) the gate reads, by name
-CANDIDATE_FEATURES = ("lm", "net", "rank", "outside_nbest", "changes", "oov", "taiwan")
-GATE_FEATURES = (
-    "lead",  # the linear score's lead over TOP1
-    *CANDIDATE_FEATURES,
-    "several",  # 1 when the list holds more than TOP1
-    "support_min",  # over the changed positions, the least share of other hypotheses holding the change
-    "support_mean",  # the same, averaged
-    "lm_per_change",  # the trigram's gain per changed position
-    "net_best",  # 1 when no candidate has a higher network score
-)
+# the candidate's own features (`model.rerank.Features`) the gate reads, by name: GATE_FEATURES[1:8]
+CANDIDATE_FEATURES = GATE_FEATURES[1:8]
 # the columns of `context`: every gate feature but the lead, which depends on the linear weights
 CONTEXT_FEATURES = GATE_FEATURES[1:]
 

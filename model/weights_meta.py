@@ -32,6 +32,16 @@ NETWORK_FILE = "model.safetensors"
 WEIGHTS_FILES = (CONFIG_FILE, VOCAB_FILE, NETWORK_FILE)  # what every weights folder holds
 # The second stage's fitted variants: every stage but "net", the network alone.
 RERANK_STAGES = tuple(stage for stage in STAGES if stage != "net")
+# the abstain gate's features (`model.gate` computes them; a stage's "gate" weighs them by these names)
+GATE_FEATURES = (
+    "lead",  # the linear score's lead over TOP1
+    "lm", "net", "rank", "outside_nbest", "changes", "oov", "taiwan",  # the candidate's own `model.rerank.Features`
+    "several",  # 1 when the list holds more than TOP1
+    "support_min",  # over the changed positions, the least share of other hypotheses holding the change
+    "support_mean",  # the same, averaged
+    "lm_per_change",  # the trigram's gain per changed position
+    "net_best",  # 1 when no candidate has a higher network score
+)
 DEFAULT_NAME = "nbest-candidate-corrector"
 _SHOWN_CHARS = 60  # of a bad value, in the error's one line
 
@@ -280,9 +290,7 @@ class _Reader:
 
     def gate(self, raw: Any, name: str) -> dict[str, Any]:
         raw = self.obj(raw, name, ("weights", "margin"))
-        weights = raw["weights"]
-        if not isinstance(weights, dict):
-            raise self.fail(f"{name}.weights", "a JSON object", weights)
+        weights = self.obj(raw["weights"], f"{name}.weights", (), GATE_FEATURES)
         return {"weights": {k: self.number(v, f"{name}.weights.{k}") for k, v in weights.items()},
                 "margin": self.number(raw["margin"], f"{name}.margin")}
 

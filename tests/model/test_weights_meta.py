@@ -97,6 +97,8 @@ def test_a_folder_trained_at_427ba62_without_a_second_stage_loads(tmp_path):
     ({"rerank": {"full": {"weights": {}, "gate": {"weights": {"lead": "x"}, "margin": 1.0}}}},
      "rerank.full.gate.weights.lead must be a number, got 'x'"),
     ({"rerank": {"full": {"weights": {}, "gate": {"weights": {}}}}}, "rerank.full.gate.margin is missing"),
+    ({"rerank": {"full": {"weights": {}, "gate": {"weights": {"acoustic": 1.0}, "margin": 1.0}}}},
+     "rerank.full.gate.weights.acoustic is not a field this code knows"),
     ({"trained": ["steps"]}, "trained must be a JSON object or null, got ['steps']"),
     ({"adaptation": {"files": {"confusions": {"name": "../c.json", "sha256": "0" * 64}}, "provenance": {}}},
      "adaptation.files.confusions.name must be a file name inside the folder, got '../c.json'"),
