@@ -30,6 +30,7 @@ from model.adaptation import Adaptation, Conventions
 from model.features import Example
 from model.gate import Gate, context
 from model.lm import LanguageModel
+from model.weights_meta import RERANK_FIELDS
 from preprocess.align import align_to
 from preprocess.rules import RATE_FLOOR
 from preprocess.text import SPOKEN_FILLERS
@@ -113,6 +114,10 @@ class RerankWeights:
         if unknown:
             raise ValueError(f"rerank weights name unknown features {sorted(unknown)}; known: {Features.names()}")
         return cls(**raw)
+
+
+if tuple(f.name for f in fields(RerankWeights)) != RERANK_FIELDS:
+    raise RuntimeError(f"RerankWeights' fields are not the ones model.weights_meta reads: {RERANK_FIELDS}")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ NETWORK_FILE = "model.safetensors"
 WEIGHTS_FILES = (CONFIG_FILE, VOCAB_FILE, NETWORK_FILE)  # what every weights folder holds
 # The second stage's fitted variants: every stage but "net", the network alone.
 RERANK_STAGES = tuple(stage for stage in STAGES if stage != "net")
+# a stage's weights: `model.rerank.RerankWeights`'s fields (it checks that they are these, in this order)
+RERANK_FIELDS = ("lm", "taiwan", "net", "rank", "outside_nbest", "changes", "oov", "domain", "confusion", "margin",
+                 "net_only", "rule_trust", "rule_domain", "rule_margin")
 # the abstain gate's features (`model.gate` computes them; a stage's "gate" weighs them by these names)
 GATE_FEATURES = (
     "lead",  # the linear score's lead over TOP1
@@ -279,9 +282,7 @@ class _Reader:
 
     def stage(self, raw: Any, name: str) -> RerankStage:
         raw = self.obj(raw, name, ("weights",), ("dev", "gate"))
-        weights = raw["weights"]
-        if not isinstance(weights, dict):
-            raise self.fail(f"{name}.weights", "a JSON object", weights)
+        weights = self.obj(raw["weights"], f"{name}.weights", (), RERANK_FIELDS)
         checked: dict[str, float | bool] = {}
         for key, value in weights.items():
             checked[key] = value if isinstance(value, bool) else self.number(value, f"{name}.weights.{key}")

@@ -94,6 +94,8 @@ def test_a_folder_trained_at_427ba62_without_a_second_stage_loads(tmp_path):
      "features.candidate must be a list of strings, got 'keep'"),
     ({"rerank": {"full": {"weights": {"lm": "0.6"}}}}, "rerank.full.weights.lm must be a number, got '0.6'"),
     ({"rerank": {"fast": {"weights": {}}}}, "rerank.fast is not a field this code knows"),
+    ({"rerank": {"full": {"weights": {"acoustic": 1.0}}}},
+     "rerank.full.weights.acoustic is not a field this code knows"),
     ({"rerank": {"full": {"weights": {}, "gate": {"weights": {"lead": "x"}, "margin": 1.0}}}},
      "rerank.full.gate.weights.lead must be a number, got 'x'"),
     ({"rerank": {"full": {"weights": {}, "gate": {"weights": {}}}}}, "rerank.full.gate.margin is missing"),
