@@ -48,14 +48,14 @@ from typing import Any
 
 import torch
 from rapidfuzz.distance import Levenshtein
-from tqdm import tqdm
 
+from config import Config
 from learn.adapt_data import nbests, read_files
 from learn.adapt_folder import adaptation_record, building, check_destination, run_key, swap_command
 from learn.adapt_settings import AdaptSettings, parse_args
 from learn.data.labelled import Labelled, LabelledFormatError, Split, split_three
 from learn.domain_lm import build_domain_lm, save_confusions
-from learn.evaluate import ROWS, cer_score, table
+from learn.evaluate import ROWS, cer_score, served_answers, table
 from learn.fit import dev_probs, fit
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo, agreement_scorer
 from learn.rule_trust import GATE_CLOSED, GATES, learn_confusions
@@ -77,15 +77,6 @@ from preprocess.text import NBest, han_chars
 # Fewer lists leave the split's parts a handful each, and too little text for the domain LM's estimate.
 MIN_LISTS = 50
 TEST_ROWS = [*ROWS[:4], ("candidates_cer", "{:.2%}"), ("candidates_gap_closed", "{:.1%}"), *ROWS[4:]]
-
-
-def answers(corrector: Corrector, lists: list[NBest], desc: str) -> list[str]:
-    """Answer lists in batches of 64, with a progress bar."""
-    out: list[str] = []
-    bars = sys.stderr.isatty()  # a log gets no \r lines
-    for start in tqdm(range(0, len(lists), 64), desc=desc, mininterval=5, leave=False, disable=not bars):
-        out += corrector.predict_batch(lists[start : start + 64])
-    return out
 
 
 def fine_tune(settings: AdaptSettings, train: list[Labelled], dev: list[Labelled], device: torch.device,
@@ -347,7 +338,7 @@ def test_figures(settings: AdaptSettings, build: Path, split: Split) -> dict[str
     shipped = Corrector(settings.init_from, device=settings.device)
     shipped.setup()
     lists, truths = nbests(test), [han_chars(it.truth) for it in test]
-    figures = {name: asdict(cer_score(lists, truths, answers(corrector, lists, name)))
+    figures = {name: asdict(cer_score(lists, truths, served_answers(corrector, lists, Config().max_top1_chars)))
                for name, corrector in (("shipped", shipped), ("adapted", adapted))}
     assert shipped.lm is not None
     pairs = [(han_chars(it.nbest.top1), han_chars(it.truth)) for it in split.train]
