@@ -159,7 +159,7 @@ def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dic
 def served_point(tree: Path, warm: list[str], templates: list[str], args: argparse.Namespace) -> dict:
     """Serve `tree`, warm it for 3 s, then measure `--clients` closed-loop clients for `--served-s` seconds."""
     from testing import load
-    from testing.measure import measure_closed
+    from testing.report import measure_closed
 
     with serve(tree, args.app) as server:
         load.run(load.closed_loop(server.url, args.clients, 3.0, 1.0, warm))  # the first batches, the caches

@@ -1,8 +1,10 @@
-"""The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f)."""
+"""The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f), and (`--sections
+gates`, not by default) each admission gate shown acting around a slow fake model."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -20,23 +22,27 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
-    from testing import slow_clients
-    from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, payload_templates
-    from testing.measure import OPEN_LOOP_ANSWER_S, Servers, measure_closed, measure_open
+    from testing import load, report, slow_clients
+    from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
-    from testing.report import markdown, print_point, run_record, write_summary
-    from testing.samples import pool_shape, real_bodies, simulated_bodies
-    from testing.server import REPO_ROOT, missing_weights
+    from testing.report import count_paths, markdown, measure_closed, measure_open, print_point, run_record
+    from testing.samples import pool_shape, real_bodies, request_bodies, simulated_bodies
+    from testing.server import FAKE_APP, REPO_ROOT, missing_weights, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SECTIONS = ("a", "b", "c", "f")
+SECTIONS = ("a", "b", "c", "f", "gates")
+DEFAULT_SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
 F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
 POOL = 400  # different request bodies
-DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0}
+DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0, "gates": 10.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
+# The gates: a fake model whose batches of 8 take 0.4 s (20 questions/s), and the offered load as a multiple of that
+SLOW = {"FAKE_DELAY_S": "0.4", "MAX_BATCH_SIZE": "8", "HTTP_THREADS": "32", "MAX_BATCH_WAIT_S": "0.05"}
+GATE_SCENARIOS = {"slow model": 3.0, "slow model, 5x": 5.0, "slow senders": 0.0}
+SENDER_DELAY_S = 0.7  # slow senders: a body's rest this long after its first byte
 
 
 def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
@@ -108,7 +114,7 @@ def _padded_waste(batch: list[NBest]) -> int:
     return max(sizes) * len(sizes) - sum(sizes)
 
 
-def section_b(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, Any]:
+def section_b(plan: Plan, servers: report.Servers, templates: list[str]) -> dict[str, Any]:
     """Closed loop at 1, 10, 64 clients, batching on (the defaults) and off (MAX_BATCH_SIZE=1)."""
     result: dict[str, Any] = {}
     for mode, settings in (("on", SETTINGS_ON), ("off", SETTINGS_OFF)):
@@ -126,7 +132,7 @@ def section_b(plan: Plan, servers: Servers, templates: list[str]) -> dict[str, A
     return result
 
 
-def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: float | None) -> dict[str, Any]:
+def section_c(plan: Plan, servers: report.Servers, templates: list[str], capacity_rps: float | None) -> dict[str, Any]:
     """Open-loop overload at 2x, 3x, 5x the capacity (batching on), probed at 64 clients when b did not run."""
     server = servers.get("batching-on", SETTINGS_ON)
     if capacity_rps is None:
@@ -142,13 +148,54 @@ def section_c(plan: Plan, servers: Servers, templates: list[str], capacity_rps: 
     return {"capacity_rps": capacity_rps, "points": points}
 
 
-def section_f(plan: Plan, servers: Servers) -> dict[str, Any]:
+def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
     """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
     result = slow_clients.measure(server.url, plan.f_slow, F_CLIENTS,
                                   plan.durations["f"], timeout_s=5.0, server=server)
     slow_clients.print_report(result)
     return result
+
+
+async def slow_send(url: str, template: str) -> int:
+    """Send one request's head and the first byte of its body, the rest SENDER_DELAY_S later; return the status."""
+    target = Target.from_url(url)
+    reader, writer = await asyncio.open_connection(target.host, target.port)
+    body = fresh_payload(template)[1]
+    request = target.request(body)
+    writer.write(request[:len(request) - len(body) + 1])
+    await writer.drain()
+    await asyncio.sleep(SENDER_DELAY_S)
+    writer.write(body[1:])
+    status = int((await reader.readline()).split()[1])
+    writer.close()
+    return status
+
+
+def section_gates(plan: Plan, log_dir: Path) -> list[dict[str, Any]]:
+    """Each gate shown acting: a slow fake model (SLOW) under open-loop load at GATE_SCENARIOS' multiples of its
+    capacity, then slow senders; each scenario's answers by path from the server's own log."""
+    templates = payload_templates(request_bodies(400))
+    rows = []
+    for name, factor in GATE_SCENARIOS.items():
+        with start_server(SLOW, log_dir / f"gates-{name.replace(' ', '-')}.log", app=FAKE_APP) as server:
+            if name == "slow senders":
+                async def senders() -> list[int]:
+                    return await asyncio.gather(*(slow_send(server.url, t) for t in templates[:20]))
+
+                start = time.time()
+                statuses = asyncio.run(senders())
+                end, late, offered = time.time(), None, None
+            else:
+                offered = factor * 8 / float(SLOW["FAKE_DELAY_S"])
+                point = load.run(load.open_loop(server.url, offered, plan.durations["gates"], 2.0, templates))
+                start, end, statuses = point.start, point.end, [shot.status for shot in point.shots]
+                late = sum(shot.latency_s > JUDGE_TIMEOUT_S for shot in point.shots)
+            paths = count_paths(server.request_log(), start, end)
+        rows.append({"scenario": name, "settings": SLOW, "offered_rps": offered, "sent": len(statuses),
+                     "non_200": sum(s != 200 for s in statuses), "late": late, "paths": dict(sorted(paths.items()))})
+        print(f"bench gates, {name}: {rows[-1]}", flush=True)
+    return rows
 
 
 def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
@@ -161,8 +208,10 @@ def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testing.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS), help="sections to run, e.g. b,c (default a,b,c,f)")
-    parser.add_argument("--duration", type=float, default=None, help="seconds a point (default a 2, b 10, c 10, f 20)")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                        help="sections to run, e.g. b,c (default a,b,c,f; gates: each gate shown acting)")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds a point (default a 2, b 10, c 10, f 20, gates 10)")
     parser.add_argument("--quick", action="store_true", help=f"fewer points, {QUICK_DURATION_S:g} s each: a smoke run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench", help="where results go")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs in OUT/logs")
@@ -199,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     plan = make_plan(args)
-    cli.require_weights(args.fake, missing_weights())
+    cli.require_weights(args.fake or plan.sections == ("gates",), missing_weights())
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"bench: the results go to {out} (--out DIR writes them elsewhere)", flush=True)
@@ -210,16 +259,17 @@ def main(argv: list[str] | None = None) -> int:
         "durations_s": {s: plan.durations[s] for s in plan.sections},
         "judge_timeout_s": JUDGE_TIMEOUT_S,
         "client_timeout_s": CLIENT_TIMEOUT_S,
-        "open_loop_timeout_s": OPEN_LOOP_ANSWER_S,
+        "open_loop_timeout_s": report.OPEN_LOOP_ANSWER_S,
     }
     if plan.fake:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
-    pool = request_pool(POOL, plan.max_chars)
+    pool = request_pool(POOL, plan.max_chars) if set(plan.sections) - {"gates"} else []
     templates = payload_templates(pool)
-    results["request_pool"] = {**pool_shape(pool), "real": len(real_bodies())}
+    if pool:
+        results["request_pool"] = {**pool_shape(pool), "real": len(real_bodies())}
     raw: dict[str, list[list[Any]]] = {}
     log_dir = out / "logs" if args.keep_logs else Path(tempfile.mkdtemp(prefix="esun-bench-"))
-    servers = Servers(log_dir, plan.fake)
+    servers = report.Servers(log_dir, plan.fake)
     try:
         if "a" in plan.sections:
             results["a"] = section_a(plan, pool)
@@ -235,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                 raw[f"c/overload/{p['factor']:g}x"] = _raw_series(p)
         if "f" in plan.sections:
             results["f"] = section_f(plan, servers)
+        if "gates" in plan.sections:
+            results["gates"] = section_gates(plan, log_dir)
         results["servers"] = servers.info
     finally:
         servers.close()
@@ -244,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["plots"] = draw_bench(results, raw, out)
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
-    write_summary(out, "bench", results, markdown(results))
+    report.write_summary(out, "bench", results, markdown(results))
     print(f"bench: bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s): {wrote(out)}")
     return 0
 

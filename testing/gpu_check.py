@@ -15,8 +15,7 @@ from typing import Any
 from testing import cli
 from testing.batch_profile import profile
 from testing.load import payload_templates
-from testing.measure import measure_closed
-from testing.report import table, write_json
+from testing.report import measure_closed, table, write_json
 from testing.samples import request_bodies
 from testing.server import get_json, sampling, start_server
 

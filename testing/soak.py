@@ -1,7 +1,7 @@
 """The soak: the service for N minutes at a fixed share of its own 64-client rate, recorded minute by minute.
 
 A benchmark, not a test (issue 40). It serves the service as `make run` does (`testing.server.start_server`),
-measures its rate at 64 closed-loop clients (`testing.measure.measure_closed`: the model's answers/s, as the
+measures its rate at 64 closed-loop clients (`testing.report.measure_closed`: the model's answers/s, as the
 benchmark's section c takes its capacity), then sends Poisson arrivals (`testing.load.open_loop`) at `--share` of that
 rate, one open-loop run per interval, of real-shaped lists (10 hypotheses, TOP1 of 15-20 characters, like
 testing/data/real_requests.jsonl) mixed with short ones (TOP1 of 4-8 characters), every request under a new
@@ -29,11 +29,10 @@ from testing import cli
 
 with cli.dev_requirements("testing.soak"):
     from preprocess.text import strip_spaces
-    from testing import load
+    from testing import load, report
     from testing.load import JUDGE_TIMEOUT_S, payload_templates
-    from testing.measure import OPEN_LOOP_ANSWER_S, batcher_stats, measure_closed, summary
     from testing.plots import draw_soak
-    from testing.report import run_record, table, write_json, write_summary
+    from testing.report import OPEN_LOOP_ANSWER_S, measure_closed, run_record, table, write_json, write_summary
     from testing.samples import pool_shape, real_bodies, simulated_bodies
     from testing.server import REPO_ROOT, ServerProcess, app_of, get_json, missing_weights, scrape, start_server
 
@@ -110,12 +109,12 @@ def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float
 def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int
                  ) -> dict[str, Any]:
     """Drive one interval of open-loop load; return its record."""
-    before, batch_time_before, log_offset = batcher_stats(server), batch_time(server), server.log_offset()
+    before, batch_time_before, log_offset = report.batcher_stats(server), batch_time(server), server.log_offset()
     shift = index * len(templates) // 7 % len(templates)  # each interval starts elsewhere in the pool
     with server.cpu_clock() as clock:
         run = load.run(load.open_loop(server.url, rate_rps, seconds, 0.0, templates[shift:] + templates[:shift],
                                       timeout_s=OPEN_LOOP_ANSWER_S, seed=index))
-    point = summary(server, run, OPEN_LOOP_ANSWER_S, before, log_offset)
+    point = report.summary(server, run, OPEN_LOOP_ANSWER_S, before, log_offset)
     processes = server.processes()
     cache = scrape(server.url, {"esun_cache_entries": "cache_entries"})
     gc_full = scrape(server.url, {"esun_gc_collections_total": "gc_full_collections"}, generation="2")
