@@ -1,5 +1,5 @@
-"""The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f), and (`--sections
-gates`, not by default) each admission gate shown acting around a slow fake model."""
+"""The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f); not by default, each
+admission gate shown acting around a slow fake model (gates) and the GPU check (gpu, testing/gpu_check.sh runs it)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,19 +25,20 @@ with cli.dev_requirements("testing.bench"):
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
     from testing import load, report, slow_clients
+    from testing.batch_profile import profile
     from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
     from testing.report import count_paths, markdown, measure_closed, measure_open, print_point, run_record
     from testing.samples import pool_shape, real_bodies, request_bodies, simulated_bodies
-    from testing.server import FAKE_APP, REPO_ROOT, missing_weights, start_server
+    from testing.server import FAKE_APP, REPO_ROOT, missing_weights, sampling, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SECTIONS = ("a", "b", "c", "f", "gates")
+SECTIONS = ("a", "b", "c", "f", "gates", "gpu")
 DEFAULT_SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
 F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
 POOL = 400  # different request bodies
-DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0, "gates": 10.0}
+DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0, "gates": 10.0, "gpu": 30.0}
 QUICK_DURATION_S = 3.0
 SETTINGS_ON: dict[str, str] = {}
 SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
@@ -43,6 +46,9 @@ SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 SLOW = {"FAKE_DELAY_S": "0.4", "MAX_BATCH_SIZE": "8", "HTTP_THREADS": "32", "MAX_BATCH_WAIT_S": "0.05"}
 GATE_SCENARIOS = {"slow model": 3.0, "slow model, 5x": 5.0, "slow senders": 0.0}
 SENDER_DELAY_S = 0.7  # slow senders: a body's rest this long after its first byte
+GPU_CLIENTS = (64, 256)  # the GPU check's closed loops, on each device
+GPU_HEAD = ("device | clients | answers/s | p99 ms | model share | non-200 | late > 1 s | GPU use % (mean, max) | "
+            "workers")
 
 
 def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
@@ -62,6 +68,7 @@ class Plan:
     f_slow: int = 1000  # slow connections held open (testing/slow_clients.py)
     fake: bool = False
     max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
+    devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -198,6 +205,59 @@ def section_gates(plan: Plan, log_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def gpu_use() -> float | None:
+    """GPU 0's utilisation now, in % (nvidia-smi); None where it cannot be read."""
+    smi = shutil.which("nvidia-smi")
+    try:
+        out = subprocess.run([smi or "nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                              "-i", "0"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return float(out) if out.isdigit() else None
+
+
+def section_gpu(plan: Plan, servers: report.Servers) -> dict[str, Any]:
+    """The GPU check: served as `make run` serves it with each DEVICE in turn, closed loops of GPU_CLIENTS, GPU use
+    sampled; then one batch of 64's hooks timed on each device (testing.batch_profile; not with --fake)."""
+    templates = payload_templates(request_bodies(400, seed=3))
+    rows = []
+    for device in plan.devices:
+        server = servers.get(f"device-{device}", {"DEVICE": device})
+        service = servers.info[f"device-{device}"]["service"] or {}
+        workers, model = (service.get("config") or {}).get("workers", "?"), service.get("model") or {}
+        for n in GPU_CLIENTS:
+            with sampling(gpu_use, 0.5) as readings:
+                point = measure_closed(server, n, plan.durations["gpu"], templates)
+            point.pop("_shots"), point.pop("_start")
+            samples = [use for _, use in readings if use is not None]
+            use = f"{statistics.mean(samples):.0f}, {max(samples):.0f}" if samples else "-"
+            rows.append({"device": device, "clients": n, "workers": workers, "model_device": model.get("device"),
+                         "gpu_use": use, "gpu_samples": samples, **point})
+            print_point(f"gpu DEVICE={device}", f"{n} clients, GPU use {use}", point)
+        servers.release(f"device-{device}")
+    batches = {} if plan.fake else {device: profile(device, rounds=20, size=64, threads=0) for device in plan.devices}
+    first = batches.get(plan.devices[0], {})
+    return {"rows": rows, "batches": batches, "duration_s": plan.durations["gpu"],
+            "machine": f"{platform.node()}: {first.get('gpu') or 'no GPU'}, {os.cpu_count()} cores"}
+
+
+def gpu_lines(results: dict[str, Any]) -> list[str]:
+    """The GPU check's tables (bench's section gpu), headed by when and where it ran."""
+    gpu = results["gpu"]
+    return [f"### GPU check, {results['started_utc'][:16].replace('T', ' ')} UTC ({gpu['machine']})", "",
+            "`bash testing/gpu_check.sh` (served as `make run` serves it, closed loops of "
+            f"{gpu['duration_s']:g} s after a warm-up, the request bodies of `testing.samples.request_bodies`)", "",
+            *report.table(GPU_HEAD, [[r["device"], r["clients"], r["throughput_rps"], r["p99_ms"], r["model_share"],
+                                      r["non_200"], r["late_over_1s"], r["gpu_use"], r["workers"]]
+                                     for r in gpu["rows"]]),
+            "", "One batch of 64 lists (`testing.batch_profile`), median of 20, in ms:", "",
+            *report.table("device | batch | predict (the network) | unbatch | total | network's share",
+                          [[f"{b['device']} {b['precision']}", f"{b['median_ms']['batch']:.1f}",
+                            f"{b['median_ms']['predict']:.1f}", f"{b['median_ms']['unbatch']:.1f}",
+                            f"{b['total_ms']:.1f}", f"{100 * b['share']['predict']:.0f} %"]
+                           for b in gpu["batches"].values()]), ""]
+
+
 def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
     """Take a point's shots out of it as bench_raw.json's rows (testing/README.md), in order of due time."""
     shots: list[Shot] = point.pop("_shots")
@@ -220,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what c's factors multiply when b does not run (default: a probe at 64 clients)")
     parser.add_argument("--factors", default=None, metavar="F,F,...",
                         help="c's loads as multiples of the capacity, in order (default 2,3,5), e.g. 3,3,3,3,3")
+    parser.add_argument("--devices", default="cuda,cpu", help="gpu: the DEVICE settings to serve with, in turn")
+    parser.add_argument("--markdown", type=Path, help="gpu: append its table to this file (docs/benchmarks.md)")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="short lists: every TOP1 at most N characters (a cheaper model, a busier door)")
     return parser
@@ -241,7 +303,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         except ValueError:
             raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
     return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
-                **quick)
+                devices=tuple(args.devices.split(",")), **quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if plan.fake:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
-    pool = request_pool(POOL, plan.max_chars) if set(plan.sections) - {"gates"} else []
+    pool = request_pool(POOL, plan.max_chars) if set(plan.sections) - {"gates", "gpu"} else []
     templates = payload_templates(pool)
     if pool:
         results["request_pool"] = {**pool_shape(pool), "real": len(real_bodies())}
@@ -287,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             results["f"] = section_f(plan, servers)
         if "gates" in plan.sections:
             results["gates"] = section_gates(plan, log_dir)
+        if "gpu" in plan.sections:
+            results["gpu"] = section_gpu(plan, servers)
         results["servers"] = servers.info
     finally:
         servers.close()
@@ -296,7 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["plots"] = draw_bench(results, raw, out)
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
-    report.write_summary(out, "bench", results, markdown(results))
+    gpu = gpu_lines(results) if "gpu" in results else []
+    report.write_summary(out, "bench", results, "\n".join([markdown(results), *gpu]))
+    if args.markdown and gpu:
+        with args.markdown.open("a", encoding="utf-8") as md:
+            md.write("\n" + "\n".join(gpu) + "\n")
     print(f"bench: bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s): {wrote(out)}")
     return 0
 

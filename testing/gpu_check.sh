@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, in at most 8 minutes: bash testing/gpu_check.sh [OUT_DIR]
 # On a GPU machine with torch and transformers: the wheels in .whl/ (make gpu-wheels, made on a machine with a
-# network) are installed first when present. Then testing/gpu_check.py serves the shipped model as `make run` does,
+# network) are installed first when present. Then testing.bench (section gpu) serves the shipped model as `make run` does,
 # DEVICE=cuda then DEVICE=cpu, under 64 and 256 closed-loop clients, samples the GPU's use, times a batch's hooks,
-# and appends its table to docs/benchmarks.md (and writes it, with JSON, to OUT_DIR).
+# and appends its table to docs/benchmarks.md (and writes it, with bench.json, to OUT_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-out/gpu_check}
@@ -15,4 +15,4 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
 export PYTHONUNBUFFERED=1
-timeout 470 "$PY" -m testing.gpu_check --out "$out" --markdown docs/benchmarks.md --duration-s 30
+timeout 470 "$PY" -m testing.bench --sections gpu --out "$out" --markdown docs/benchmarks.md --duration 30
