@@ -15,9 +15,11 @@ from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
-from learn.adapt import answers, trusted_rules
+from config import Config
+from learn.adapt import trusted_rules
 from learn.adapt_data import nbests
 from learn.data.labelled import read_labelled
+from learn.evaluate import served_answers
 from model.corrector import Corrector
 from preprocess.text import han_chars
 
@@ -26,7 +28,7 @@ def explain_lists(corrector: Corrector, data: Path, shown: int, seed: int = 0) -
     """A sample of the file's lists the model made better, made worse and left wrong."""
     items = read_labelled(data)
     lists = nbests(items)
-    said = answers(corrector, lists, "answering")
+    said = served_answers(corrector, lists, Config().max_top1_chars)  # as the service answers them
     groups: dict[str, list[tuple[str, str, str]]] = {"made better": [], "made worse": [], "left wrong": []}
     for it, answer in zip(items, said, strict=True):
         top1, truth = han_chars(it.nbest.top1), han_chars(it.truth)
