@@ -76,25 +76,6 @@ def test_cpu_clock_reads_the_cpu_used_between_two_moments_linearly_between_its_s
     assert clock.figures(10.0, 12.0, 0)["server_cpu_ms_per_answer"] is None
 
 
-def test_ab_memory_reads_the_worker_s_rss_after_set_up_and_after_each_chunk_of_new_lists(tmp_path: Path):
-    out = tmp_path / "memory.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "testing.ab", "--mode", "memory", "--app",
-         "tests.fakes:create_fake_app()", "--lists", "1500", "--chunk", "1000", "--rate-guess",
-         "100000", "--json", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    result = json.loads(out.read_text())["memory"]["here"]
-    first, *chunks = result["points"]
-    assert first["when"] == "after set-up" and first["answered_by_model"] == 0 and first["rss_mib"] > 0
-    assert chunks and all(p["rss_mib"] > 0 for p in chunks)
-    assert chunks[-1]["answered_by_model"] >= 1500 and result["paths"]["model"] >= chunks[-1]["answered_by_model"]
-    assert "| lists answered by the model | worker RSS MiB | full GC collections |" in run.stdout
-    assert all(set(p["full_gc"]) == {"collections", "seconds", "longest_s"} for p in result["points"])
-    assert chunks[-1]["full_gc"]["collections"] >= first["full_gc"]["collections"]
-
-
 def test_distinct_simulated_bodies_are_lists_the_model_takes():
     from preprocess.text import has_han
     from testing.samples import simulated_bodies
