@@ -31,7 +31,7 @@ from testing import cli
 
 with cli.dev_requirements("testing.soak"):
     from preprocess.text import strip_spaces
-    from testing import load, report
+    from testing import report
     from testing.load import JUDGE_TIMEOUT_S, payload_templates
     from testing.plots import draw_soak
     from testing.report import OPEN_LOOP_ANSWER_S, measure_closed, run_record, table, write_json, write_summary
@@ -115,30 +115,25 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
                  shift: int) -> dict[str, Any]:
     """Drive one interval of open-loop load, the pool taken from `shift` on (where the last interval stopped);
     return its record."""
-    before, batch_time_before, log_offset = report.batcher_stats(server), batch_time(server), server.log_offset()
-    shift %= len(templates)
-    with server.cpu_clock() as clock:
-        run = load.run(load.open_loop(server.url, rate_rps, seconds, 0.0, templates[shift:] + templates[:shift],
-                                      timeout_s=OPEN_LOOP_ANSWER_S, seed=index))
-    point = report.summary(server, run, OPEN_LOOP_ANSWER_S, before, log_offset)
+    batch_time_before, shift = batch_time(server), shift % len(templates)
+    point = report.measure_open(server, rate_rps, seconds, templates[shift:] + templates[:shift], 0.0, index)
     processes = server.processes()
     cache = scrape(server.url, {"esun_cache_entries": "cache_entries"})
     model = scrape(server.url, {"esun_request_duration_seconds_count": "answers"}, path="model")
     return {
-        "interval": index, "end_s": None, "target_rps": round(rate_rps, 2), "sent_rps": run.generator["sent_rps"],
-        **{k: point.get(k) for k in ("requests", "throughput_rps", "p50_ms", "p99_ms", "max_ms", "late_over_1s",
-                                     "non_200", "no_answer", "connection_errors", "invalid", "model_share", "paths",
-                                     "server_p50_ms", "server_p99_ms")},
+        "interval": index, "end_s": None,
+        # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core (beside the
+        # other processes'), and the corrector's mean run time per batch and per question in the interval.
+        **{k: point.get(k) for k in ("target_rps", "sent_rps", "requests", "throughput_rps", "p50_ms", "p99_ms",
+                                     "max_ms", "late_over_1s", "non_200", "no_answer", "connection_errors", "invalid",
+                                     "model_share", "paths", "server_p50_ms", "server_p99_ms", "server_cpu_pct",
+                                     "others_cpu_pct", "generator_cpu_pct")},
         "mean_batch_size": point["batcher"]["mean_batch_size"],
-        # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core, and the
-        # corrector's mean run time per batch and per question in the interval.
-        "server_cpu_pct": clock.figures(run.start, run.end, 1)["server_cpu_pct"],
         **batch_means(batch_time_before, batch_time(server), point["batcher"]["items"]),
         "cache_entries": int(cache["cache_entries"]),
         "model_answers_so_far": int(model["answers"]),
         **full_gc(server.url),
-        "by_role": totals_by_role(processes), "processes": processes,
-        "generator_cpu_pct": run.generator.get("generator_cpu_pct"), "load_average": round(os.getloadavg()[0], 2),
+        "by_role": totals_by_role(processes), "processes": processes, "load_average": round(os.getloadavg()[0], 2),
     }
 
 
