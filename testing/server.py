@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,10 @@ class ServerProcess:
                     if record.get("logger") == "api.requests":
                         out.append(record)
         return out, offset + len(data)
+
+    def paths(self, since: int = 0) -> Counter[str]:
+        """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
+        return Counter(line.get("path", "?") for line in self.request_log()[since:])
 
     def log_tail(self, lines: int = 40) -> str:
         """Return the end of the server's log, for error messages."""
