@@ -1,4 +1,4 @@
-"""A/B the corrector against other commits in git worktrees: offline, served or memory (testing/README.md)."""
+"""A/B the corrector against other commits in git worktrees: offline or served (testing/README.md)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
 FRESH_WARM_LISTS = 2_500  # --fresh: the warm-up's own lists (3 s at 64 clients is under 2,000 answers here)
 WARM_LISTS, BATCHES, SINGLES = 640, 20, 200  # --mode time, per child: lists answered untimed, batches of 64 and of 1
-# --mode memory: lists built per list to be answered (a run stops short of its chunk's end, see --rate-guess)
-POOL_SHARE = 1.5
 
 
 def child(mode: str, lists_path: Path) -> dict:
@@ -201,86 +199,17 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
                         f"{m['model_answers_per_s'] / max(here['model_answers_per_s'], 1e-9):.2f}x")
 
 
-def full_collections(url: str) -> dict[str, float]:
-    """The worker's full GC collections so far, their seconds and the longest (`/metrics`; zeros where not exposed)."""
-    from testing.server import scrape
-
-    return scrape(url, {"esun_gc_collections_total": "collections", "esun_gc_pause_seconds_total": "seconds",
-                        "esun_gc_pause_longest_seconds": "longest_s"}, generation="2")
-
-
-def memory_run(tree: Path, templates: list[str], args: argparse.Namespace) -> dict:
-    """Serve `tree` and read its worker's memory and full collections after set-up and after each chunk of lists."""
-    import psutil
-
-    from testing import load
-
-    with serve(tree, args.app) as server:
-        worker = psutil.Process(server.process.pid).children()[0]
-
-        def rss_mib() -> float:  # the worker's resident set (VmRSS)
-            return round(worker.memory_info().rss / 2**20, 1)
-
-        points = [{"lists_sent": 0, "answered_by_model": 0, "rss_mib": rss_mib(), "when": "after set-up",
-                   "full_gc": full_collections(server.url)}]
-        print(f"worker {worker.pid}: {points[0]['rss_mib']} MiB after set-up", flush=True)
-        sent = answered = 0
-        started = time.monotonic()
-        while answered < args.lists and sent < len(templates):
-            chunk = templates[sent : sent + args.chunk]
-            # the closed loop takes the bodies in turn, and wraps round: a run short enough not to reach the chunk's end
-            # (unless the server is faster than --rate-guess; the lists answered are counted from the request log)
-            load.run(load.closed_loop(server.url, args.clients, max(1.0, len(chunk) / args.rate_guess), 0.0, chunk))
-            sent += len(chunk)
-            paths = server.paths()
-            answered = paths.get("model", 0)
-            points.append({"lists_sent": sent, "answered_by_model": answered, "rss_mib": rss_mib(),
-                           "requests_logged": sum(paths.values()), "full_gc": full_collections(server.url)})
-            print(f"{sent:>7} lists offered, {answered:>7} answered by the model: {points[-1]['rss_mib']} MiB",
-                  flush=True)
-        return {"points": points, "paths": dict(server.paths()), "seconds": round(time.monotonic() - started, 1)}
-
-
-def compare_memory(sides: dict[str, Path], args: argparse.Namespace) -> dict:
-    """Serve each side in turn with new lists until its model answered --lists; print its memory after each chunk."""
-    from testing.load import payload_templates
-    from testing.report import table
-    from testing.samples import simulated_bodies
-
-    pool = int(args.lists * POOL_SHARE)
-    print(f"building {pool} distinct lists ...", flush=True)
-    templates = payload_templates(simulated_bodies(pool, ("train", "reviews"), distinct=True))
-    result = {}
-    for name, tree in sides.items():
-        result[name] = memory_run(tree, templates, args)
-        # the mean of the collections since the reading before: the longest so far is the loading's own, at set-up
-        rows, before = [], None
-        for p in result[name]["points"]:
-            gc = p["full_gc"]
-            more = before is not None and gc["collections"] - before["collections"]
-            mean = f"{1000 * (gc['seconds'] - before['seconds']) / more:.0f}" if more else ""
-            rows.append([f"{p['answered_by_model']:,}", p["rss_mib"], f"{gc['collections']:.0f}",
-                         f"{gc['seconds']:.2f}", mean])
-            before = gc
-        print("", name, *table("lists answered by the model | worker RSS MiB | full GC collections | their seconds | "
-                               "mean ms since the row before", rows), sep="\n")
-    return result
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="A/B the corrector against other commits, offline or served.")
     ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
-    ap.add_argument("--mode", choices=("answers", "time", "both", "served", "memory"), default="both")
+    ap.add_argument("--mode", choices=("answers", "time", "both", "served"), default="both")
     ap.add_argument("--limit", type=int, default=1000, help="lists per evaluation set")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--clients", type=int, default=64, help="closed-loop clients of --mode served")
     ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
     ap.add_argument("--pool", type=int, default=400, help="distinct lists the window of --mode served cycles through")
     ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
-    ap.add_argument("--app", help="--mode served, memory: the WSGI app to serve, gunicorn's form (default: make run's)")
-    ap.add_argument("--lists", type=int, default=100_000, help="--mode memory: distinct lists the model is to answer")
-    ap.add_argument("--chunk", type=int, default=12_800, help="--mode memory: lists per run, between readings")
-    ap.add_argument("--rate-guess", type=float, default=300.0, help="--mode memory: answers/s at most (sizes the runs)")
+    ap.add_argument("--app", help="--mode served: the WSGI app to serve, gunicorn's form (default: make run's)")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)
@@ -295,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp:
         parent = Path(tmp)
         lists_path = parent / "lists.jsonl"
-        meta = build_lists(args.limit, lists_path) if args.mode not in ("served", "memory") else {"set": []}
+        meta = build_lists(args.limit, lists_path) if args.mode != "served" else {"set": []}
         sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
         from testing.report import run_record, write_json  # here, not at the top: the children import this file
 
@@ -307,8 +236,6 @@ def main(argv: list[str] | None = None) -> int:
                 result["time"] = compare_times(sides, lists_path, args)
             if args.mode == "served":
                 result["served"] = compare_served(sides, args)
-            if args.mode == "memory":
-                result["memory"] = compare_memory(sides, args)
         finally:
             for commit in args.against:
                 subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(parent / commit)],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from config import CPU_PRECISIONS, CPU_RUNTIMES
 from testing import cli
-from testing.report import table
+from testing.report import table, write_json
 from testing.samples import request_bodies
 
 HOOKS = ("batch", "predict", "unbatch")
@@ -53,6 +52,13 @@ def profile(device: str, rounds: int, size: int, threads: int, runtime: str = "t
             if corrector.device.type == "cuda" else None}
 
 
+def hooks_table(results: list[dict]) -> list[str]:
+    """One row a profile (`profile`'s figures): each hook's median ms, their sum and the network's share."""
+    return table("device | batch | predict (the network) | unbatch | total | network's share",
+                 [[f"{r['device']} {r['precision']} ({r['runtime']})", *(f"{r['median_ms'][h]:.1f}" for h in HOOKS),
+                   f"{r['total_ms']:.1f}", f"{100 * r['share']['predict']:.0f} %"] for r in results])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m testing.batch_profile", description=__doc__)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
@@ -64,12 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = ap.parse_args(argv)
     result = profile(args.device, args.rounds, args.size, args.threads, args.runtime, args.precision)
-    rows = [[hook, f"{result['median_ms'][hook]:.1f}", f"{100 * result['share'][hook]:.0f} %"] for hook in HOOKS]
-    print(f"{result['device']} {result['precision']} ({result['runtime']}), {result['torch_threads']} torch threads, "
-          f"batches of {result['batch_size']}, median of {result['rounds']}: {result['total_ms']:.1f} ms a batch")
-    print("\n".join(table("hook | ms | share", rows)))
+    print(f"{result['torch_threads']} torch threads, batches of {result['batch_size']}, median of {result['rounds']}:")
+    print("\n".join(hooks_table([result])))
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        write_json(args.out, result)
     return 0
 
 

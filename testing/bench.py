@@ -25,10 +25,10 @@ with cli.dev_requirements("testing.bench"):
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
     from testing import load, report, slow_clients
-    from testing.batch_profile import profile
+    from testing.batch_profile import hooks_table, profile
     from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
-    from testing.report import count_paths, markdown, measure_closed, measure_open, print_point, run_record
+    from testing.report import count_paths, markdown, measure_closed, measure_open, run_record
     from testing.samples import pool_shape, real_bodies, request_bodies, simulated_bodies
     from testing.server import FAKE_APP, REPO_ROOT, missing_weights, sampling, start_server
 
@@ -69,6 +69,17 @@ class Plan:
     fake: bool = False
     max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
     devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn
+
+
+def print_point(section: str, label: str, p: dict[str, Any]) -> None:
+    print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
+          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p.get('connection_errors', 0)}, "
+          f"late {p['late_over_1s']}, listen overflows {p.get('listen_overflows', '-')}, paths {p['paths']}, "
+          f"generator {p.get('generator', '?')} "
+          f"{p.get('generator_cpu_pct', '?')} % of a core"
+          + (f", server CPU {p['server_cpu_pct']} % of a core, {p['server_cpu_ms_per_answer']} ms per answer, others "
+             f"{p['others_cpu_pct']} %"
+             if "server_cpu_pct" in p else ""), flush=True)
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -158,10 +169,9 @@ def section_c(plan: Plan, servers: report.Servers, templates: list[str], capacit
 def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
     """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
     server = servers.get("batching-on", SETTINGS_ON)
-    result = slow_clients.measure(server.url, plan.f_slow, F_CLIENTS,
-                                  plan.durations["f"], timeout_s=5.0, server=server)
-    slow_clients.print_report(result)
-    return result
+    point = slow_clients.measure(server.url, plan.f_slow, F_CLIENTS, plan.durations["f"], server)
+    print_point("f", f"{plan.f_slow} slow connections held, {F_CLIENTS} clients", point)
+    return point
 
 
 async def slow_send(url: str, template: str) -> int:
@@ -251,11 +261,7 @@ def gpu_lines(results: dict[str, Any]) -> list[str]:
                                       r["non_200"], r["late_over_1s"], r["gpu_use"], r["workers"]]
                                      for r in gpu["rows"]]),
             "", "One batch of 64 lists (`testing.batch_profile`), median of 20, in ms:", "",
-            *report.table("device | batch | predict (the network) | unbatch | total | network's share",
-                          [[f"{b['device']} {b['precision']}", f"{b['median_ms']['batch']:.1f}",
-                            f"{b['median_ms']['predict']:.1f}", f"{b['median_ms']['unbatch']:.1f}",
-                            f"{b['total_ms']:.1f}", f"{100 * b['share']['predict']:.0f} %"]
-                           for b in gpu["batches"].values()]), ""]
+            *hooks_table(list(gpu["batches"].values())), ""]
 
 
 def _raw_series(point: dict[str, Any]) -> list[list[Any]]:

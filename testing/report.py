@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,7 @@ def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str
         "connection_errors": sum(1 for s in shots if connection_error(s)),
         "invalid": sum(1 for s in shots if s.status == 200 and not s.valid),
         "late_over_1s": sum(1 for s in shots if not s.status or s.latency_s > JUDGE_TIMEOUT_S),
+        "valid_within_1s": sum(1 for s in shots if s.valid and s.latency_s <= JUDGE_TIMEOUT_S),
         "paths": dict(sorted(paths.items())),
         "model_share": round(1 - fallback_share(dict(paths)), 4) if paths else None,
     }
@@ -122,16 +124,6 @@ def kind_latency(answered: list[Shot]) -> dict[str, Any]:
         stats = latency_stats(latencies)
         out |= {f"{kind}_answers": len(latencies), f"{kind}_p50_ms": stats["p50_ms"], f"{kind}_p99_ms": stats["p99_ms"]}
     return out
-
-
-def print_point(section: str, label: str, p: dict[str, Any]) -> None:
-    print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
-          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p.get('connection_errors', 0)}, "
-          f"late {p['late_over_1s']}, listen overflows {p.get('listen_overflows', '-')}, paths {p['paths']}, "
-          f"generator {p.get('generator', '?')} "
-          f"{p.get('generator_cpu_pct', '?')} % of a core"
-          + (f", server CPU {p['server_cpu_pct']} % of a core, {p['server_cpu_ms_per_answer']} ms per answer"
-             if "server_cpu_pct" in p else ""), flush=True)
 
 
 def _fmt(value: Any) -> str:
@@ -209,14 +201,8 @@ def markdown(results: dict[str, Any]) -> str:
                   "generator CPU %: the load generator's own CPU time "
                   "over the point, as a share of one core (of the machine's two).", ""]
     if "f" in results:
-        f = results["f"]
-        s, q = f["slow"], f["questions"]
-        lines += [f"## f. Slow clients ({s['asked']} connections stalled mid-head, held open)", "",
-                  *table("slow held (least / mean) | closed by the server | questions | valid 200s | within 1 s | "
-                          "p50 ms | p99 ms | max ms | answers by path | tool CPU %",
-                          [[f"{s['held_min']} / {s['held_mean']}", s["closed_by_server"], q["sent"], q["valid"],
-                            f"{q['within_1s']} ({_share(q['within_1s_share'], 2)})", q["p50_ms"], q["p99_ms"],
-                            q["max_ms"], f.get("server_paths", {}), f"{f['tool_cpu_share'] * 100:.1f}"]]),
+        lines += [f"## f. Slow clients ({results['f']['slow']['asked']} connections stalled mid-head, held open)", "",
+                  *slow_table(results["f"]),
                   "", "The slow connections each sent the start of a POST's head, then nothing; one the server "
                   "closed (its read timeout) was opened again at once. The clients asked on kept-alive connections, "
                   "closed loop; the tool (one asyncio loop: slow connections and clients) took the CPU share shown.",
@@ -227,6 +213,19 @@ def markdown(results: dict[str, Any]) -> str:
                          [[r["scenario"], r["offered_rps"], r["sent"], r["non_200"], r["late"] or 0, r["paths"]]
                           for r in results["gates"]]), ""]
     return "\n".join(lines)
+
+
+def slow_table(f: dict[str, Any]) -> list[str]:
+    """The slow connections' table (the benchmark's f, `python -m testing.slow_clients`): what became of them, and
+    what the questions asked meanwhile got."""
+    s, asked = f["slow"], f["requests"]
+    return table("slow held (least / mean) | closed by the server | questions | valid 200s | valid within 1 s | p50 ms "
+                 "| p99 ms | max ms | answers by path | tool CPU % | server CPU % | other processes' CPU %",
+                 [[f"{s['held_min']} / {s['held_mean']}", s["closed_by_server"], asked,
+                   asked - f["non_200"] - f["invalid"],
+                   f"{f['valid_within_1s']} ({_share(f['valid_within_1s'] / asked if asked else None, 2)})",
+                   f["p50_ms"], f["p99_ms"], f["max_ms"], f["paths"], s["tool_cpu_pct"], f.get("server_cpu_pct"),
+                   f.get("others_cpu_pct")]])
 
 
 def _generator_line(points: list[dict[str, Any]]) -> str:
@@ -327,14 +326,18 @@ def batcher_stats(server: ServerProcess) -> dict[str, int]:
     return {k: int(v) for k, v in scrape(server.url, {f"esun_batcher_{k}_total": k for k in BATCHER_COUNTERS}).items()}
 
 
-def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one closed-loop point against a server and summarise it, with its raw shots and the server's CPU over the
-    window."""
+def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str],
+                   beside: Callable[[Coroutine[Any, Any, LoadRun]], Coroutine[Any, Any, LoadRun]] | None = None
+                   ) -> dict[str, Any]:
+    """Run one closed-loop point against a server (`beside`: run by it, on the same loop, as slow_clients holds its
+    connections) and summarise it, with its raw shots and the server's CPU over the window."""
     before, offset = batcher_stats(server), server.log_offset()
+    driver = load.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates)
     with server.cpu_clock() as clock:
-        run = load.run(load.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates))
+        run = load.run(beside(driver) if beside else driver)
     return {"clients": clients, "duration_s": duration_s, **summary(server, run, 0.0, before, offset),
-            **run.generator, **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots))}
+            **run.generator, **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots),
+                                             run.generator["generator_cpu_pct"])}
 
 
 def listen_overflows(netstat: Path = Path("/proc/net/netstat")) -> int | None:
@@ -349,16 +352,20 @@ def listen_overflows(netstat: Path = Path("/proc/net/netstat")) -> int | None:
         return None
 
 
-def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str]) -> dict[str, Any]:
-    """Run one open-loop point against a server with the core's open loop and summarise it, with its raw shots, and
-    the connections the kernel's listen queue turned away meanwhile (a late answer the server never saw)."""
+def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str],
+                 warmup_s: float | None = None, seed: int = 0) -> dict[str, Any]:
+    """Run one open-loop point against a server with the core's open loop (a warm-up of `warmup_s`, by default a fifth
+    of the point up to 1 s) and summarise it, with its raw shots, the server's CPU over the window, and the
+    connections the kernel's listen queue turned away meanwhile (a late answer the server never saw)."""
     before, offset, overflows = batcher_stats(server), server.log_offset(), listen_overflows()
-    run = load.run(load.open_loop(server.url, rate_rps, duration_s, min(1.0, duration_s / 5), templates,
-                                  timeout_s=OPEN_LOOP_ANSWER_S))
+    warmup_s = min(1.0, duration_s / 5) if warmup_s is None else warmup_s
+    with server.cpu_clock() as clock:
+        run = load.run(load.open_loop(server.url, rate_rps, duration_s, warmup_s, templates,
+                                      timeout_s=OPEN_LOOP_ANSWER_S, seed=seed))
     overflows_after = listen_overflows()
     lags = latency_stats([s.lag_s for s in run.shots])
     if run.generator["sent_rps"] < 0.9 * rate_rps:
-        print(f"bench c: the load generator put {run.generator['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
+        print(f"load: the generator put {run.generator['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
               f"asked (lag p50 {lags['p50_ms']} ms, p99 {lags['p99_ms']} ms): a generator short of CPU lags every "
               f"request; a server slow to accept connections (a full listen queue) delays those that needed a new "
               f"one", flush=True)
@@ -366,7 +373,9 @@ def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, temp
             "no_answer_after_s": OPEN_LOOP_ANSWER_S, "latency_from": "due",
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
             "listen_overflows": None if overflows is None or overflows_after is None else overflows_after - overflows,
-            **summary(server, run, OPEN_LOOP_ANSWER_S, before, offset)}
+            **summary(server, run, OPEN_LOOP_ANSWER_S, before, offset),
+            **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots),
+                            run.generator["generator_cpu_pct"])}
 
 
 def summary(server: ServerProcess, run: LoadRun, answer_s: float, before: dict[str, int],

@@ -76,25 +76,36 @@ def sampling(read: Callable[[], T], every_s: float, into: list[tuple[float, T]] 
         sampler.join()
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
+    times = psutil.cpu_times()  # on Linux guest time is already in user; steal is the hypervisor's
+    return times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
+
+
 @dataclass
 class CpuClock:
-    """A server's CPU seconds at wall-clock moments (`ServerProcess.cpu_clock`), read back at any moment between."""
+    """A server's CPU seconds and the machine's busy seconds (`machine_busy_s`) at wall-clock moments
+    (`ServerProcess.cpu_clock`), read back at any moment between."""
 
-    readings: list[tuple[float, float]] = field(default_factory=list)
+    readings: list[tuple[float, tuple[float, float]]] = field(default_factory=list)
 
-    def add(self, at: float, cpu_s: float) -> None:
-        self.readings.append((at, cpu_s))
+    def add(self, at: float, cpu_s: float, busy_s: float = 0.0) -> None:
+        self.readings.append((at, (cpu_s, busy_s)))
 
-    def between(self, start: float, end: float) -> float:
-        """The CPU seconds used from `start` to `end`, read linearly between samples (clamped to the first, last)."""
-        times, cpu = zip(*self.readings, strict=True)
-        return float(np.interp(end, times, cpu) - np.interp(start, times, cpu))
+    def between(self, start: float, end: float, machine: bool = False) -> float:
+        """The server's CPU seconds (`machine`: the machine's busy seconds) from `start` to `end`, read linearly
+        between samples (clamped to the first, last)."""
+        times, values = [at for at, _ in self.readings], [pair[machine] for _, pair in self.readings]
+        return float(np.interp(end, times, values) - np.interp(start, times, values))
 
-    def figures(self, start: float, end: float, answers: int) -> dict[str, float | None]:
-        """What the window cost the server: its share of one core, and its CPU milliseconds per answer."""
-        cpu_s = self.between(start, end)
-        return {"server_cpu_pct": round(100 * cpu_s / (end - start), 1),
-                "server_cpu_ms_per_answer": round(1000 * cpu_s / answers, 2) if answers else None}
+    def figures(self, start: float, end: float, answers: int, own_pct: float = 0.0) -> dict[str, float | None]:
+        """What the window cost the server: its share of one core and its CPU milliseconds per answer; and what the
+        other processes took meanwhile (the machine's busy time less the server's and `own_pct`, the tool's), as a
+        share of one core: figures compare only between runs where that is small."""
+        seconds, cpu_s, busy_s = end - start, self.between(start, end), self.between(start, end, machine=True)
+        return {"server_cpu_pct": round(100 * cpu_s / seconds, 1),
+                "server_cpu_ms_per_answer": round(1000 * cpu_s / answers, 2) if answers else None,
+                "others_cpu_pct": round(max(0.0, 100 * (busy_s - cpu_s) / seconds - own_pct), 1)}
 
 
 @dataclass
@@ -118,9 +129,9 @@ class ServerProcess:
 
     @contextlib.contextmanager
     def cpu_clock(self, every_s: float = 0.2) -> Iterator[CpuClock]:
-        """Sample `cpu_s` while the block runs, to read the CPU used between two moments of it."""
+        """Sample `cpu_s` and `machine_busy_s` while the block runs, to read the CPU used between two moments of it."""
         clock = CpuClock()
-        with sampling(self.cpu_s, every_s, clock.readings):
+        with sampling(lambda: (self.cpu_s(), machine_busy_s()), every_s, clock.readings):
             yield clock
 
     def processes(self) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import resource
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,10 +17,9 @@ from typing import Any
 from testing import cli
 
 with cli.dev_requirements("testing.slow_clients"):
-    import psutil
-
-    from testing.load import JUDGE_TIMEOUT_S, Shot, Target, closed_loop, payload_templates, percentile
-    from testing.report import latency_stats, run_record, write_json
+    from testing import load
+    from testing.load import LoadRun, Target, payload_templates, percentile
+    from testing.report import measure_closed, run_record, slow_table, summarise, write_json
     from testing.samples import request_bodies
     from testing.server import ServerProcess, sampling, start_server
 
@@ -42,12 +41,12 @@ class SlowStats:
     held_s: list[float] = field(default_factory=list)
 
 
-async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
-    """Keep one slow connection open until `end`, opening another whenever the server closes it."""
-    while (left := end - time.monotonic()) > 0:
+async def hold_slow(target: Target, stats: SlowStats) -> None:
+    """Keep one slow connection open until cancelled, opening another whenever the server closes it."""
+    while True:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), timeout=left)
-        except (TimeoutError, OSError):
+            reader, writer = await asyncio.open_connection(target.host, target.port)
+        except OSError:
             stats.failed_to_open += 1
             await asyncio.sleep(0.1)
             continue
@@ -56,92 +55,58 @@ async def hold_slow(target: Target, end: float, stats: SlowStats) -> None:
         opened_at = time.monotonic()
         try:
             writer.write(SLOW_HEAD)
-            data = await asyncio.wait_for(reader.read(65536), timeout=end - time.monotonic())
-            stats.closed_by_server += 1
-            stats.answered_by_server += bool(data)
-            stats.held_s.append(time.monotonic() - opened_at)
-        except TimeoutError:
-            pass  # the run ended with the connection still held
+            stats.answered_by_server += bool(await reader.read(65536))
         except OSError:
-            stats.closed_by_server += 1  # reset
-            stats.held_s.append(time.monotonic() - opened_at)
+            pass  # reset: closed as well
         finally:
             stats.open_now -= 1
             writer.close()
+        stats.closed_by_server += 1
+        stats.held_s.append(time.monotonic() - opened_at)
 
 
-async def run(url: str, slow: int, clients: int, seconds: float, timeout_s: float,
-              server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
-    """Hold the slow connections, then run the clients for `seconds`; CPU times are taken over those seconds."""
+async def beside_slow(url: str, slow: int, driver: Coroutine[Any, Any, LoadRun]) -> LoadRun:
+    """Open `slow` slow connections (waiting at most RAMP_S for them), hold them while the driver (the clients) runs
+    on the same event loop, and add what became of them, and the tool's CPU meanwhile, to its figures ("slow")."""
     stats, target = SlowStats(), Target.from_url(url)
+    holders = [asyncio.create_task(hold_slow(target, stats)) for _ in range(slow)]
     ramp_end = time.monotonic() + RAMP_S
-    slow_end = ramp_end + seconds + timeout_s + 1.0  # held until the last question is answered
-    holders = [asyncio.create_task(hold_slow(target, slow_end, stats)) for _ in range(slow)]
     while stats.open_now < slow and time.monotonic() < ramp_end:
         await asyncio.sleep(0.05)
-    opened_in_ramp = stats.open_now
-    templates = payload_templates(request_bodies(200))
-    server_cpu_start = server_cpu() if server_cpu else 0.0
-    machine_start = _machine_busy_s()
-    cpu_start, wall_start = time.process_time(), time.monotonic()
-    with sampling(lambda: stats.open_now, SAMPLE_EVERY_S) as held:
-        run = await closed_loop(url, clients, seconds, 0.0, templates, timeout_s)
-    cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
-    server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
-    machine_s = _machine_busy_s() - machine_start
-    for holder in holders:
-        holder.cancel()
-    await asyncio.gather(*holders, return_exceptions=True)
-    result = {"slow": _slow_summary(stats, [n for _, n in held], slow, opened_in_ramp),
-              "questions": _question_summary(run.shots, run.start),
-              "tool_cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 2), "tool_cpu_share": round(cpu_s / wall_s, 3)}
-    if server_cpu_s is not None:
-        result["server_cpu_s"] = round(server_cpu_s, 2)
-        result["server_cpu_share"] = round(server_cpu_s / wall_s, 2)
-        # what other processes took meanwhile: figures compare only between runs where it was small
-        result["others_cpu_share"] = round(max(machine_s - server_cpu_s - cpu_s, 0.0) / wall_s, 2)
-    result["machine_cores"] = psutil.cpu_count()
-    return result
+    opened_in_ramp, cpu0, wall0 = stats.open_now, time.process_time(), time.monotonic()
+    try:
+        with sampling(lambda: stats.open_now, SAMPLE_EVERY_S) as readings:
+            run = await driver
+    finally:
+        for holder in holders:
+            holder.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+    held = [n for _, n in readings] or [0]
+    run.generator["slow"] = {
+        "asked": slow, "open_at_start": opened_in_ramp, "held_min": min(held),
+        "held_mean": round(sum(held) / len(held), 1), "opened": stats.opened, "failed_to_open": stats.failed_to_open,
+        "closed_by_server": stats.closed_by_server, "answered_by_server": stats.answered_by_server,
+        "held_before_close_p50_s": None if not stats.held_s else round(percentile(stats.held_s, 50), 2),
+        "held_samples": held,
+        "tool_cpu_pct": round(100 * (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9), 1)}
+    return run
 
 
-def _machine_busy_s() -> float:
-    """CPU seconds the whole machine spent busy (all processes, all cores) since boot."""
-    times = psutil.cpu_times()  # on Linux guest time is already in user; steal is the hypervisor's
-    return times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
-
-
-def _slow_summary(stats: SlowStats, held: list[int], asked: int, opened_in_ramp: int) -> dict[str, Any]:
-    samples = held or [0]
-    return {"asked": asked, "open_at_start": opened_in_ramp, "held_min": min(samples),
-            "held_mean": round(sum(samples) / len(samples), 1), "opened": stats.opened,
-            "failed_to_open": stats.failed_to_open, "closed_by_server": stats.closed_by_server,
-            "answered_by_server": stats.answered_by_server,
-            "held_before_close_p50_s": None if not stats.held_s else round(percentile(stats.held_s, 50), 2),
-            "held_samples": held}
-
-
-def _question_summary(shots: list[Shot], start: float) -> dict[str, Any]:
-    valid = [s.latency_s for s in shots if s.valid]
-    in_time = [latency for latency in valid if latency <= JUDGE_TIMEOUT_S]
-    stats = latency_stats(valid)
-    return {"sent": len(shots), "valid": len(valid), "failed": len(shots) - len(valid),
-            "within_1s": len(in_time), "within_1s_share": round(len(in_time) / len(shots), 4) if shots else None,
-            "p50_ms": stats["p50_ms"], "p99_ms": stats["p99_ms"], "max_ms": stats["max_ms"],
-            "problems": dict(Counter(s.problem for s in shots if s.problem is not None).most_common(5)),
-            # when each question not answered validly within 1 s was sent, in seconds from the clients' start
-            "late_sent_at_s": [round(s.due - start, 2) for s in shots if not s.valid or s.latency_s > JUDGE_TIMEOUT_S]}
-
-
-def measure(url: str, slow: int, clients: int, seconds: float, timeout_s: float,
-            server: ServerProcess | None = None) -> dict[str, Any]:
-    """Run the slow connections and the clients; with the server serving url (started here), its CPU and paths."""
+def measure(url: str, slow: int, clients: int, seconds: float, server: ServerProcess | None = None) -> dict[str, Any]:
+    """Run the clients (the core's closed loop) beside the slow connections; with the server serving url (started
+    here), what its log, counters and CPU say of it (`report.measure_closed`, after its warm-up; else no warm-up)."""
     raise_open_file_limit(slow + clients + 64)
-    log_start = len(server.request_log()) if server else 0
-    probe = server.cpu_s if server else None
-    result = asyncio.run(run(url, slow, clients, seconds, timeout_s, probe))
+    templates = payload_templates(request_bodies(200))
+
+    def beside(driver: Coroutine[Any, Any, LoadRun]) -> Coroutine[Any, Any, LoadRun]:
+        return beside_slow(url, slow, driver)
+
     if server is not None:
-        result["server_paths"] = dict(server.paths(since=log_start))
-    return result
+        point = measure_closed(server, clients, seconds, templates, beside)
+        point.pop("_shots"), point.pop("_start")
+        return point
+    run = load.run(beside(load.closed_loop(url, clients, seconds, 0.0, templates)))
+    return {"clients": clients, **summarise(run.shots, (run.start, run.end), Counter(), None), **run.generator}
 
 
 def raise_open_file_limit(needed: int) -> None:
@@ -152,37 +117,16 @@ def raise_open_file_limit(needed: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
-def print_report(result: dict[str, Any]) -> None:
-    s, q = result["slow"], result["questions"]
-    print(f"slow connections: {s['asked']} asked, {s['open_at_start']} open when the clients started, held "
-          f"{s['held_min']} at least / {s['held_mean']} on average; {s['opened']} opened in all, "
-          f"{s['closed_by_server']} closed by the server (after {s['held_before_close_p50_s']} s at the median, "
-          f"{s['answered_by_server']} with an answer), {s['failed_to_open']} failed to open")
-    share = "-" if q["within_1s_share"] is None else f"{q['within_1s_share'] * 100:.2f} %"
-    print(f"questions: {q['sent']} sent, {q['valid']} valid 200s, {q['failed']} failed, {q['within_1s']} "
-          f"answered validly within 1 s ({share}); p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms")
-    for problem, count in q["problems"].items():
-        print(f"  {count} x {problem}")
-    print(f"tool CPU: {result['tool_cpu_s']} s over {result['wall_s']} s ({result['tool_cpu_share'] * 100:.1f} % "
-          "of one core)")
-    if "server_cpu_s" in result:
-        print(f"server CPU: {result['server_cpu_s']} s ({result['server_cpu_share'] * 100:.0f} % of one core); "
-              f"answers by path: {result.get('server_paths')}")
-        print(f"other processes on this {result['machine_cores']}-core machine meanwhile: "
-              f"{result['others_cpu_share'] * 100:.0f} % of one core")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m testing.slow_clients", description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="a running server; default: start gunicorn as `make run` does")
     parser.add_argument("--slow", type=int, default=1000, help="slow connections to hold open (default 1000)")
     parser.add_argument("--clients", type=int, default=10, help="closed-loop clients (default 10)")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the clients ask (default 20)")
-    parser.add_argument("--timeout-s", type=float, default=5.0, help="a client's timeout (default 5; over 1 s is late)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
-    if args.slow < 0 or args.clients < 1 or args.seconds <= 0 or args.timeout_s <= 0:
-        parser.error("--slow must be >= 0, --clients >= 1, --seconds and --timeout-s > 0")
+    if args.slow < 0 or args.clients < 1 or args.seconds <= 0:
+        parser.error("--slow must be >= 0, --clients >= 1, --seconds > 0")
     return args
 
 
@@ -191,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     if args.url is None:
         try:
-            server = start_server()
+            server = start_server({"LOG_LEVEL": "INFO"})
         except (RuntimeError, TimeoutError) as exc:
             raise cli.ToolError(str(exc).splitlines()[0]) from None
     url = args.url or server.url
@@ -200,15 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise cli.ToolError(f"--url must be http://HOST:PORT, got {url!r}") from None
     with server or contextlib.nullcontext():
-        result = measure(url, args.slow, args.clients, args.seconds, args.timeout_s, server)
+        result = measure(url, args.slow, args.clients, args.seconds, server)
     result |= run_record("slow_clients", sys.argv[1:] if argv is None else argv)
-    print_report(result)
+    print("\n".join(slow_table(result)))
     if args.out:
         write_json(args.out, result)
-    questions = result["questions"]
-    return 0 if questions["sent"] and questions["within_1s"] == questions["sent"] else 1
+    return 0 if result["requests"] and result["valid_within_1s"] == result["requests"] else 1
 
 
 if __name__ == "__main__":
     cli.run(main, "testing.slow_clients")
-

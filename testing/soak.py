@@ -11,7 +11,9 @@ threads; the interval's p50/p99 from each request's due time, late and non-200 a
 answer cache's size (`esun_cache_entries` of the worker that answers the scrape). soak.json is rewritten after every
 interval, so an interrupted run keeps what it measured; at the end the plots and the table, headed by the steady
 state: what the records after the first `--settle-minutes` show (RSS growth from the first to the last, its range and
-its least-squares trend; descriptors, threads).
+its least-squares trend; descriptors, threads). `--distinct N`: N distinct lists new to the server instead, each sent
+once until the pool wraps, the model's answers so far and its full GC collections in each record: do the model's
+bounded caches stay bounded (issue 21; `testing.ab --mode memory` until issue 49).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from testing import cli
 
 with cli.dev_requirements("testing.soak"):
     from preprocess.text import strip_spaces
-    from testing import load, report
+    from testing import report
     from testing.load import JUDGE_TIMEOUT_S, payload_templates
     from testing.plots import draw_soak
     from testing.report import OPEN_LOOP_ANSWER_S, measure_closed, run_record, table, write_json, write_summary
@@ -57,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between records (default 60)")
     parser.add_argument("--settle-minutes", type=float, default=10.0,
                         help="the first minutes the steady-state line leaves out (default 10)")
+    parser.add_argument("--distinct", type=int, default=None, metavar="N",
+                        help="N distinct lists simulated from the corpus's train and review sentences, each new to "
+                             "the server until the pool wraps (instead of 1,000 real-shaped and short ones)")
     parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting in the server's environment (repeatable), e.g. CACHE_SIZE=1000")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench" / "soak",
@@ -106,33 +111,36 @@ def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float
     return out
 
 
-def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int
-                 ) -> dict[str, Any]:
-    """Drive one interval of open-loop load; return its record."""
-    before, batch_time_before, log_offset = report.batcher_stats(server), batch_time(server), server.log_offset()
-    shift = index * len(templates) // 7 % len(templates)  # each interval starts elsewhere in the pool
-    with server.cpu_clock() as clock:
-        run = load.run(load.open_loop(server.url, rate_rps, seconds, 0.0, templates[shift:] + templates[:shift],
-                                      timeout_s=OPEN_LOOP_ANSWER_S, seed=index))
-    point = report.summary(server, run, OPEN_LOOP_ANSWER_S, before, log_offset)
+def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int,
+                 shift: int) -> dict[str, Any]:
+    """Drive one interval of open-loop load, the pool taken from `shift` on (where the last interval stopped);
+    return its record."""
+    batch_time_before, shift = batch_time(server), shift % len(templates)
+    point = report.measure_open(server, rate_rps, seconds, templates[shift:] + templates[:shift], 0.0, index)
     processes = server.processes()
     cache = scrape(server.url, {"esun_cache_entries": "cache_entries"})
-    gc_full = scrape(server.url, {"esun_gc_collections_total": "gc_full_collections"}, generation="2")
+    model = scrape(server.url, {"esun_request_duration_seconds_count": "answers"}, path="model")
     return {
-        "interval": index, "end_s": None, "target_rps": round(rate_rps, 2), "sent_rps": run.generator["sent_rps"],
-        **{k: point.get(k) for k in ("requests", "throughput_rps", "p50_ms", "p99_ms", "max_ms", "late_over_1s",
-                                     "non_200", "no_answer", "connection_errors", "invalid", "model_share", "paths",
-                                     "server_p50_ms", "server_p99_ms")},
+        "interval": index, "end_s": None,
+        # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core (beside the
+        # other processes'), and the corrector's mean run time per batch and per question in the interval.
+        **{k: point.get(k) for k in ("target_rps", "sent_rps", "requests", "throughput_rps", "p50_ms", "p99_ms",
+                                     "max_ms", "late_over_1s", "non_200", "no_answer", "connection_errors", "invalid",
+                                     "model_share", "paths", "server_p50_ms", "server_p99_ms", "server_cpu_pct",
+                                     "others_cpu_pct", "generator_cpu_pct")},
         "mean_batch_size": point["batcher"]["mean_batch_size"],
-        # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core, and the
-        # corrector's mean run time per batch and per question in the interval.
-        "server_cpu_pct": clock.figures(run.start, run.end, 1)["server_cpu_pct"],
         **batch_means(batch_time_before, batch_time(server), point["batcher"]["items"]),
         "cache_entries": int(cache["cache_entries"]),
-        "gc_full_collections": int(gc_full["gc_full_collections"]),
-        "by_role": totals_by_role(processes), "processes": processes,
-        "generator_cpu_pct": run.generator.get("generator_cpu_pct"), "load_average": round(os.getloadavg()[0], 2),
+        "model_answers_so_far": int(model["answers"]),
+        **full_gc(server.url),
+        "by_role": totals_by_role(processes), "processes": processes, "load_average": round(os.getloadavg()[0], 2),
     }
+
+
+def full_gc(url: str) -> dict[str, float]:
+    """The full GC collections of the worker that answers the scrape so far, and their seconds."""
+    return scrape(url, {"esun_gc_collections_total": "gc_full_collections", "esun_gc_pause_seconds_total": "gc_full_s"},
+                  generation="2")
 
 
 def batch_time(server: ServerProcess) -> dict[str, float]:
@@ -193,12 +201,16 @@ def markdown(results: dict[str, Any]) -> str:
              r["by_role"]["worker"]["rss_mib"], r["by_role"]["model"]["rss_mib"], r["by_role"]["master"]["rss_mib"],
              r["by_role"]["worker"]["fds"] + r["by_role"]["model"]["fds"],
              r["by_role"]["worker"]["threads"] + r["by_role"]["model"]["threads"], r["cache_entries"],
-             r["model_share"], r["server_cpu_pct"], r["batch_ms_per_question"]] for r in results["intervals"]]
+             r["model_share"], r["server_cpu_pct"], r["batch_ms_per_question"], r["model_answers_so_far"],
+             f"{r['gc_full_collections']:.0f} ({r['gc_full_s']:.2f})"] for r in results["intervals"]]
     head = ("minute | req/s sent | p50 ms | p99 ms | late | non-200 | workers' RSS MiB | model procs' RSS MiB | "
-            "master RSS MiB | fds | threads | cache entries | model share | server CPU % | batch ms per question")
+            "master RSS MiB | fds | threads | cache entries | model share | server CPU % | batch ms per question | "
+            "model answers so far | full GC collections (s)")
+    pool = results["request_pool"]
+    lists = (f"{pool['bodies']} distinct lists" if pool.get("distinct")
+             else f"{pool['short']} short lists in {pool['bodies']}")
     lines = [f"soak: {results['share']:g} x {results['capacity_rps']} req/s (the model's answers/s at "
-             f"{PROBE_CLIENTS} clients) = {results['rate_rps']} req/s for {results['minutes']:g} min, "
-             f"{results['request_pool']['short']} short lists in {results['request_pool']['bodies']}", "",
+             f"{PROBE_CLIENTS} clients) = {results['rate_rps']} req/s for {results['minutes']:g} min, {lists}", "",
              f"Workers and model processes, {steady_line(results.get('steady_state'))}.", "",
              *table(head, [[round(v, 2) if isinstance(v, float) else v for v in row] for row in rows])]
     return "\n".join(lines)
@@ -208,13 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if not 0 < args.share <= 2 or not 0 <= args.short_share <= 1 or args.minutes <= 0 or args.interval_s <= 0 \
-            or args.settle_minutes < 0:
+            or args.settle_minutes < 0 or (args.distinct is not None and args.distinct < 1):
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
-                            "--settle-minutes >= 0")
+                            "--settle-minutes >= 0, --distinct >= 1")
     cli.require_weights(args.fake, missing_weights())
     settings = settings_of(args.server_setting)
     out: Path = args.out
-    pool, shape = request_pool(POOL, args.short_share)
+    if args.distinct:  # as `testing.ab --fresh` serves them: the train and review sentences'
+        pool = simulated_bodies(args.distinct, ("train", "reviews"), distinct=True)
+        shape = {**pool_shape(pool), "distinct": True}
+    else:
+        pool, shape = request_pool(POOL, args.short_share)
     templates = payload_templates(pool)
     results: dict[str, Any] = {
         **run_record("soak", argv), "fake_corrector": args.fake, "minutes": args.minutes, "share": args.share,
@@ -224,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     with start_server({"LOG_LEVEL": "INFO", **settings}, app=app_of(args.fake)) as server:
         print(f"soak: server up, log {server.log_path}", flush=True)
         results["service"] = get_json(server.url + "/")
-        if args.capacity is None:
-            probe = measure_closed(server, PROBE_CLIENTS, args.probe_s, templates)
+        results["processes_at_start"], results["gc_full_at_start"] = server.processes(), full_gc(server.url)
+        if args.capacity is None:  # distinct lists: the probe's from the pool's end, the intervals' from its start
+            probe = measure_closed(server, PROBE_CLIENTS, args.probe_s, templates[::-1] if args.distinct else templates)
             probe.pop("_shots"), probe.pop("_start")
             results["probe"] = probe
             capacity = probe["model_rps"]
@@ -235,11 +252,11 @@ def main(argv: list[str] | None = None) -> int:
             capacity = args.capacity
         results["capacity_rps"] = capacity
         results["rate_rps"] = rate = round(args.share * capacity, 2)
-        results["processes_at_start"] = server.processes()
-        started = time.monotonic()
+        started, sent = time.monotonic(), 0
         intervals = max(1, round(args.minutes * 60 / args.interval_s))
         for index in range(intervals):
-            record = run_interval(server, rate, args.interval_s, templates, index)
+            record = run_interval(server, rate, args.interval_s, templates, index, sent)
+            sent += record["requests"]
             record["end_s"] = round(time.monotonic() - started, 1)
             results["intervals"].append(record)
             roles = record["by_role"]

@@ -37,6 +37,23 @@ def test_soak_records_each_interval_with_the_server_processes_and_the_cache(tmp_
     assert "| minute |" in (tmp_path / "soak.md").read_text()
 
 
+def test_soak_on_distinct_lists_counts_the_model_s_answers_and_full_collections_in_each_record(tmp_path: Path):
+    run = subprocess.run(
+        [sys.executable, "-m", "testing.soak", "--fake", "--distinct", "150", "--minutes", "0.14", "--interval-s", "4",
+         "--capacity", "40", "--share", "0.5", "--out", str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    results = json.loads((tmp_path / "soak.json").read_text())
+    assert results["request_pool"]["distinct"] and results["request_pool"]["bodies"] == 150
+    assert all(p["rss_mib"] > 0 for p in results["processes_at_start"])
+    assert set(results["gc_full_at_start"]) == {"gc_full_collections", "gc_full_s"}
+    first, last = results["intervals"]
+    assert 0 < first["model_answers_so_far"] < last["model_answers_so_far"] <= first["requests"] + last["requests"]
+    assert last["gc_full_collections"] >= results["gc_full_at_start"]["gc_full_collections"]
+    assert "150 distinct lists" in run.stdout and "| model answers so far | full GC collections (s) |" in run.stdout
+
+
 def _record(end_s: float, rss: float, fds: int = 11, threads: int = 73, late: int = 0) -> dict:
     role = {"processes": 1, "rss_mib": rss, "fds": fds, "threads": threads}
     return {"end_s": end_s, "late_over_1s": late, "non_200": 0,
