@@ -116,15 +116,25 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
 
+    def process_tree(self) -> list[tuple[psutil.Process, str]]:
+        """Every process of the server and its role: the gunicorn master, each of its workers (however many gunicorn
+        runs), and every process under a worker (the model's processes with BATCHER_WORKERS > 1, their helpers)."""
+        out = []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            master = psutil.Process(self.process.pid)
+            out.append((master, "master"))
+            for child in master.children(recursive=True):  # one walk of /proc: cpu_s reads it 5 times a second
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    out.append((child, "worker" if child.ppid() == master.pid else "model"))
+        return out
+
     def cpu_s(self) -> float:
         """The CPU seconds (user + system) the master and every process under it have used so far."""
         total = 0.0
-        with contextlib.suppress(psutil.NoSuchProcess):
-            master = psutil.Process(self.process.pid)
-            for process in [master, *master.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    times = process.cpu_times()
-                    total += times.user + times.system
+        for process, _ in self.process_tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = process.cpu_times()
+                total += times.user + times.system
         return total
 
     @contextlib.contextmanager
@@ -135,24 +145,13 @@ class ServerProcess:
             yield clock
 
     def processes(self) -> list[dict[str, Any]]:
-        """Every process of the server, each with its role, pid, RSS (MiB), open file descriptors and threads: the
-        gunicorn master, each of its workers (however many gunicorn runs), and every process under a worker (the
-        model's processes with BATCHER_WORKERS > 1, their helpers)."""
-        def figures(process: psutil.Process, role: str) -> dict[str, Any]:
-            with process.oneshot():
-                return {"pid": process.pid, "role": role, "rss_mib": round(process.memory_info().rss / 2**20, 1),
-                        "fds": process.num_fds(), "threads": process.num_threads()}
-
+        """Every process of the server (`process_tree`), each with its role, pid, RSS (MiB), open file descriptors and
+        threads."""
         out = []
-        with contextlib.suppress(psutil.NoSuchProcess):
-            master = psutil.Process(self.process.pid)
-            out.append(figures(master, "master"))
-            for worker in master.children():
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    out.append(figures(worker, "worker"))
-                    for child in worker.children(recursive=True):
-                        with contextlib.suppress(psutil.NoSuchProcess):
-                            out.append(figures(child, "model"))
+        for process, role in self.process_tree():
+            with contextlib.suppress(psutil.NoSuchProcess), process.oneshot():
+                out.append({"pid": process.pid, "role": role, "rss_mib": round(process.memory_info().rss / 2**20, 1),
+                            "fds": process.num_fds(), "threads": process.num_threads()})
         return out
 
     def log_offset(self) -> int:
@@ -183,10 +182,9 @@ class ServerProcess:
         """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
         return Counter(line.get("path", "?") for line in self.request_log()[since:])
 
-    def log_tail(self, lines: int = 40) -> str:
-        """Return the end of the server's log, for error messages."""
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+    def log_tail(self) -> str:
+        """Return the end of the server's log (40 lines), for error messages."""
+        return "\n".join(self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
 
     def __enter__(self) -> ServerProcess:
         return self
@@ -201,7 +199,9 @@ class ServerProcess:
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_tree(self.process.pid)
+                for process, _ in reversed(self.process_tree()):  # the master last
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.kill()
                 self.process.wait(5)
         return self.process.returncode
 
@@ -220,8 +220,16 @@ def start_server(settings: Mapping[str, str] | None = None, log_path: Path | Non
         process = subprocess.Popen(command or gunicorn_command(app), cwd=tree, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = ServerProcess(f"http://{LOOPBACK}:{port}", process, log_path)
+    deadline = time.monotonic() + READY_TIMEOUT_S
     try:
-        _wait_ready(server, READY_TIMEOUT_S)
+        while get_json(f"{server.url}/readyz", timeout_s=2) is None:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode} before it was ready; "
+                                   f"log {log_path}:\n{server.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server not ready after {READY_TIMEOUT_S:g} s; "
+                                   f"log {log_path}:\n{server.log_tail()}")
+            time.sleep(0.2)
     except BaseException:
         server.stop(timeout_s=5)
         raise
@@ -255,24 +263,3 @@ def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float
                 out[names[sample.name]] += sample.value
     return out
 
-
-def _wait_ready(server: ServerProcess, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"server exited with {server.process.returncode} before it was ready; "
-                               f"log {server.log_path}:\n{server.log_tail()}")
-        if get_json(f"{server.url}/readyz", timeout_s=2) is not None:
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"server not ready after {timeout_s:g} s; log {server.log_path}:\n{server.log_tail()}")
-
-
-def _kill_tree(pid: int) -> None:
-    """Kill a process started here and its children (gunicorn's worker), by their ids."""
-    with contextlib.suppress(psutil.NoSuchProcess):
-        parent = psutil.Process(pid)
-        for child in parent.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-        parent.kill()
