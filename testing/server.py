@@ -247,19 +247,22 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
             return None
 
 
-def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
-    """Read the samples `names` (series: key) with these labels from a server's /metrics, summed over its workers
-    (several gunicorn workers label theirs `worker`); 0.0 for one not served (all of them, by a commit without
-    /metrics: testing.ab serves older ones)."""
+def metric_samples(url: str) -> list[Any]:
+    """The samples of a server's /metrics (none where it answers no 200 there: testing.ab serves older commits)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with requests.Session() as http:
         http.trust_env = False  # the server is on loopback
         response = http.get(f"{url}/metrics", timeout=10)
-    out = dict.fromkeys(names.values(), 0.0)
-    for family in text_string_to_metric_families(response.text if response.status_code == 200 else ""):
-        for sample in family.samples:
-            if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
-                out[names[sample.name]] += sample.value
-    return out
+    text = response.text if response.status_code == 200 else ""
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
+
+def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
+    """Read the samples `names` (series: key) with these labels from a server's /metrics, summed over its workers
+    (several gunicorn workers label theirs `worker`); 0.0 for one not served."""
+    out = dict.fromkeys(names.values(), 0.0)
+    for sample in metric_samples(url):
+        if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
+            out[names[sample.name]] += sample.value
+    return out
