@@ -8,11 +8,12 @@ with cli.dev_requirements("testing.concurrent_requests"):
     import requests
     from requests.adapters import HTTPAdapter
 
-    from testing.samples import REAL_REQUESTS, check_answer, request_bodies, with_fresh_uuid
+    from testing.samples import REAL_REQUESTS, check_answer, request_bodies
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
@@ -42,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def send_all(url: str, n: int, size: int | None, timeout_s: float, samples: Path) -> tuple[list[Result], float]:
     """Send n different bodies concurrently; return each result, in order, and the total wall time."""
-    bodies = [with_fresh_uuid(body) for body in request_bodies(n, path=samples)]
+    # each under a new random esun_uuid, 64 hex characters like the judge's
+    bodies = [{**body, "esun_uuid": uuid.uuid4().hex + uuid.uuid4().hex} for body in request_bodies(n, path=samples)]
     session = requests.Session()
     session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=max(n, 1)))
     session.trust_env = urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1")
