@@ -53,11 +53,10 @@ T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def sampling(read: Callable[[], T], every_s: float, into: list[tuple[float, T]] | None = None
-             ) -> Iterator[list[tuple[float, T]]]:
+def sampling(read: Callable[[], T], every_s: float) -> Iterator[list[tuple[float, T]]]:
     """Note the wall-clock time and what `read` returns, every `every_s` on a thread while the block runs and once at
     its end, into the list yielded: readings between the moments of a load run, which the run does not pause for."""
-    readings: list[tuple[float, T]] = [] if into is None else into
+    readings: list[tuple[float, T]] = []
     done = threading.Event()
 
     def sample() -> None:
@@ -140,9 +139,8 @@ class ServerProcess:
     @contextlib.contextmanager
     def cpu_clock(self, every_s: float = 0.2) -> Iterator[CpuClock]:
         """Sample `cpu_s` and `machine_busy_s` while the block runs, to read the CPU used between two moments of it."""
-        clock = CpuClock()
-        with sampling(lambda: (self.cpu_s(), machine_busy_s()), every_s, clock.readings):
-            yield clock
+        with sampling(lambda: (self.cpu_s(), machine_busy_s()), every_s) as readings:
+            yield CpuClock(readings)
 
     def processes(self) -> list[dict[str, Any]]:
         """Every process of the server (`process_tree`), each with its role, pid, RSS (MiB), open file descriptors and
