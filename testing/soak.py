@@ -64,17 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_of(pairs: list[str]) -> dict[str, str]:
-    """Parse NAME=VALUE pairs; a malformed one is a ToolError."""
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise cli.ToolError(f"--server-setting wants NAME=VALUE, got {pair!r}")
-        out[name] = value
-    return out
-
-
 def request_pool(n: int, short_share: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Return n bodies in a seeded order, `short_share` of them short lists, the rest real-shaped; and their shape."""
     def top1_chars(body: dict[str, Any]) -> int:
@@ -209,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
                             "--settle-minutes >= 0, --distinct >= 1")
     cli.require_weights(args.fake, missing_weights())
-    settings = settings_of(args.server_setting)
+    pairs = [pair.partition("=") for pair in args.server_setting]
+    if bad := next(("".join(p) for p in pairs if not p[0] or not p[1]), None):
+        raise cli.ToolError(f"--server-setting wants NAME=VALUE, got {bad!r}")
+    settings = {name: value for name, _, value in pairs}
     out: Path = args.out
     if args.distinct:  # as `testing.ab --fresh` serves them: the train and review sentences'
         pool = simulated_bodies(args.distinct, ("train", "reviews"), distinct=True)
