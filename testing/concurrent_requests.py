@@ -31,16 +31,6 @@ class Result:
     problem: str | None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
-    parser.add_argument("-n", type=int, default=10, help="how many requests to send at once (default 10)")
-    parser.add_argument("--size", type=int, default=None, help="grequests pool size: at most this many in flight")
-    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request fails (the judge's 1)")
-    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
-    return parser
-
-
 def send_all(url: str, n: int, size: int | None, timeout_s: float, samples: Path) -> tuple[list[Result], float]:
     """Send n different bodies concurrently; return each result, in order, and the total wall time."""
     # each under a new random esun_uuid, 64 hex characters like the judge's
@@ -87,7 +77,13 @@ def report(results: list[Result], total_s: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
+    parser.add_argument("-n", type=int, default=10, help="how many requests to send at once (default 10)")
+    parser.add_argument("--size", type=int, default=None, help="grequests pool size: at most this many in flight")
+    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request fails (the judge's 1)")
+    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
+    args = parser.parse_args(argv)
     if args.n < 1:
         print("-n must be >= 1", file=sys.stderr)
         return 2
