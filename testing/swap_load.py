@@ -183,13 +183,11 @@ def main() -> int:
                         help="a new folder for the run's weights folders and link (default: a new one under /tmp)")
     parser.add_argument("--out", type=Path, default=None, help="write the run's summary here (JSON)")
     args = parser.parse_args()
-    if args.workdir is None:
-        args.workdir = Path(tempfile.mkdtemp(prefix="esun-swap-load-"))
-    elif args.workdir.exists():
+    if args.workdir is not None and args.workdir.exists():
         raise cli.ToolError(f"--workdir {args.workdir} exists: name a new folder (the run writes its folders there)")
-    else:
-        args.workdir.mkdir(parents=True)
-    figures = summary(run(args.workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="esun-swap-load-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    figures = summary(run(workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
     print(json.dumps(figures, indent=1))
     if args.out is not None:
         write_json(args.out, figures)
