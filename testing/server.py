@@ -108,8 +108,9 @@ class CpuClock:
 
 
 @dataclass
-class ServerProcess:
-    """A gunicorn server started by `start_server`; its stdout and stderr go to `log_path`."""
+class ServerProcess(contextlib.AbstractContextManager["ServerProcess"]):
+    """A gunicorn server started by `start_server`, stopped at the end of a `with` block; its stdout and stderr go to
+    `log_path`."""
 
     url: str
     process: subprocess.Popen[bytes]
@@ -183,9 +184,6 @@ class ServerProcess:
     def log_tail(self) -> str:
         """Return the end of the server's log (40 lines), for error messages."""
         return "\n".join(self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
-
-    def __enter__(self) -> ServerProcess:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
