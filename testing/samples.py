@@ -51,8 +51,7 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
     real = real_bodies(path)
     bodies = [dict(body) for body in real[:n]]
     rng = random.Random(seed)
-    index = 0
-    while len(bodies) < n:
+    for index in range(n - len(bodies)):
         base = real[index % len(real)]
         vary = _VARIATIONS[(index // len(real)) % len(_VARIATIONS)]
         sentences = [s for s in vary(list(base["sentence_list"]), rng) if s.strip()] or [base["sentence_list"][0]]
@@ -60,7 +59,6 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
                 "retry": 2}  # the phones written the judge's way
         body["esun_uuid"] = uuid_of(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
         bodies.append(body)
-        index += 1
     return bodies
 
 
