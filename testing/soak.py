@@ -218,20 +218,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"soak: server up, log {server.log_path}", flush=True)
         results["service"] = get_json(server.url + "/")
         results["processes_at_start"], results["gc_full_at_start"] = server.processes(), full_gc(server.url)
-        if args.capacity is None:  # distinct lists: the probe's from the pool's end, the intervals' from its start
+        capacity = args.capacity
+        if capacity is None:  # distinct lists: the probe's from the pool's end, the intervals' from its start
             probe = measure_closed(server, PROBE_CLIENTS, args.probe_s, templates[::-1] if args.distinct else templates)
             probe.pop("_shots"), probe.pop("_start")
-            results["probe"] = probe
-            capacity = probe["model_rps"]
+            results["probe"], capacity = probe, probe["model_rps"]
             print(f"soak: {PROBE_CLIENTS} clients: {capacity} model answers/s ({probe['throughput_rps']} answers/s,"
                   f" p99 {probe['p99_ms']} ms)", flush=True)
-        else:
-            capacity = args.capacity
         results["capacity_rps"] = capacity
         results["rate_rps"] = rate = round(args.share * capacity, 2)
         started, sent = time.monotonic(), 0
-        intervals = max(1, round(args.minutes * 60 / args.interval_s))
-        for index in range(intervals):
+        for index in range(max(1, round(args.minutes * 60 / args.interval_s))):
             record = run_interval(server, rate, args.interval_s, templates, index, sent)
             sent += record["requests"]
             record["end_s"] = round(time.monotonic() - started, 1)
