@@ -8,11 +8,12 @@ with cli.dev_requirements("testing.concurrent_requests"):
     import requests
     from requests.adapters import HTTPAdapter
 
-    from testing.samples import REAL_REQUESTS, check_answer, request_bodies, with_fresh_uuid
+    from testing.samples import REAL_REQUESTS, check_answer, request_bodies
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
@@ -30,19 +31,10 @@ class Result:
     problem: str | None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
-    parser.add_argument("-n", type=int, default=10, help="how many requests to send at once (default 10)")
-    parser.add_argument("--size", type=int, default=None, help="grequests pool size: at most this many in flight")
-    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request fails (the judge's 1)")
-    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
-    return parser
-
-
 def send_all(url: str, n: int, size: int | None, timeout_s: float, samples: Path) -> tuple[list[Result], float]:
     """Send n different bodies concurrently; return each result, in order, and the total wall time."""
-    bodies = [with_fresh_uuid(body) for body in request_bodies(n, path=samples)]
+    # each under a new random esun_uuid, 64 hex characters like the judge's
+    bodies = [{**body, "esun_uuid": uuid.uuid4().hex + uuid.uuid4().hex} for body in request_bodies(n, path=samples)]
     session = requests.Session()
     session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=max(n, 1)))
     session.trust_env = urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1")
@@ -85,7 +77,13 @@ def report(results: list[Result], total_s: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
+    parser.add_argument("-n", type=int, default=10, help="how many requests to send at once (default 10)")
+    parser.add_argument("--size", type=int, default=None, help="grequests pool size: at most this many in flight")
+    parser.add_argument("--timeout", type=float, default=1.0, help="seconds before a request fails (the judge's 1)")
+    parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
+    args = parser.parse_args(argv)
     if args.n < 1:
         print("-n must be >= 1", file=sys.stderr)
         return 2

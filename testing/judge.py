@@ -126,17 +126,15 @@ def judge(url: str, items: list[Labelled], timeout_s: float = 1.0, concurrency: 
     salt = secrets.token_hex(8)
     local, sessions = threading.local(), []
 
-    def session() -> requests.Session:  # one per thread, all closed at the end
-        if not hasattr(local, "session"):
-            local.session = requests.Session()
-            local.session.trust_env = False  # aim at the URL given, never through a proxy from the environment
-            sessions.append(local.session)
-        return local.session
+    def open_session() -> None:  # one per thread, all closed at the end
+        local.session = requests.Session()
+        local.session.trust_env = False  # aim at the URL given, never through a proxy from the environment
+        sessions.append(local.session)
 
     started = time.perf_counter()
     try:
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge") as pool:
-            answers = list(pool.map(lambda item: ask(session(), endpoint, item, uuid_of(f"{salt}:{item.id}"),
+        with ThreadPoolExecutor(concurrency, thread_name_prefix="judge", initializer=open_session) as pool:
+            answers = list(pool.map(lambda item: ask(local.session, endpoint, item, uuid_of(f"{salt}:{item.id}"),
                                                      timeout_s), items))
     finally:
         for each in sessions:

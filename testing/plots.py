@@ -25,33 +25,25 @@ def _row_kind(row: list[Any]) -> str:
     return answer_kind(row[5]) if len(row) > 5 else "unknown"
 
 
-def _mark_fallbacks(ax: Any, points: list[dict[str, Any]], key: str) -> bool:
-    """Ring each point whose answers include TOP1 fallbacks, with their share; say whether any was ringed."""
-    ringed = False
-    for p in points:
-        share = fallback_share(p.get("paths") or {})
-        if share > 0 and p.get(key) is not None:
-            ax.scatter([p["clients"]], [p[key]], s=140, facecolors="none", edgecolors=FALLBACK_COLOR,
-                       linewidths=1.5, zorder=3)
-            ax.annotate(f"{share * 100:.2g} % TOP1", (p["clients"], p[key]), textcoords="offset points",
-                        xytext=(6, -12), fontsize=7, color=FALLBACK_COLOR)
-            ringed = True
-    return ringed
-
-
 def _latency_lines(ax: Any, points: list[dict[str, Any]], name: str, color: str) -> bool:
-    """Draw p99 by clients, all answers and (dotted) the model's alone, ringing fallbacks; say whether any had some."""
-    xs = [p["clients"] for p in points]
+    """Draw p99 by clients, all answers and (dotted) the model's alone, and ring each point whose answers include TOP1
+    fallbacks, with their share; say whether any was ringed."""
+    xs, shares = [p["clients"] for p in points], [fallback_share(p.get("paths") or {}) for p in points]
+    pairs = list(zip(points, shares, strict=True))
     ax.plot(xs, [p.get("p99_ms") or math.nan for p in points], "-", marker="o", color=color,
             label=f"{name} p99, all answers")
-    if any(fallback_share(p.get("paths") or {}) > 0 for p in points) and any(p.get("model_p99_ms") is not None
-                                                                            for p in points):
+    if any(shares) and any(p.get("model_p99_ms") is not None for p in points):
         # A point without fallbacks: its model answers are all its answers.
-        model = [p.get("model_p99_ms") if fallback_share(p.get("paths") or {}) > 0 else p.get("p99_ms")
-                 for p in points]
+        model = [p.get("model_p99_ms") if share > 0 else p.get("p99_ms") for p, share in pairs]
         ax.plot(xs, [y if y is not None else math.nan for y in model], ":", marker=".", color=color,
                 label=f"{name} p99, model answers only")
-    return _mark_fallbacks(ax, points, "p99_ms")
+    ringed = [(p, share) for p, share in pairs if share > 0 and p.get("p99_ms") is not None]
+    for p, share in ringed:
+        ax.scatter([p["clients"]], [p["p99_ms"]], s=140, facecolors="none", edgecolors=FALLBACK_COLOR, linewidths=1.5,
+                   zorder=3)
+        ax.annotate(f"{share * 100:.2g} % TOP1", (p["clients"], p["p99_ms"]), textcoords="offset points",
+                    xytext=(6, -12), fontsize=7, color=FALLBACK_COLOR)
+    return bool(ringed)
 
 
 def draw_bench(results: dict[str, Any], raw: dict[str, list[list[Any]]], out: Path) -> list[str]:

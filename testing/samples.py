@@ -8,7 +8,6 @@ import json
 import random
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,20 +30,20 @@ def real_bodies(path: Path = REAL_REQUESTS) -> list[Body]:
         raise cli.ToolError(f"cannot read the request bodies in {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise cli.ToolError(f"{path} is not UTF-8 text: {exc.reason}") from None
-    bodies = [_body(path, number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    bodies = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            body = json.loads(line)
+        except ValueError as exc:
+            raise cli.ToolError(f"{path}:{number}: not JSON ({exc})") from None
+        if not isinstance(body, dict) or not isinstance(body.get("sentence_list"), list) or not body["sentence_list"]:
+            raise cli.ToolError(f"{path}:{number}: not a request body (a JSON object with a sentence_list)")
+        bodies.append(body)
     if not bodies:
         raise cli.ToolError(f"{path} holds no request body")
     return bodies
-
-
-def _body(path: Path, number: int, line: str) -> Body:
-    try:
-        body = json.loads(line)
-    except ValueError as exc:
-        raise cli.ToolError(f"{path}:{number}: not JSON ({exc})") from None
-    if not isinstance(body, dict) or not isinstance(body.get("sentence_list"), list) or not body["sentence_list"]:
-        raise cli.ToolError(f"{path}:{number}: not a request body (a JSON object with a sentence_list)")
-    return body
 
 
 def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Body]:
@@ -52,14 +51,14 @@ def request_bodies(n: int, seed: int = 0, path: Path = REAL_REQUESTS) -> list[Bo
     real = real_bodies(path)
     bodies = [dict(body) for body in real[:n]]
     rng = random.Random(seed)
-    index = 0
-    while len(bodies) < n:
+    for index in range(n - len(bodies)):
         base = real[index % len(real)]
         vary = _VARIATIONS[(index // len(real)) % len(_VARIATIONS)]
-        body = vary(base, rng)
+        sentences = [s for s in vary(list(base["sentence_list"]), rng) if s.strip()] or [base["sentence_list"][0]]
+        body = {**base, "sentence_list": sentences, "phoneme_sequence_list": [text_phones(s) for s in sentences],
+                "retry": 2}  # the phones written the judge's way
         body["esun_uuid"] = uuid_of(f"{seed}-{index}-{json.dumps(body, ensure_ascii=False)}")
         bodies.append(body)
-        index += 1
     return bodies
 
 
@@ -109,11 +108,6 @@ def pool_shape(bodies: list[Body]) -> dict[str, float]:
             "mean_hypotheses": round(sum(len(b["sentence_list"]) for b in bodies) / len(bodies), 1)}
 
 
-def with_fresh_uuid(body: Body) -> Body:
-    """Return a copy of the body under a new random esun_uuid (64 hex characters, like the judge's)."""
-    return {**body, "esun_uuid": uuid.uuid4().hex + uuid.uuid4().hex}
-
-
 def check_answer(status: int, body: bytes | str | object, sent_uuid: str) -> str | None:
     """Say what is wrong with an answer (`body` raw or parsed) for the judge, or None (testing/README.md's check)."""
     if status != 200:
@@ -145,53 +139,25 @@ def uuid_of(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _with_sentences(base: Body, sentences: list[str]) -> Body:
-    """Build a body around new hypotheses, with their phones written the judge's way."""
-    sentences = [s for s in sentences if s.strip()] or [base["sentence_list"][0]]
-    return {**base, "sentence_list": sentences, "phoneme_sequence_list": [text_phones(s) for s in sentences],
-            "retry": 2}
-
-
-def _rotate(base: Body, rng: random.Random) -> Body:
-    """Another hypothesis becomes TOP1."""
-    hyps = list(base["sentence_list"])
+def _rotated(hyps: list[str], rng: random.Random) -> list[str]:
     k = rng.randrange(1, len(hyps)) if len(hyps) > 1 else 0
-    return _with_sentences(base, hyps[k:] + hyps[:k])
+    return hyps[k:] + hyps[:k]
 
 
-def _drop_first_word(base: Body, rng: random.Random) -> Body:
-    """The utterance starts one word later."""
-    return _with_sentences(base, [" ".join(s.split()[1:]) or s for s in base["sentence_list"]])
-
-
-def _drop_last_word(base: Body, rng: random.Random) -> Body:
-    """The utterance ends one word earlier."""
-    return _with_sentences(base, [" ".join(s.split()[:-1]) or s for s in base["sentence_list"]])
-
-
-def _shuffle_tail(base: Body, rng: random.Random) -> Body:
-    """TOP1 stays; the other hypotheses come in another order, and fewer of them."""
-    first, *rest = base["sentence_list"]
+def _tail_shuffled(hyps: list[str], rng: random.Random) -> list[str]:
+    first, *rest = hyps
     rng.shuffle(rest)
-    return _with_sentences(base, [first, *rest[: rng.randint(1, max(1, len(rest)))]])
+    return [first, *rest[: rng.randint(1, max(1, len(rest)))]]
 
 
-def _join_two(base: Body, rng: random.Random) -> Body:
-    """A longer utterance: each hypothesis followed by TOP1's last two words."""
-    tail = " ".join(base["sentence_list"][0].split()[-2:])
-    return _with_sentences(base, [f"{s} {tail}" for s in base["sentence_list"]])
-
-
-_VARIATIONS: list[Callable[[Body, random.Random], Body]] = [
-    _rotate, _drop_first_word, _drop_last_word, _shuffle_tail, _join_two,
+# How request_bodies varies the real bodies' hypotheses, in turn:
+_VARIATIONS: list[Callable[[list[str], random.Random], list[str]]] = [
+    _rotated,  # another hypothesis becomes TOP1
+    lambda hyps, _: [" ".join(s.split()[1:]) or s for s in hyps],  # the utterance starts one word later
+    lambda hyps, _: [" ".join(s.split()[:-1]) or s for s in hyps],  # it ends one word earlier
+    _tail_shuffled,  # TOP1 stays; the other hypotheses come in another order, and fewer of them
+    lambda hyps, _: [f"{s} {' '.join(hyps[0].split()[-2:])}" for s in hyps],  # longer: TOP1's last two words after each
 ]
-
-
-def write_csv(path: Path, n: int, samples: Path) -> None:
-    """Write n bodies, one compact JSON object per line, for JMeter's CSV Data Set (tab-delimited, unquoted)."""
-    bodies = request_bodies(n, path=samples)
-    path.write_text("".join(json.dumps(b, ensure_ascii=False, separators=(",", ":")) + "\n" for b in bodies),
-                    encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,11 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=10, help="how many bodies (default 10)")
     parser.add_argument("--samples", type=Path, default=REAL_REQUESTS, help="JSONL bodies to start from")
     args = parser.parse_args(argv)
-    if args.csv:
-        write_csv(args.csv, args.n, args.samples)
+    bodies = request_bodies(args.n, path=args.samples)
+    if args.csv:  # one compact JSON object per line, for JMeter's CSV Data Set (tab-delimited, unquoted)
+        args.csv.write_text("".join(json.dumps(b, ensure_ascii=False, separators=(",", ":")) + "\n" for b in bodies),
+                            encoding="utf-8")
         print(f"wrote {args.n} bodies to {args.csv}")
     else:
-        for body in request_bodies(args.n, path=args.samples):
+        for body in bodies:
             print(json.dumps(body, ensure_ascii=False))
     return 0
 

@@ -53,11 +53,10 @@ T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def sampling(read: Callable[[], T], every_s: float, into: list[tuple[float, T]] | None = None
-             ) -> Iterator[list[tuple[float, T]]]:
+def sampling(read: Callable[[], T], every_s: float) -> Iterator[list[tuple[float, T]]]:
     """Note the wall-clock time and what `read` returns, every `every_s` on a thread while the block runs and once at
     its end, into the list yielded: readings between the moments of a load run, which the run does not pause for."""
-    readings: list[tuple[float, T]] = [] if into is None else into
+    readings: list[tuple[float, T]] = []
     done = threading.Event()
 
     def sample() -> None:
@@ -109,50 +108,49 @@ class CpuClock:
 
 
 @dataclass
-class ServerProcess:
-    """A gunicorn server started by `start_server`; its stdout and stderr go to `log_path`."""
+class ServerProcess(contextlib.AbstractContextManager["ServerProcess"]):
+    """A gunicorn server started by `start_server`, stopped at the end of a `with` block; its stdout and stderr go to
+    `log_path`."""
 
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
 
+    def process_tree(self) -> list[tuple[psutil.Process, str]]:
+        """Every process of the server and its role: the gunicorn master, each of its workers (however many gunicorn
+        runs), and every process under a worker (the model's processes with BATCHER_WORKERS > 1, their helpers)."""
+        out = []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            master = psutil.Process(self.process.pid)
+            out.append((master, "master"))
+            for child in master.children(recursive=True):  # one walk of /proc: cpu_s reads it 5 times a second
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    out.append((child, "worker" if child.ppid() == master.pid else "model"))
+        return out
+
     def cpu_s(self) -> float:
         """The CPU seconds (user + system) the master and every process under it have used so far."""
         total = 0.0
-        with contextlib.suppress(psutil.NoSuchProcess):
-            master = psutil.Process(self.process.pid)
-            for process in [master, *master.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    times = process.cpu_times()
-                    total += times.user + times.system
+        for process, _ in self.process_tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = process.cpu_times()
+                total += times.user + times.system
         return total
 
     @contextlib.contextmanager
     def cpu_clock(self, every_s: float = 0.2) -> Iterator[CpuClock]:
         """Sample `cpu_s` and `machine_busy_s` while the block runs, to read the CPU used between two moments of it."""
-        clock = CpuClock()
-        with sampling(lambda: (self.cpu_s(), machine_busy_s()), every_s, clock.readings):
-            yield clock
+        with sampling(lambda: (self.cpu_s(), machine_busy_s()), every_s) as readings:
+            yield CpuClock(readings)
 
     def processes(self) -> list[dict[str, Any]]:
-        """Every process of the server, each with its role, pid, RSS (MiB), open file descriptors and threads: the
-        gunicorn master, each of its workers (however many gunicorn runs), and every process under a worker (the
-        model's processes with BATCHER_WORKERS > 1, their helpers)."""
-        def figures(process: psutil.Process, role: str) -> dict[str, Any]:
-            with process.oneshot():
-                return {"pid": process.pid, "role": role, "rss_mib": round(process.memory_info().rss / 2**20, 1),
-                        "fds": process.num_fds(), "threads": process.num_threads()}
-
+        """Every process of the server (`process_tree`), each with its role, pid, RSS (MiB), open file descriptors and
+        threads."""
         out = []
-        with contextlib.suppress(psutil.NoSuchProcess):
-            master = psutil.Process(self.process.pid)
-            out.append(figures(master, "master"))
-            for worker in master.children():
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    out.append(figures(worker, "worker"))
-                    for child in worker.children(recursive=True):
-                        with contextlib.suppress(psutil.NoSuchProcess):
-                            out.append(figures(child, "model"))
+        for process, role in self.process_tree():
+            with contextlib.suppress(psutil.NoSuchProcess), process.oneshot():
+                out.append({"pid": process.pid, "role": role, "rss_mib": round(process.memory_info().rss / 2**20, 1),
+                            "fds": process.num_fds(), "threads": process.num_threads()})
         return out
 
     def log_offset(self) -> int:
@@ -183,13 +181,9 @@ class ServerProcess:
         """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
         return Counter(line.get("path", "?") for line in self.request_log()[since:])
 
-    def log_tail(self, lines: int = 40) -> str:
-        """Return the end of the server's log, for error messages."""
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> ServerProcess:
-        return self
+    def log_tail(self) -> str:
+        """Return the end of the server's log (40 lines), for error messages."""
+        return "\n".join(self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -201,7 +195,9 @@ class ServerProcess:
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_tree(self.process.pid)
+                for process, _ in reversed(self.process_tree()):  # the master last
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.kill()
                 self.process.wait(5)
         return self.process.returncode
 
@@ -220,8 +216,16 @@ def start_server(settings: Mapping[str, str] | None = None, log_path: Path | Non
         process = subprocess.Popen(command or gunicorn_command(app), cwd=tree, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = ServerProcess(f"http://{LOOPBACK}:{port}", process, log_path)
+    deadline = time.monotonic() + READY_TIMEOUT_S
     try:
-        _wait_ready(server, READY_TIMEOUT_S)
+        while get_json(f"{server.url}/readyz", timeout_s=2) is None:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode} before it was ready; "
+                                   f"log {log_path}:\n{server.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server not ready after {READY_TIMEOUT_S:g} s; "
+                                   f"log {log_path}:\n{server.log_tail()}")
+            time.sleep(0.2)
     except BaseException:
         server.stop(timeout_s=5)
         raise
@@ -239,40 +243,22 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
             return None
 
 
-def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
-    """Read the samples `names` (series: key) with these labels from a server's /metrics, summed over its workers
-    (several gunicorn workers label theirs `worker`); 0.0 for one not served (all of them, by a commit without
-    /metrics: testing.ab serves older ones)."""
+def metric_samples(url: str) -> list[Any]:
+    """The samples of a server's /metrics (none where it answers no 200 there: testing.ab serves older commits)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with requests.Session() as http:
         http.trust_env = False  # the server is on loopback
         response = http.get(f"{url}/metrics", timeout=10)
+    text = response.text if response.status_code == 200 else ""
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def scrape(url: str, names: Mapping[str, str], **labels: str) -> dict[str, float]:
+    """Read the samples `names` (series: key) with these labels from a server's /metrics, summed over its workers
+    (several gunicorn workers label theirs `worker`); 0.0 for one not served."""
     out = dict.fromkeys(names.values(), 0.0)
-    for family in text_string_to_metric_families(response.text if response.status_code == 200 else ""):
-        for sample in family.samples:
-            if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
-                out[names[sample.name]] += sample.value
+    for sample in metric_samples(url):
+        if sample.name in names and all(sample.labels.get(k) == v for k, v in labels.items()):
+            out[names[sample.name]] += sample.value
     return out
-
-
-def _wait_ready(server: ServerProcess, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"server exited with {server.process.returncode} before it was ready; "
-                               f"log {server.log_path}:\n{server.log_tail()}")
-        if get_json(f"{server.url}/readyz", timeout_s=2) is not None:
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"server not ready after {timeout_s:g} s; log {server.log_path}:\n{server.log_tail()}")
-
-
-def _kill_tree(pid: int) -> None:
-    """Kill a process started here and its children (gunicorn's worker), by their ids."""
-    with contextlib.suppress(psutil.NoSuchProcess):
-        parent = psutil.Process(pid)
-        for child in parent.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-        parent.kill()

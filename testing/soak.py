@@ -1,19 +1,12 @@
 """The soak: the service for N minutes at a fixed share of its own 64-client rate, recorded minute by minute.
 
-A benchmark, not a test (issue 40). It serves the service as `make run` does (`testing.server.start_server`),
-measures its rate at 64 closed-loop clients (`testing.report.measure_closed`: the model's answers/s, as the
-benchmark's section c takes its capacity), then sends Poisson arrivals (`testing.load.open_loop`) at `--share` of that
-rate, one open-loop run per interval, of real-shaped lists (10 hypotheses, TOP1 of 15-20 characters, like
-testing/data/real_requests.jsonl) mixed with short ones (TOP1 of 4-8 characters), every request under a new
-esun_uuid. After each interval it records the server's processes (the gunicorn master, each of its workers, and
-the processes under a worker: the model's, with BATCHER_WORKERS > 1), each one's RSS, open file descriptors and
-threads; the interval's p50/p99 from each request's due time, late and non-200 answers, answers by path; and the
-answer cache's size (`esun_cache_entries` of the worker that answers the scrape). soak.json is rewritten after every
-interval, so an interrupted run keeps what it measured; at the end the plots and the table, headed by the steady
-state: what the records after the first `--settle-minutes` show (RSS growth from the first to the last, its range and
-its least-squares trend; descriptors, threads). `--distinct N`: N distinct lists new to the server instead, each sent
-once until the pool wraps, the model's answers so far and its full GC collections in each record: do the model's
-bounded caches stay bounded (issue 21; `testing.ab --mode memory` until issue 49).
+A benchmark, not a test (issue 40; testing/README.md says what it sends and records). It serves the service as `make
+run` does, measures its rate at 64 closed-loop clients (the model's answers/s), then sends Poisson arrivals at
+`--share` of that rate, one open-loop run per interval, of real-shaped and short lists, each request under a new
+esun_uuid. After each interval it records the server's processes by role (RSS, descriptors, threads), the interval's
+latency and failures and the answer cache's size, and rewrites soak.json; at the end, the plots and the table, headed
+by the steady state after `--settle-minutes`. `--distinct N`: N lists new to the server instead, each sent once until
+the pool wraps: do the model's bounded caches stay bounded (issue 21).
 """
 
 from __future__ import annotations
@@ -71,23 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_of(pairs: list[str]) -> dict[str, str]:
-    """Parse NAME=VALUE pairs; a malformed one is a ToolError."""
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise cli.ToolError(f"--server-setting wants NAME=VALUE, got {pair!r}")
-        out[name] = value
-    return out
-
-
-def request_pool(n: int, short_share: float, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def request_pool(n: int, short_share: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Return n bodies in a seeded order, `short_share` of them short lists, the rest real-shaped; and their shape."""
     def top1_chars(body: dict[str, Any]) -> int:
         return len(strip_spaces(body["sentence_list"][0]))
 
-    candidates = simulated_bodies(12 * n, SPLITS, start=real_bodies(), distinct=False, seed=seed)
+    candidates = simulated_bodies(12 * n, SPLITS, start=real_bodies(), distinct=False)
     low, high = REAL_SHAPED_CHARS
     shaped = [b for b in candidates if len(b["sentence_list"]) == 10 and low <= top1_chars(b) <= high]
     short = [b for b in candidates if SHORT_CHARS[0] <= top1_chars(b) <= SHORT_CHARS[1]]
@@ -96,7 +78,7 @@ def request_pool(n: int, short_share: float, seed: int = 0) -> tuple[list[dict[s
         raise cli.ToolError(f"the corpus gave {len(shaped)} real-shaped and {len(short)} short lists, fewer than the "
                             f"{n - n_short} and {n_short} asked: ask for a smaller pool")
     pool = shaped[:n - n_short] + short[:n_short]
-    random.Random(seed).shuffle(pool)
+    random.Random(0).shuffle(pool)
     return pool, {**pool_shape(pool), "real_shaped": n - n_short, "short": n_short,
                   "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS)}
 
@@ -115,11 +97,14 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
                  shift: int) -> dict[str, Any]:
     """Drive one interval of open-loop load, the pool taken from `shift` on (where the last interval stopped);
     return its record."""
-    batch_time_before, shift = batch_time(server), shift % len(templates)
+    counters = {"esun_batch_duration_seconds_sum": "batch_s", "esun_batch_duration_seconds_count": "batches",
+                "esun_cache_entries": "cache_entries"}
+    before, shift = scrape(server.url, counters), shift % len(templates)
     point = report.measure_open(server, rate_rps, seconds, templates[shift:] + templates[:shift], 0.0, index)
-    processes = server.processes()
-    cache = scrape(server.url, {"esun_cache_entries": "cache_entries"})
+    processes, after = server.processes(), scrape(server.url, counters)
     model = scrape(server.url, {"esun_request_duration_seconds_count": "answers"}, path="model")
+    batch_s, batches = after["batch_s"] - before["batch_s"], after["batches"] - before["batches"]
+    items = point["batcher"]["items"]
     return {
         "interval": index, "end_s": None,
         # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core (beside the
@@ -129,8 +114,9 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
                                      "model_share", "paths", "server_p50_ms", "server_p99_ms", "server_cpu_pct",
                                      "others_cpu_pct", "generator_cpu_pct")},
         "mean_batch_size": point["batcher"]["mean_batch_size"],
-        **batch_means(batch_time_before, batch_time(server), point["batcher"]["items"]),
-        "cache_entries": int(cache["cache_entries"]),
+        "batch_ms_mean": round(1000 * batch_s / batches, 1) if batches else None,
+        "batch_ms_per_question": round(1000 * batch_s / items, 2) if items else None,
+        "cache_entries": int(after["cache_entries"]),
         "model_answers_so_far": int(model["answers"]),
         **full_gc(server.url),
         "by_role": totals_by_role(processes), "processes": processes, "load_average": round(os.getloadavg()[0], 2),
@@ -143,16 +129,9 @@ def full_gc(url: str) -> dict[str, float]:
                   generation="2")
 
 
-def batch_time(server: ServerProcess) -> dict[str, float]:
-    """The corrector's run time so far, summed over its batches, and their count (esun_batch_duration_seconds)."""
-    return scrape(server.url, {"esun_batch_duration_seconds_sum": "sum", "esun_batch_duration_seconds_count": "count"})
-
-
-def batch_means(before: dict[str, float], after: dict[str, float], items: int) -> dict[str, float | None]:
-    """Mean run time of a batch, and of a question in one, between two readings of `batch_time`."""
-    seconds, batches = after["sum"] - before["sum"], after["count"] - before["count"]
-    return {"batch_ms_mean": round(1000 * seconds / batches, 1) if batches else None,
-            "batch_ms_per_question": round(1000 * seconds / items, 2) if items else None}
+def served(record: dict[str, Any], figure: str) -> float:
+    """A record's figure summed over the workers and the model processes."""
+    return record["by_role"]["worker"][figure] + record["by_role"]["model"][figure]
 
 
 def steady_state(intervals: list[dict[str, Any]], settle_s: float) -> dict[str, Any] | None:
@@ -162,11 +141,7 @@ def steady_state(intervals: list[dict[str, Any]], settle_s: float) -> dict[str, 
     kept = [r for r in intervals if r["end_s"] > settle_s]
     if not kept:
         return None
-
-    def total(record: dict[str, Any], figure: str) -> float:
-        return record["by_role"]["worker"][figure] + record["by_role"]["model"][figure]
-
-    rss = [round(total(r, "rss_mib"), 1) for r in kept]
+    rss = [round(served(r, "rss_mib"), 1) for r in kept]
     # the least-squares line through the records: a trend that one record's phase (a batch's peak, a heap trim
     # just before it) does not decide, as the first and last records alone do
     minutes = [r["end_s"] / 60 for r in kept]
@@ -178,8 +153,8 @@ def steady_state(intervals: list[dict[str, Any]], settle_s: float) -> dict[str, 
             "rss_growth_pct": round(100 * (rss[-1] - rss[0]) / rss[0], 2) if rss[0] else None,
             "rss_min_mib": min(rss), "rss_max_mib": max(rss), "rss_trend_mib": round(trend, 1),
             "rss_trend_pct": round(100 * trend / mean_rss, 2) if mean_rss else None,
-            "fds": [min(total(r, "fds") for r in kept), max(total(r, "fds") for r in kept)],
-            "threads": [min(total(r, "threads") for r in kept), max(total(r, "threads") for r in kept)],
+            "fds": [min(served(r, "fds") for r in kept), max(served(r, "fds") for r in kept)],
+            "threads": [min(served(r, "threads") for r in kept), max(served(r, "threads") for r in kept)],
             "late_over_1s": sum(r["late_over_1s"] for r in kept), "non_200": sum(r["non_200"] for r in kept)}
 
 
@@ -199,8 +174,7 @@ def markdown(results: dict[str, Any]) -> str:
     """The per-interval table and a line of context."""
     rows = [[r["end_s"] / 60, r["sent_rps"], r["p50_ms"], r["p99_ms"], r["late_over_1s"], r["non_200"],
              r["by_role"]["worker"]["rss_mib"], r["by_role"]["model"]["rss_mib"], r["by_role"]["master"]["rss_mib"],
-             r["by_role"]["worker"]["fds"] + r["by_role"]["model"]["fds"],
-             r["by_role"]["worker"]["threads"] + r["by_role"]["model"]["threads"], r["cache_entries"],
+             served(r, "fds"), served(r, "threads"), r["cache_entries"],
              r["model_share"], r["server_cpu_pct"], r["batch_ms_per_question"], r["model_answers_so_far"],
              f"{r['gc_full_collections']:.0f} ({r['gc_full_s']:.2f})"] for r in results["intervals"]]
     head = ("minute | req/s sent | p50 ms | p99 ms | late | non-200 | workers' RSS MiB | model procs' RSS MiB | "
@@ -224,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
                             "--settle-minutes >= 0, --distinct >= 1")
     cli.require_weights(args.fake, missing_weights())
-    settings = settings_of(args.server_setting)
+    pairs = [pair.partition("=") for pair in args.server_setting]
+    if bad := next(("".join(p) for p in pairs if not p[0] or not p[1]), None):
+        raise cli.ToolError(f"--server-setting wants NAME=VALUE, got {bad!r}")
+    settings = {name: value for name, _, value in pairs}
     out: Path = args.out
     if args.distinct:  # as `testing.ab --fresh` serves them: the train and review sentences'
         pool = simulated_bodies(args.distinct, ("train", "reviews"), distinct=True)
@@ -241,20 +218,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"soak: server up, log {server.log_path}", flush=True)
         results["service"] = get_json(server.url + "/")
         results["processes_at_start"], results["gc_full_at_start"] = server.processes(), full_gc(server.url)
-        if args.capacity is None:  # distinct lists: the probe's from the pool's end, the intervals' from its start
+        capacity = args.capacity
+        if capacity is None:  # distinct lists: the probe's from the pool's end, the intervals' from its start
             probe = measure_closed(server, PROBE_CLIENTS, args.probe_s, templates[::-1] if args.distinct else templates)
             probe.pop("_shots"), probe.pop("_start")
-            results["probe"] = probe
-            capacity = probe["model_rps"]
+            results["probe"], capacity = probe, probe["model_rps"]
             print(f"soak: {PROBE_CLIENTS} clients: {capacity} model answers/s ({probe['throughput_rps']} answers/s,"
                   f" p99 {probe['p99_ms']} ms)", flush=True)
-        else:
-            capacity = args.capacity
         results["capacity_rps"] = capacity
         results["rate_rps"] = rate = round(args.share * capacity, 2)
         started, sent = time.monotonic(), 0
-        intervals = max(1, round(args.minutes * 60 / args.interval_s))
-        for index in range(intervals):
+        for index in range(max(1, round(args.minutes * 60 / args.interval_s))):
             record = run_interval(server, rate, args.interval_s, templates, index, sent)
             sent += record["requests"]
             record["end_s"] = round(time.monotonic() - started, 1)

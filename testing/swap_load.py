@@ -1,9 +1,7 @@
 """Swap weights folders there and back under closed-loop load (issue 47), as `make run` serves: gunicorn with
 `WEIGHTS_DIR` a symlink, every answer timed, every worker's RSS sampled.
 
-    python -m testing.swap_load [--clients 8] [--workers 2] [--phase-s 8] [--out swap.json]
-
-The second folder is the shipped one with no fitted second stage and a threshold of 1.01 (`second_folder`): the
+The second folder is the shipped one with no fitted second stage and a threshold of 1.01 (`linked_folder`): the
 network alone then never changes a character, so every answer of it is TOP1's, told apart from the shipped model's
 wherever that one corrects. The run: traffic on the shipped folder (phase `a`), the link repointed to the second
 (`ln -sfn`), traffic until every worker says (/metrics) it serves it and `phase_s` more (`b`), the link back, the
@@ -25,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from config import DEFAULT_WEIGHTS_DIR
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WeightsMeta
@@ -34,7 +31,7 @@ from testing import cli, load
 from testing.load import JUDGE_TIMEOUT_S, Shot, payload_templates, percentile
 from testing.report import write_json
 from testing.samples import request_bodies
-from testing.server import get_json, sampling, start_server
+from testing.server import get_json, metric_samples, sampling, start_server
 
 QUESTIONS = 200  # few enough that each phase asks again what the one before asked
 SWAP_TIMEOUT_S = 240.0
@@ -58,20 +55,16 @@ class SwapRun:
     rss: dict[int, list[tuple[float, float]]]  # worker (or model process) pid -> (time.time(), RSS MiB)
     top1: list[str]  # each question's TOP1 answer
     served: dict[str, Any] = field(default_factory=dict)
-def second_folder(out: Path) -> Path:
-    """The shipped folder whose answers are always TOP1's: no fitted second stage, threshold 1.01."""
-    out.mkdir(parents=True, exist_ok=True)
-    for name in (NETWORK_FILE, VOCAB_FILE):
-        (out / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
-    WeightsMeta.load(DEFAULT_WEIGHTS_DIR).replace(rerank={}, threshold=1.01).save(out)
-    return out
 
 
-def shipped_folder(out: Path) -> Path:
-    """The shipped folder under another path (its parts linked)."""
+def linked_folder(out: Path, top1_only: bool = False) -> Path:
+    """The shipped folder under another path, its parts linked; `top1_only`: with no fitted second stage and a
+    threshold of 1.01, its answers always TOP1's."""
     out.mkdir(parents=True, exist_ok=True)
-    for name in (CONFIG_FILE, NETWORK_FILE, VOCAB_FILE):
+    for name in (NETWORK_FILE, VOCAB_FILE) if top1_only else (CONFIG_FILE, NETWORK_FILE, VOCAB_FILE):
         (out / name).symlink_to(DEFAULT_WEIGHTS_DIR / name)
+    if top1_only:
+        WeightsMeta.load(DEFAULT_WEIGHTS_DIR).replace(rerank={}, threshold=1.01).save(out)
     return out
 
 
@@ -85,11 +78,8 @@ def repoint(link: Path, folder: Path) -> None:
 
 def served_by_worker(url: str) -> dict[str, str]:
     """The folder each worker serves, by its worker label (esun_model_served_since_seconds in /metrics)."""
-    with requests.Session() as http:
-        http.trust_env = False
-        text = http.get(f"{url}/metrics", timeout=5).text
-    return {sample.labels.get("worker", ""): sample.labels["folder"] for family in text_string_to_metric_families(text)
-            for sample in family.samples if sample.name == "esun_model_served_since_seconds"}
+    return {sample.labels.get("worker", ""): sample.labels["folder"] for sample in metric_samples(url)
+            if sample.name == "esun_model_served_since_seconds"}
 
 
 def wait_served(url: str, folder: Path, workers: int, timeout_s: float) -> float:
@@ -108,7 +98,7 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
         batcher_workers: int = 1) -> SwapRun:
     """Serve the shipped folder through a link, swap to the second folder and back under load (module docstring),
     `swaps` times in all (there, back, there, ...)."""
-    first, second = shipped_folder(workdir / "shipped"), second_folder(workdir / "top1")
+    first, second = linked_folder(workdir / "shipped"), linked_folder(workdir / "top1", top1_only=True)
     link = workdir / "current"
     link.symlink_to(first)
     bodies = request_bodies(QUESTIONS)
@@ -193,13 +183,11 @@ def main() -> int:
                         help="a new folder for the run's weights folders and link (default: a new one under /tmp)")
     parser.add_argument("--out", type=Path, default=None, help="write the run's summary here (JSON)")
     args = parser.parse_args()
-    if args.workdir is None:
-        args.workdir = Path(tempfile.mkdtemp(prefix="esun-swap-load-"))
-    elif args.workdir.exists():
+    if args.workdir is not None and args.workdir.exists():
         raise cli.ToolError(f"--workdir {args.workdir} exists: name a new folder (the run writes its folders there)")
-    else:
-        args.workdir.mkdir(parents=True)
-    figures = summary(run(args.workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="esun-swap-load-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    figures = summary(run(workdir, args.clients, args.workers, args.phase_s, args.swaps, args.batcher_workers))
     print(json.dumps(figures, indent=1))
     if args.out is not None:
         write_json(args.out, figures)
