@@ -292,6 +292,7 @@ def write_json(path: Path, data: Any) -> None:
 
 # Open loop: a request unanswered this long after it was due counts as no answer.
 OPEN_LOOP_ANSWER_S = 10.0
+LOG_WAITS = 40  # of 50 ms: how long a point's summary waits for its answers' request-log lines
 
 
 class Servers:
@@ -335,7 +336,8 @@ def measure_closed(server: ServerProcess, clients: int, duration_s: float, templ
     driver = load.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates)
     with server.cpu_clock() as clock:
         run = load.run(beside(driver) if beside else driver)
-    return {"clients": clients, "duration_s": duration_s, **summary(server, run, 0.0, before, offset),
+    return {"clients": clients, "duration_s": duration_s,
+            **summary(server, run, load.CLIENT_TIMEOUT_S, before, offset),
             **run.generator, **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots),
                                              run.generator["generator_cpu_pct"])}
 
@@ -384,6 +386,12 @@ def summary(server: ServerProcess, run: LoadRun, answer_s: float, before: dict[s
     answers up to answer_s after the window, the server's own latency) and batcher counters; keep its raw shots."""
     after = batcher_stats(server)
     log, _ = server.request_log_since(log_offset)
+    answered = {s.esun_uuid for s in run.shots if s.status}
+    for _ in range(LOG_WAITS):  # the log writer's thread writes a line just after its answer: wait for the window's
+        if answered <= {line.get("esun_uuid") for line in log}:
+            break
+        time.sleep(0.05)
+        log, _ = server.request_log_since(log_offset)
     shots = tag_paths(run.shots, paths_by_uuid(log))
     start, end = run.start, run.end
     return {**summarise(shots, (start, end), count_paths(log, start, end + answer_s),
