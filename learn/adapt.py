@@ -6,8 +6,8 @@ more than 10 hypotheses is counted and read as its first 10, as the service read
 MIN_LISTS lists, splits the rows by a seeded hash of their ids into train / dev / test, and then, in a folder built
 beside `--out`:
 
-1. builds a **domain language model** of the train truths (IRSTLM, a character 4-gram, repaired and checked by
-   loading it; `model.adaptation`);
+1. builds a **domain language model** of the train truths (IRSTLM, a Witten-Bell character trigram, repaired and
+   checked by loading it; `model.adaptation`);
 2. learns **the recogniser's confusions** (TOP1 → truth rewrite rules with counts, rates and trust: the rate out of
    fold, shrunk toward its kind's; `learn.rule_trust`) and, among them, **the transcribers' conventions** (variant
    forms and fillers written otherwise, seen clearly);
@@ -54,7 +54,7 @@ from learn.adapt_data import nbests, read_files
 from learn.adapt_folder import adaptation_record, building, check_destination, run_key, swap_command
 from learn.adapt_settings import AdaptSettings, parse_args
 from learn.data.labelled import Labelled, LabelledFormatError, Split, split_three
-from learn.domain_lm import build_domain_lm, save_confusions
+from learn.domain_lm import DOMAIN_LM_ORDER, build_domain_lm, save_confusions
 from learn.evaluate import ROWS, cer_score, served_answers, table
 from learn.fit import dev_probs, fit
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo, agreement_scorer
@@ -251,7 +251,8 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
     provenance = {
         "data": files, "split": split.sizes() | {"seed": settings.seed, "dev_share": settings.dev_share,
                                                   "test_share": settings.test_share, "by": "sha256 of seed:id"},
-        "domain_lm": lm_counts | {"order": 4, "toolkit": "IRSTLM tlm", "lists": len(items)},
+        "domain_lm": lm_counts | {"order": DOMAIN_LM_ORDER, "smoothing": "Witten-Bell", "toolkit": "IRSTLM tlm",
+                                  "lists": len(items)},
         "confusions": len(confusions), "confusions_lists": len(items), "conventions": conventions.describe(),
         "network": network, "test": figures, "served": served, "gate": gate,
         "test_note": "the test figures are those of the rules and domain LM learned from the train split; the folder "

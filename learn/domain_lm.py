@@ -13,7 +13,7 @@ from pathlib import Path
 from model.adaptation import AdaptationError, DomainLM
 from preprocess.rules import Confusions
 
-DOMAIN_LM_ORDER = 4
+DOMAIN_LM_ORDER = 3
 IRSTLM_DIRS = (Path("/usr/lib/irstlm/bin"), Path("/usr/bin"))
 
 
@@ -28,30 +28,25 @@ def build_domain_lm(truths: list[str], out: Path, order: int = DOMAIN_LM_ORDER) 
     """Estimate a character n-gram of the truths with IRSTLM into `out` (ARPA) and check that KenLM loads it;
     return its n-gram counts.
 
-    Modified shift-beta first; where the text is too small for its count-of-counts statistics (tlm exits asking
-    for "another smoothing method"), Witten-Bell, which needs none. Either way the ARPA is repaired before it is
-    loaded (`repair_arpa`): IRSTLM writes a backoff of -inf where every continuation of a context was seen, which
-    KenLM refuses.
+    Witten-Bell smoothing, a character trigram: the rule memo's scorer (`learn.memo_baseline.CharTrigram`), which
+    scored the truths' rewrites better than the modified shift-beta 4-gram used before (docs/model.md, "What the memo
+    finds that adapt misses"); it also needs no count-of-counts statistics, so a small file builds too. The ARPA is
+    repaired before it is loaded (`repair_arpa`): IRSTLM writes a backoff of -inf where every continuation of a
+    context was seen, which KenLM refuses.
     """
     lines = [" ".join(t) for t in truths if t]
     if not lines:
         raise AdaptationError("no training truth to build the domain language model from")
-    failure = ""
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "truths.txt"
         text.write_text("".join(f"<s> {line} </s>\n" for line in lines), encoding="utf-8")
-        # msb: modified shift-beta (IRSTLM's modified Kneser-Ney); -ps=no keeps singletons: a team's file is small
-        # and a domain word seen once is still evidence
-        for smoothing in ("msb", "wb"):
-            cmd = [_tlm(), f"-tr={text}", f"-n={order}", f"-lm={smoothing}", "-ps=no", f"-o={out}"]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode == 0 and out.is_file():
-                break
+        # -ps=no keeps singletons: a team's file is small and a domain word seen once is still evidence
+        cmd = [_tlm(), f"-tr={text}", f"-n={order}", "-lm=wb", "-ps=no", f"-o={out}"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not out.is_file():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            failure = f"IRSTLM's tlm failed (exit {done.returncode}, -lm={smoothing}): {tail[0]}"
             out.unlink(missing_ok=True)
-        else:
-            raise AdaptationError(failure)
+            raise AdaptationError(f"IRSTLM's tlm failed (exit {done.returncode}, -lm=wb): {tail[0]}")
     counts = repair_arpa(out)
     try:
         DomainLM(out)

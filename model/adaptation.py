@@ -1,8 +1,8 @@
 """What `learn.adapt` learns from a team's labelled lists, beside the network, as the service loads it (built by
 `learn.domain_lm` and `learn.adapt`).
 
-- **The domain language model**: a character 4-gram of the training truths (traditional characters, as the
-  transcribers write them), estimated by IRSTLM (`tlm`, modified shift-beta smoothing, written as ARPA) and
+- **The domain language model**: a character trigram of the training truths (traditional characters, as the
+  transcribers write them), estimated by IRSTLM (`tlm`, Witten-Bell smoothing, written as ARPA) and
   queried with KenLM. The second stage uses its log10 probability against TOP1's as one more feature beside the
   shipped word trigram's: a log-linear interpolation whose weight is fitted on the dev split with the others.
   Characters, not words: the domain's words are what the shipped segmenter does not know.

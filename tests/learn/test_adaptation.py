@@ -60,8 +60,8 @@ def test_a_small_file_whose_tlm_output_kenlm_refuses_still_builds_a_domain_lm_th
     assert domain.score(truths[0]) > domain.score(truths[0][::-1])
 
 
-def test_a_text_too_small_for_shift_beta_falls_back_to_witten_bell(tmp_path):
-    """Three sentences: tlm -lm=msb exits asking for "another smoothing method"."""
+def test_a_text_of_three_sentences_builds_a_domain_lm(tmp_path):
+    """Three sentences: too few for shift-beta's count-of-counts statistics; Witten-Bell needs none."""
     truths = ["我要辦理掛失", "請幫我轉接客服", "今天的匯率是多少"]
     counts = build_domain_lm(truths, tmp_path / "domain.arpa")
     assert counts["1-grams"] >= 15
