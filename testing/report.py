@@ -388,7 +388,7 @@ def summary(server: ServerProcess, run: LoadRun, answer_s: float, before: dict[s
     log, _ = server.request_log_since(log_offset)
     answered = {s.esun_uuid for s in run.shots if s.status}
     for _ in range(LOG_WAITS):  # the log writer's thread writes a line just after its answer: wait for the window's
-        if answered <= {line.get("esun_uuid") for line in log}:
+        if not log or answered <= {line.get("esun_uuid") for line in log}:  # none at all: the server logs no requests
             break
         time.sleep(0.05)
         log, _ = server.request_log_since(log_offset)
