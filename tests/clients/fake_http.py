@@ -52,7 +52,10 @@ def serving(mode: str = "answer") -> Iterator[tuple[str, list[str]]]:
         return
     served: list[str] = []
     handler = type("Handler", (_Handler,), {"mode": mode, "served": served})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # socketserver listens with a backlog of 5: the slow-client test's 20 connections, opened at once on a busy
+    # machine, overflowed it and a client's SYN waited a second for its retry; gunicorn's backlog is 2048
+    server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
+    server = server_class(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
