@@ -71,12 +71,15 @@ def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device
     total = settings.steps or int(settings.epochs * steps_per_epoch)
 
     def lr_at(step: int, elapsed_s: float) -> float:
-        # cosine decay over steps or over the time limit, whichever runs out first, so a run cut by
-        # --max-minutes still ends annealed
+        # cosine decay over the steps; a run on course to be cut by --max-minutes decays over the time limit instead,
+        # so that it still ends annealed (a run that finishes in time never reads the clock: the same run, the same
+        # rates)
         if step < settings.warmup:
             return lr_max * (step + 1) / settings.warmup
-        progress = max((step - settings.warmup) / max(1, total - settings.warmup),
-                       elapsed_s / (settings.max_minutes * 60))
+        progress = (step - settings.warmup) / max(1, total - settings.warmup)
+        limit_s = settings.max_minutes * 60
+        if step and elapsed_s / step * total > limit_s:
+            progress = max(progress, elapsed_s / limit_s)
         return lr_max * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     step = 0
@@ -96,6 +99,9 @@ def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device
         print(f"resumed from {ckpt} at step {step}/{total}")
 
     started = time.monotonic() - elapsed_before
+    # dropout draws from torch's generator: seeded here (by the step a resumed run starts from), the same data and
+    # settings give the same network, run after run, whoever called fit
+    torch.manual_seed(settings.seed * 1000 + step)
     net.train()
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=-100)
     bar = tqdm(total=total, initial=step, desc="train", mininterval=10,
