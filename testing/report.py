@@ -330,16 +330,11 @@ def batcher_stats(server: ServerProcess) -> dict[str, int]:
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str],
                    beside: Callable[[Coroutine[Any, Any, LoadRun]], Coroutine[Any, Any, LoadRun]] | None = None
                    ) -> dict[str, Any]:
-    """Run one closed-loop point against a server (`beside`: run by it, on the same loop, as slow_clients holds its
-    connections) and summarise it, with its raw shots and the server's CPU over the window."""
-    before, offset = batcher_stats(server), server.log_offset()
+    """Run one closed-loop point against a server (`beside`: run by it, on the same loop, as the benchmark's f holds
+    its slow connections) and summarise it (`measure`)."""
     driver = load.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates)
-    with server.cpu_clock() as clock:
-        run = load.run(beside(driver) if beside else driver)
     return {"clients": clients, "duration_s": duration_s,
-            **summary(server, run, load.CLIENT_TIMEOUT_S, before, offset),
-            **run.generator, **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots),
-                                             run.generator["generator_cpu_pct"])}
+            **measure(server, beside(driver) if beside else driver, load.CLIENT_TIMEOUT_S)}
 
 
 def listen_overflows(netstat: Path = Path("/proc/net/netstat")) -> int | None:
@@ -357,43 +352,45 @@ def listen_overflows(netstat: Path = Path("/proc/net/netstat")) -> int | None:
 def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str],
                  warmup_s: float | None = None, seed: int = 0) -> dict[str, Any]:
     """Run one open-loop point against a server with the core's open loop (a warm-up of `warmup_s`, by default a fifth
-    of the point up to 1 s) and summarise it, with its raw shots, the server's CPU over the window, and the
-    connections the kernel's listen queue turned away meanwhile (a late answer the server never saw)."""
-    before, offset, overflows = batcher_stats(server), server.log_offset(), listen_overflows()
+    of the point up to 1 s) and summarise it (`measure`), with the connections the kernel's listen queue turned away
+    meanwhile (a late answer the server never saw)."""
+    overflows = listen_overflows()
     warmup_s = min(1.0, duration_s / 5) if warmup_s is None else warmup_s
-    with server.cpu_clock() as clock:
-        run = load.run(load.open_loop(server.url, rate_rps, duration_s, warmup_s, templates,
-                                      timeout_s=OPEN_LOOP_ANSWER_S, seed=seed))
+    point = measure(server, load.open_loop(server.url, rate_rps, duration_s, warmup_s, templates,
+                                           timeout_s=OPEN_LOOP_ANSWER_S, seed=seed), OPEN_LOOP_ANSWER_S)
     overflows_after = listen_overflows()
-    lags = latency_stats([s.lag_s for s in run.shots])
-    if run.generator["sent_rps"] < 0.9 * rate_rps:
-        print(f"load: the generator put {run.generator['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
+    lags = latency_stats([s.lag_s for s in point["_shots"]])
+    if point["sent_rps"] < 0.9 * rate_rps:
+        print(f"load: the generator put {point['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
               f"asked (lag p50 {lags['p50_ms']} ms, p99 {lags['p99_ms']} ms): a generator short of CPU lags every "
               f"request; a server slow to accept connections (a full listen queue) delays those that needed a new "
               f"one", flush=True)
-    return {"target_rps": round(rate_rps, 2), **run.generator, "duration_s": duration_s,
+    return {"target_rps": round(rate_rps, 2), "duration_s": duration_s,
             "no_answer_after_s": OPEN_LOOP_ANSWER_S, "latency_from": "due",
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
             "listen_overflows": None if overflows is None or overflows_after is None else overflows_after - overflows,
-            **summary(server, run, OPEN_LOOP_ANSWER_S, before, offset),
-            **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots),
-                            run.generator["generator_cpu_pct"])}
+            **point}
 
 
-def summary(server: ServerProcess, run: LoadRun, answer_s: float, before: dict[str, int],
-            log_offset: int) -> dict[str, Any]:
-    """Summarise a point from its shots and the server's request log (its lines from `log_offset` on: the paths of
-    answers up to answer_s after the window, the server's own latency) and batcher counters; keep its raw shots."""
+def measure(server: ServerProcess, driver: Coroutine[Any, Any, LoadRun], answer_s: float) -> dict[str, Any]:
+    """Run a driver of the core against a server and summarise its point: its shots, the server's request log (its
+    lines from the point's start: the paths of answers up to answer_s after the window, the server's own latency),
+    batcher counters and CPU over the window (`ServerProcess.cpu_clock`), the generator's figures; keep its shots."""
+    before, offset = batcher_stats(server), server.log_offset()
+    with server.cpu_clock() as clock:
+        run = load.run(driver)
     after = batcher_stats(server)
-    log, _ = server.request_log_since(log_offset)
+    log, _ = server.request_log_since(offset)
     answered = {s.esun_uuid for s in run.shots if s.status}
     for _ in range(LOG_WAITS):  # the log writer's thread writes a line just after its answer: wait for the window's
         if not log or answered <= {line.get("esun_uuid") for line in log}:  # none at all: the server logs no requests
             break
         time.sleep(0.05)
-        log, _ = server.request_log_since(log_offset)
+        log, _ = server.request_log_since(offset)
     shots = tag_paths(run.shots, paths_by_uuid(log))
     start, end = run.start, run.end
     return {**summarise(shots, (start, end), count_paths(log, start, end + answer_s),
                         {k: after[k] - before[k] for k in after}),
-            **server_latency(log, start, end + answer_s), "_shots": shots, "_start": start}
+            **server_latency(log, start, end + answer_s), **run.generator,
+            **clock.figures(start, end, sum(s.status == 200 for s in shots), run.generator["generator_cpu_pct"]),
+            "_shots": shots, "_start": start}
