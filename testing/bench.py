@@ -8,13 +8,16 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +27,11 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
-    from testing import load, report, slow_clients
+    from testing import load, report
     from testing.batch_profile import hooks_table, profile
     from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
-    from testing.report import count_paths, markdown, measure_closed, measure_open, run_record
+    from testing.report import count_paths, markdown, measure_closed, measure_open, run_record, summarise
     from testing.samples import pool_shape, real_bodies, request_bodies, simulated_bodies
     from testing.server import FAKE_APP, REPO_ROOT, missing_weights, sampling, start_server
 
@@ -36,7 +39,10 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "f", "gates", "gpu")
 DEFAULT_SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
-F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
+# f: the start of a POST's head, which a slow connection sends; the server waits for the rest, which never comes
+SLOW_HEAD = b"POST /inference HTTP/1.1\r\nHost: slow\r\nContent-"
+SLOW_SAMPLE_S = 0.25  # how often f counts the slow connections held
+SLOW_RAMP_S = 10.0  # the longest wait for the slow connections to open before the clients start
 POOL = 400  # different request bodies
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0, "gates": 10.0, "gpu": 30.0}
 QUICK_DURATION_S = 3.0
@@ -65,7 +71,9 @@ class Plan:
     batch_sizes: tuple[int, ...] = BATCH_SIZES
     c_factors: tuple[float, ...] = (2.0, 3.0, 5.0)
     capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
-    f_slow: int = 1000  # slow connections held open (testing/slow_clients.py)
+    f_slow: int = 1000  # slow connections held open
+    f_clients: int = 10  # closed-loop clients asking beside them
+    url: str | None = None  # f against a running server (none started)
     fake: bool = False
     max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
     devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn
@@ -166,11 +174,91 @@ def section_c(plan: Plan, servers: report.Servers, templates: list[str], capacit
     return {"capacity_rps": capacity_rps, "points": points}
 
 
+@dataclass
+class SlowStats:
+    """What happened to the slow connections."""
+
+    open_now: int = 0
+    opened: int = 0
+    failed_to_open: int = 0
+    closed_by_server: int = 0
+    answered_by_server: int = 0  # closed with some bytes first (an error answer) rather than silently
+    held_s: list[float] = field(default_factory=list)
+
+
+async def hold_slow(target: Target, stats: SlowStats) -> None:
+    """Keep one slow connection open until cancelled, opening another whenever the server closes it."""
+    while True:
+        try:
+            reader, writer = await asyncio.open_connection(target.host, target.port)
+        except OSError:
+            stats.failed_to_open += 1
+            await asyncio.sleep(0.1)
+            continue
+        stats.opened += 1
+        stats.open_now += 1
+        opened_at = time.monotonic()
+        try:
+            writer.write(SLOW_HEAD)
+            stats.answered_by_server += bool(await reader.read(65536))
+        except OSError:
+            pass  # reset: closed as well
+        finally:
+            stats.open_now -= 1
+            writer.close()
+        stats.closed_by_server += 1
+        stats.held_s.append(time.monotonic() - opened_at)
+
+
+async def beside_slow(url: str, slow: int, driver: Coroutine[Any, Any, load.LoadRun]) -> load.LoadRun:
+    """Open `slow` slow connections (waiting at most SLOW_RAMP_S for them), hold them while the driver (the clients)
+    runs on the same event loop, and add what became of them, and the tool's CPU meanwhile, to its figures ("slow")."""
+    stats, target = SlowStats(), Target.from_url(url)
+    holders = [asyncio.create_task(hold_slow(target, stats)) for _ in range(slow)]
+    ramp_end = time.monotonic() + SLOW_RAMP_S
+    while stats.open_now < slow and time.monotonic() < ramp_end:
+        await asyncio.sleep(0.05)
+    opened_in_ramp, cpu0, wall0 = stats.open_now, time.process_time(), time.monotonic()
+    try:
+        with sampling(lambda: stats.open_now, SLOW_SAMPLE_S) as readings:
+            run = await driver
+    finally:
+        for holder in holders:
+            holder.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+    held = [n for _, n in readings] or [0]
+    run.generator["slow"] = {
+        "asked": slow, "open_at_start": opened_in_ramp, "held_min": min(held),
+        "held_mean": round(sum(held) / len(held), 1), "opened": stats.opened, "failed_to_open": stats.failed_to_open,
+        "closed_by_server": stats.closed_by_server, "answered_by_server": stats.answered_by_server,
+        "held_before_close_p50_s": None if not stats.held_s else round(load.percentile(stats.held_s, 50), 2),
+        "held_samples": held,
+        "tool_cpu_pct": round(100 * (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9), 1)}
+    return run
+
+
 def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
-    """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
-    server = servers.get("batching-on", SETTINGS_ON)
-    point = slow_clients.measure(server.url, plan.f_slow, F_CLIENTS, plan.durations["f"], server)
-    print_point("f", f"{plan.f_slow} slow connections held, {F_CLIENTS} clients", point)
+    """Slow clients: f_clients closed-loop clients (the core's) beside f_slow slow connections (`beside_slow`); on the
+    batching-on server measured as a point of b (`report.measure_closed`, after its warm-up: its log, counters and
+    CPU), or on `--url`'s server from the clients' side alone, no warm-up."""
+    needed = plan.f_slow + plan.f_clients + 64  # open files
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            raise cli.ToolError(f"{needed} connections need {needed} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    templates = payload_templates(request_bodies(200))
+    if plan.url is None:
+        server = servers.get("batching-on", SETTINGS_ON)
+        point = measure_closed(server, plan.f_clients, plan.durations["f"], templates,
+                               lambda driver: beside_slow(server.url, plan.f_slow, driver))
+        point.pop("_shots"), point.pop("_start")
+    else:
+        run = load.run(beside_slow(plan.url, plan.f_slow,
+                                   load.closed_loop(plan.url, plan.f_clients, plan.durations["f"], 0.0, templates)))
+        point = {"clients": plan.f_clients, **summarise(run.shots, (run.start, run.end), Counter(), None),
+                 **run.generator}
+    print_point("f", f"{plan.f_slow} slow connections held, {plan.f_clients} clients", point)
     return point
 
 
@@ -290,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--markdown", type=Path, help="gpu: append its table to this file (docs/benchmarks.md)")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="short lists: every TOP1 at most N characters (a cheaper model, a busier door)")
+    parser.add_argument("--slow", type=int, default=None, metavar="N",
+                        help="f: slow connections to hold open (default 1000, --quick 200)")
+    parser.add_argument("--clients", type=int, default=10, metavar="N", help="f: closed-loop clients (default 10)")
+    parser.add_argument("--url", help="f alone, against this running server instead of one the bench starts")
     return parser
 
 
@@ -308,15 +400,26 @@ def make_plan(args: argparse.Namespace) -> Plan:
             quick["c_factors"] = tuple(float(f) for f in args.factors.split(","))
         except ValueError:
             raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
+    if args.slow is not None:
+        quick["f_slow"] = args.slow
+    if quick.get("f_slow", 0) < 0 or args.clients < 1:
+        raise SystemExit("--slow must be >= 0, --clients >= 1")
+    if args.url is not None:
+        try:
+            Target.from_url(args.url)
+        except ValueError:
+            raise SystemExit(f"--url must be http://HOST:PORT, got {args.url!r}") from None
+        if sections != ("f",):
+            raise SystemExit("--url goes with --sections f alone")
     return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
-                devices=tuple(args.devices.split(",")), **quick)
+                devices=tuple(args.devices.split(",")), f_clients=args.clients, url=args.url, **quick)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     plan = make_plan(args)
-    cli.require_weights(args.fake or plan.sections == ("gates",), missing_weights())
+    cli.require_weights(args.fake or plan.url is not None or plan.sections == ("gates",), missing_weights())
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"bench: the results go to {out} (--out DIR writes them elsewhere)", flush=True)
@@ -331,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if plan.fake:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
-    pool = request_pool(POOL, plan.max_chars) if set(plan.sections) - {"gates", "gpu"} else []
+    pool = request_pool(POOL, plan.max_chars) if {"a", "b", "c"} & set(plan.sections) else []
     templates = payload_templates(pool)
     if pool:
         results["request_pool"] = {**pool_shape(pool), "real": len(real_bodies())}
@@ -372,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
         with args.markdown.open("a", encoding="utf-8") as md:
             md.write("\n" + "\n".join(gpu) + "\n")
     print(f"bench: bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s): {wrote(out)}")
-    return 0
+    f = results.get("f")  # f fails the run where a question was not answered validly within 1 s
+    return 1 if f is not None and not 0 < f["requests"] == f["valid_within_1s"] else 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def missing_module_line(prog: str, module: str | None) -> str:
 @contextmanager
 def dev_requirements(prog: str) -> Iterator[None]:
     """Exit with one line naming the install step when a module imported in the block is missing (when prog is the
-    program run; a tool imported by another, as the benchmark imports slow_clients, leaves the line to it)."""
+    program run; a tool imported by another, as ab imports the benchmark, leaves the line to it)."""
     try:
         yield
     except ModuleNotFoundError as exc:

@@ -216,7 +216,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def slow_table(f: dict[str, Any]) -> list[str]:
-    """The slow connections' table (the benchmark's f, `python -m testing.slow_clients`): what became of them, and
+    """The slow connections' table (the benchmark's f, `--sections f` alone too): what became of them, and
     what the questions asked meanwhile got."""
     s, asked = f["slow"], f["requests"]
     return table("slow held (least / mean) | closed by the server | questions | valid 200s | valid within 1 s | p50 ms "
