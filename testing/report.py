@@ -24,7 +24,7 @@ from api.metrics import BATCHER_COUNTERS
 from api.paths import AnswerPath
 from testing import load
 from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, LoadRun, Shot, percentile
-from testing.server import ServerProcess, app_of, get_json, scrape, start_server
+from testing.server import APP, FAKE_APP, ServerProcess, get_json, scrape, start_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The request log's paths answered with TOP1 (api.paths.AnswerPath.fallback): never to pass for the model's latency.
@@ -300,7 +300,7 @@ class Servers:
 
     def __init__(self, log_dir: Path, fake: bool) -> None:
         self.log_dir = log_dir
-        self.app = app_of(fake)
+        self.app = FAKE_APP if fake else APP
         self.running: dict[str, ServerProcess] = {}
         self.info: dict[str, Any] = {}
 

@@ -37,11 +37,6 @@ def missing_weights(weights_dir: Path = DEFAULT_WEIGHTS_DIR) -> list[str]:
     return [name for name in WEIGHTS_FILES if not (weights_dir / name).is_file()]
 
 
-def app_of(fake: bool) -> str:
-    """Name the app a tool serves: `make run`'s, or (`--fake`) the FakeCorrector's."""
-    return FAKE_APP if fake else APP
-
-
 def gunicorn_command(app: str = APP) -> list[str]:
     """Build the command `make run` uses, with this interpreter's gunicorn."""
     gunicorn = Path(sys.executable).parent / "gunicorn"
@@ -232,24 +227,27 @@ def start_server(settings: Mapping[str, str] | None = None, log_path: Path | Non
     return server
 
 
-def get_json(url: str, timeout_s: float = 10.0) -> Any:
-    """GET a JSON document from a server started here, never through a proxy; None unless a 200 with JSON came."""
+def loopback_get(url: str, timeout_s: float = 10.0) -> requests.Response:
+    """GET from a server started here, never through a proxy (the server is on loopback)."""
     with requests.Session() as http:
-        http.trust_env = False  # the server is on loopback
-        try:
-            response = http.get(url, timeout=timeout_s)
-            return response.json() if response.status_code == 200 else None
-        except requests.RequestException:
-            return None
+        http.trust_env = False
+        return http.get(url, timeout=timeout_s)
+
+
+def get_json(url: str, timeout_s: float = 10.0) -> Any:
+    """GET a JSON document from a server started here; None unless a 200 with JSON came."""
+    try:
+        response = loopback_get(url, timeout_s)
+        return response.json() if response.status_code == 200 else None
+    except requests.RequestException:
+        return None
 
 
 def metric_samples(url: str) -> list[Any]:
     """The samples of a server's /metrics (none where it answers no 200 there: testing.ab serves older commits)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with requests.Session() as http:
-        http.trust_env = False  # the server is on loopback
-        response = http.get(f"{url}/metrics", timeout=10)
+    response = loopback_get(f"{url}/metrics")
     text = response.text if response.status_code == 200 else ""
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 

@@ -29,7 +29,7 @@ with cli.dev_requirements("testing.soak"):
     from testing.plots import draw_soak
     from testing.report import OPEN_LOOP_ANSWER_S, measure_closed, run_record, table, write_json, write_summary
     from testing.samples import pool_shape, real_bodies, simulated_bodies
-    from testing.server import REPO_ROOT, ServerProcess, app_of, get_json, missing_weights, scrape, start_server
+    from testing.server import APP, FAKE_APP, REPO_ROOT, ServerProcess, get_json, missing_weights, scrape, start_server
 
 PROBE_CLIENTS = 64
 REAL_SHAPED_CHARS = (15, 20)  # TOP1 length of the real-shaped lists, with 10 hypotheses each
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "interval_s": args.interval_s, "settings": settings, "request_pool": shape, "judge_timeout_s": JUDGE_TIMEOUT_S,
         "open_loop_timeout_s": OPEN_LOOP_ANSWER_S, "intervals": [],
     }
-    with start_server({"LOG_LEVEL": "INFO", **settings}, app=app_of(args.fake)) as server:
+    with start_server({"LOG_LEVEL": "INFO", **settings}, app=FAKE_APP if args.fake else APP) as server:
         print(f"soak: server up, log {server.log_path}", flush=True)
         results["service"] = get_json(server.url + "/")
         results["processes_at_start"], results["gc_full_at_start"] = server.processes(), full_gc(server.url)
