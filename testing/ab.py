@@ -126,12 +126,11 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
                                      f"{m['ms_64'] / here['ms_64']:.2f}x")
 
 
-def serve(tree: Path, app: str | None) -> ServerProcess:
-    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`; `app`: another app."""
+def serve(tree: Path) -> ServerProcess:
+    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`."""
     from testing.server import start_server
 
-    args = [app] if app else []
-    code = f"import json; from testing.server import gunicorn_command as g; print(json.dumps(g(*{args})))"
+    code = "import json; from testing.server import gunicorn_command as g; print(json.dumps(g()))"
     done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)},
                           capture_output=True, text=True, check=True)
     return start_server({"PYTHONPATH": str(tree)}, tree=tree, command=json.loads(done.stdout.strip().splitlines()[-1]))
@@ -159,7 +158,7 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
     from testing import load
     from testing.report import measure_closed
 
-    with serve(tree, args.app) as server:
+    with serve(tree) as server:
         load.run(load.closed_loop(server.url, args.clients, 3.0, 1.0, warm))  # the first batches, the caches
         point = measure_closed(server, args.clients, args.served_s, templates)
     # the paths of the window's requests only (each shot's, from the request log): the warm-up's last requests,
@@ -209,7 +208,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
     ap.add_argument("--pool", type=int, default=400, help="distinct lists the window of --mode served cycles through")
     ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
-    ap.add_argument("--app", help="--mode served: the WSGI app to serve, gunicorn's form (default: make run's)")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)
