@@ -92,7 +92,15 @@ def print_point(section: str, label: str, p: dict[str, Any]) -> None:
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
     """Offline: the corrector alone, items per second by batch size, the same inputs for every size."""
-    corrector = _offline_corrector(plan.fake)
+    if plan.fake:
+        from tests.fakes import FakeCorrector
+
+        corrector = FakeCorrector(delay_s=0.005)
+    else:
+        from model.corrector import Corrector
+
+        corrector = Corrector(device=Config.from_env().device)
+        corrector.setup()
     items = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in pool]
     duration_s = plan.durations["a"]
     rows = []
@@ -111,7 +119,8 @@ def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
             done += len(batch)
             calls += 1
         elapsed = time.perf_counter() - started
-        waste = statistics.fmean(_padded_waste(batch) / len(batch) for batch in batches)
+        sizes = [[len(strip_spaces(item.top1)) for item in batch] for batch in batches]  # padded to the longest
+        waste = statistics.fmean((max(s) * len(s) - sum(s)) / len(s) for s in sizes)
         rows.append({"batch_size": size, "items_per_s": round(done / elapsed, 1), "calls": calls,
                      "ms_per_call_p50": round(statistics.median(times) * 1000, 2),
                      "ms_per_item": round(elapsed / done * 1000, 3),
@@ -121,23 +130,6 @@ def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": rows, "ceiling_items_per_s": max(r["items_per_s"] for r in rows),
             "model": json.loads(json.dumps(dict(info), default=str)), "inputs": len(items),
             "torch_threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None}
-
-
-def _offline_corrector(fake: bool) -> Any:
-    if fake:
-        from tests.fakes import FakeCorrector
-
-        return FakeCorrector(delay_s=0.005)
-    from model.corrector import Corrector
-
-    corrector = Corrector(device=Config.from_env().device)
-    corrector.setup()
-    return corrector
-
-
-def _padded_waste(batch: list[NBest]) -> int:
-    sizes = [len(strip_spaces(item.top1)) for item in batch]
-    return max(sizes) * len(sizes) - sum(sizes)
 
 
 def section_b(plan: Plan, servers: report.Servers, templates: list[str]) -> dict[str, Any]:
@@ -305,9 +297,8 @@ def section_gates(plan: Plan, log_dir: Path) -> list[dict[str, Any]]:
 
 def gpu_use() -> float | None:
     """GPU 0's utilisation now, in % (nvidia-smi); None where it cannot be read."""
-    smi = shutil.which("nvidia-smi")
     try:
-        out = subprocess.run([smi or "nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+        out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
                               "-i", "0"], capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
