@@ -75,13 +75,6 @@ def count_paths(log: list[dict[str, Any]], start: float, end: float) -> Counter[
     return Counter(line.get("path", "?") for line in log if start <= float(line.get("ts", 0)) <= end)
 
 
-def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[str, float | None]:
-    """The p50/p99 the server itself logged for lines within [start, end] (beside the client's: where time went)."""
-    stats = latency_stats([float(line["latency_ms"]) / 1000 for line in log
-                           if start <= float(line.get("ts", 0)) <= end and "latency_ms" in line])
-    return {"server_p50_ms": stats["p50_ms"], "server_p99_ms": stats["p99_ms"]}
-
-
 def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str],
               stats_delta: dict[str, int] | None) -> dict[str, Any]:
     """Summarise one point: throughput, latency (from due), failures, lateness, paths, the model's share, batching."""
@@ -389,8 +382,11 @@ def measure(server: ServerProcess, driver: Coroutine[Any, Any, LoadRun], answer_
         log, _ = server.request_log_since(offset)
     shots = tag_paths(run.shots, paths_by_uuid(log))
     start, end = run.start, run.end
+    # the latency the server itself logged (beside the client's: where time went)
+    server = latency_stats([float(line["latency_ms"]) / 1000 for line in log
+                            if start <= float(line.get("ts", 0)) <= end + answer_s and "latency_ms" in line])
     return {**summarise(shots, (start, end), count_paths(log, start, end + answer_s),
                         {k: after[k] - before[k] for k in after}),
-            **server_latency(log, start, end + answer_s), **run.generator,
+            "server_p50_ms": server["p50_ms"], "server_p99_ms": server["p99_ms"], **run.generator,
             **clock.figures(start, end, sum(s.status == 200 for s in shots), run.generator["generator_cpu_pct"]),
             "_shots": shots, "_start": start}
