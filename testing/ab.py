@@ -76,14 +76,6 @@ def build_lists(limit: int, path: Path) -> dict[str, list]:
             "nbest": [NBest(r["sentences"], r["phonemes"]) for r in rows]}
 
 
-def make_tree(commit: str, parent: Path) -> Path:
-    """Check `commit` out into a new worktree under `parent`."""
-    tree = parent / commit
-    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(tree), commit],
-                   check=True, capture_output=True)
-    return tree
-
-
 def run_child(tree: Path, mode: str, lists_path: Path) -> dict:
     """Run this file's `child` in `tree`'s code; its JSON comes back on stdout's last line."""
     env = os.environ | {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
@@ -223,11 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         parent = Path(tmp)
         lists_path = parent / "lists.jsonl"
         meta = build_lists(args.limit, lists_path) if args.mode != "served" else {"set": []}
-        sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
+        sides = {"here": REPO_ROOT} | {commit: parent / commit for commit in args.against}
         from testing.report import run_record, write_json  # here, not at the top: the children import this file
 
         result: dict = {**run_record("ab", sys.argv[1:] if argv is None else argv), "lists": len(meta["set"])}
         try:
+            for commit in args.against:  # each commit checked out in a new worktree, removed at the end
+                subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(sides[commit]),
+                                commit], check=True, capture_output=True)
             if args.mode in ("answers", "both"):
                 result["answers"] = compare_answers(sides, lists_path, meta)
             if args.mode in ("time", "both"):
@@ -236,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["served"] = compare_served(sides, args)
         finally:
             for commit in args.against:
-                subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(parent / commit)],
+                subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(sides[commit])],
                                capture_output=True)
     print(f"\nmachine: {result['machine']['cpu_model']}, {result['machine']['logical_cpus']} CPUs")
     if args.json:
