@@ -29,7 +29,7 @@ from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WeightsMet
 from preprocess.text import top1_answer
 from testing import cli, load
 from testing.load import JUDGE_TIMEOUT_S, Shot, payload_templates, percentile
-from testing.report import write_json
+from testing.report import paths_by_uuid, write_json
 from testing.samples import request_bodies
 from testing.server import get_json, metric_samples, sampling, start_server
 
@@ -68,14 +68,6 @@ def linked_folder(out: Path, top1_only: bool = False) -> Path:
     return out
 
 
-def repoint(link: Path, folder: Path) -> None:
-    """What `ln -sfn folder link` does, atomically: a new link beside, renamed over it."""
-    beside = link.with_name(link.name + ".new")
-    beside.unlink(missing_ok=True)
-    beside.symlink_to(folder)
-    beside.replace(link)
-
-
 def served_by_worker(url: str) -> dict[str, str]:
     """The folder each worker serves, by its worker label (esun_model_served_since_seconds in /metrics)."""
     return {sample.labels.get("worker", ""): sample.labels["folder"] for sample in metric_samples(url)
@@ -99,7 +91,7 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
     """Serve the shipped folder through a link, swap to the second folder and back under load (module docstring),
     `swaps` times in all (there, back, there, ...)."""
     first, second = linked_folder(workdir / "shipped"), linked_folder(workdir / "top1", top1_only=True)
-    link = workdir / "current"
+    link, beside = workdir / "current", workdir / "current.new"
     link.symlink_to(first)
     bodies = request_bodies(QUESTIONS)
     settings = {"WEB_WORKERS": str(workers), "WEIGHTS_DIR": str(link), "LOG_LEVEL": "INFO",
@@ -115,7 +107,10 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
             for n in range(swaps):
                 folder = second if n % 2 == 0 else first
                 asked = time.time()
-                repoint(link, folder)
+                # what `ln -sfn folder link` does, atomically: a new link beside it, renamed over it
+                beside.unlink(missing_ok=True)
+                beside.symlink_to(folder)
+                beside.replace(link)
                 done.append(Swap(str(folder), asked, wait_served(server.url, folder, workers, SWAP_TIMEOUT_S)))
                 time.sleep(phase_s)
             stop.set()
@@ -127,7 +122,7 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
         for process in processes:
             if process["role"] != "master":
                 rss.setdefault(process["pid"], []).append((at, process["rss_mib"]))
-    paths = {line["esun_uuid"]: line.get("path", "?") for line in lines}
+    paths = paths_by_uuid(lines)
     server_ms = {line["esun_uuid"]: float(line.get("latency_ms", 0.0)) for line in lines}
     return SwapRun(run.shots, paths, server_ms, done, rss, [top1_answer(b["sentence_list"]) for b in bodies], served)
 
