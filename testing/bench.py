@@ -1,5 +1,6 @@
 """The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f); not by default, each
-admission gate shown acting around a slow fake model (gates) and the GPU check (gpu, testing/gpu_check.sh runs it)."""
+admission gate shown acting around a slow fake model (gates), the GPU check (gpu, testing/gpu_check.sh runs it) and
+where a batch of 64 spends its time, the corrector's hooks timed apart (hooks)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,10 @@ from typing import Any
 from testing import cli
 
 with cli.dev_requirements("testing.bench"):
-    from config import Config
+    from config import CPU_PRECISIONS, CPU_RUNTIMES, Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
     from testing import load, report
-    from testing.batch_profile import hooks_table, profile
     from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
     from testing.report import count_paths, markdown, measure_closed, measure_open, run_record, summarise
@@ -36,7 +36,7 @@ with cli.dev_requirements("testing.bench"):
     from testing.server import FAKE_APP, REPO_ROOT, missing_weights, sampling, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SECTIONS = ("a", "b", "c", "f", "gates", "gpu")
+SECTIONS = ("a", "b", "c", "f", "gates", "gpu", "hooks")
 DEFAULT_SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
 # f: the start of a POST's head, which a slow connection sends; the server waits for the rest, which never comes
@@ -53,6 +53,7 @@ SLOW = {"FAKE_DELAY_S": "0.4", "MAX_BATCH_SIZE": "8", "HTTP_THREADS": "32", "MAX
 GATE_SCENARIOS = {"slow model": 3.0, "slow model, 5x": 5.0, "slow senders": 0.0}
 SENDER_DELAY_S = 0.7  # slow senders: a body's rest this long after its first byte
 GPU_CLIENTS = (64, 256)  # the GPU check's closed loops, on each device
+HOOKS = ("batch", "predict", "unbatch")  # predict_batch's three steps: featurize, the network, rerank with the LM
 GPU_HEAD = ("device | clients | answers/s | p99 ms | model share | non-200 | late > 1 s | GPU use % (mean, max) | "
             "workers")
 
@@ -76,7 +77,10 @@ class Plan:
     url: str | None = None  # f against a running server (none started)
     fake: bool = False
     max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
-    devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn
+    devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn, and hooks' devices
+    rounds: int = 30  # hooks: batches of 64 timed
+    runtime: str = "torch"  # hooks: the network on CPU (CPU_RUNTIME, CPU_PRECISION)
+    precision: str = "int8"
 
 
 def print_point(section: str, label: str, p: dict[str, Any]) -> None:
@@ -305,9 +309,59 @@ def gpu_use() -> float | None:
     return float(out) if out.isdigit() else None
 
 
+def profile(device: str, rounds: int, runtime: str = "torch", precision: str = "int8", size: int = 64) -> dict:
+    """Time each hook of `rounds` batches of `size` different real-shaped lists; medians in ms, shares of the sum."""
+    import torch
+
+    from model.corrector import Corrector
+    from preprocess.text import NBest
+
+    corrector = Corrector(device=device, cpu_runtime=runtime, cpu_precision=precision)
+    corrector.setup()
+    bodies = request_bodies(size * rounds, seed=1)
+    lists = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in bodies]
+    times: dict[str, list[float]] = {hook: [] for hook in HOOKS}
+    for r in range(rounds):
+        items = lists[r * size : (r + 1) * size]
+        t0 = time.perf_counter()
+        batch = corrector.batch(items)
+        t1 = time.perf_counter()
+        probs = corrector.predict(batch)
+        if corrector.device.type == "cuda":
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        corrector.unbatch(items, batch, probs)
+        t3 = time.perf_counter()
+        for hook, seconds in zip(HOOKS, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            times[hook].append(seconds * 1000)
+    medians = {hook: statistics.median(ms) for hook, ms in times.items()}
+    total = sum(medians.values())
+    return {"device": str(corrector.device), "precision": corrector.precision, "runtime": corrector.runtime,
+            "batch_size": size, "rounds": rounds,
+            "torch_threads": torch.get_num_threads(), "median_ms": medians, "total_ms": total,
+            "share": {hook: ms / total for hook, ms in medians.items()},
+            "gpu": torch.cuda.get_device_name(0) if corrector.device.type == "cuda" else None}
+
+
+def hooks_table(results: list[dict]) -> list[str]:
+    """One row a profile (`profile`'s figures): each hook's median ms, their sum and the network's share."""
+    return report.table("device | batch | predict (the network) | unbatch | total | network's share",
+                        [[f"{r['device']} {r['precision']} ({r['runtime']})",
+                          *(f"{r['median_ms'][h]:.1f}" for h in HOOKS), f"{r['total_ms']:.1f}",
+                          f"{100 * r['share']['predict']:.0f} %"] for r in results])
+
+
+def section_hooks(plan: Plan) -> list[dict[str, Any]]:
+    """Where a batch of 64 spends its time, on each of the devices the machine has: `profile`."""
+    import torch
+
+    return [profile(device, plan.rounds, plan.runtime, plan.precision) for device in plan.devices
+            if device != "cuda" or torch.cuda.is_available()]
+
+
 def section_gpu(plan: Plan, servers: report.Servers) -> dict[str, Any]:
     """The GPU check: served as `make run` serves it with each DEVICE in turn, closed loops of GPU_CLIENTS, GPU use
-    sampled; then one batch of 64's hooks timed on each device (testing.batch_profile; not with --fake)."""
+    sampled; then one batch of 64's hooks timed on each device (`profile`; not with --fake)."""
     templates = payload_templates(request_bodies(400, seed=3))
     rows = []
     for device in plan.devices:
@@ -324,7 +378,7 @@ def section_gpu(plan: Plan, servers: report.Servers) -> dict[str, Any]:
                          "gpu_use": use, "gpu_samples": samples, **point})
             print_point(f"gpu DEVICE={device}", f"{n} clients, GPU use {use}", point)
         servers.release(f"device-{device}")
-    batches = {} if plan.fake else {device: profile(device, rounds=20, size=64, threads=0) for device in plan.devices}
+    batches = {} if plan.fake else {device: profile(device, rounds=20) for device in plan.devices}
     first = batches.get(plan.devices[0], {})
     return {"rows": rows, "batches": batches, "duration_s": plan.durations["gpu"],
             "machine": f"{platform.node()}: {first.get('gpu') or 'no GPU'}, {os.cpu_count()} cores"}
@@ -339,7 +393,7 @@ def gpu_lines(results: dict[str, Any]) -> list[str]:
             *report.table(GPU_HEAD, [[r["device"], r["clients"], r["throughput_rps"], r["p99_ms"], r["model_share"],
                                       r["non_200"], r["late_over_1s"], r["gpu_use"], r["workers"]]
                                      for r in gpu["rows"]]),
-            "", "One batch of 64 lists (`testing.batch_profile`), median of 20, in ms:", "",
+            "", "One batch of 64 lists (`--sections hooks`), median of 20, in ms:", "",
             *hooks_table(list(gpu["batches"].values())), ""]
 
 
@@ -365,7 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what c's factors multiply when b does not run (default: a probe at 64 clients)")
     parser.add_argument("--factors", default=None, metavar="F,F,...",
                         help="c's loads as multiples of the capacity, in order (default 2,3,5), e.g. 3,3,3,3,3")
-    parser.add_argument("--devices", default="cuda,cpu", help="gpu: the DEVICE settings to serve with, in turn")
+    parser.add_argument("--devices", default="cuda,cpu",
+                        help="gpu: the DEVICE settings to serve with, in turn; hooks: those to time on (cuda if any)")
+    parser.add_argument("--rounds", type=int, default=30, help="hooks: batches of 64 timed (default 30)")
+    parser.add_argument("--runtime", choices=CPU_RUNTIMES, default="torch", help="hooks: the network on CPU")
+    parser.add_argument("--precision", choices=CPU_PRECISIONS, default="int8", help="hooks: on CPU (CPU_PRECISION)")
     parser.add_argument("--markdown", type=Path, help="gpu: append its table to this file (docs/benchmarks.md)")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="short lists: every TOP1 at most N characters (a cheaper model, a busier door)")
@@ -382,7 +440,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if unknown:
         raise SystemExit(f"unknown section(s) {unknown}: choose from {','.join(SECTIONS)}")
     duration = args.duration if args.duration is not None else (QUICK_DURATION_S if args.quick else None)
-    durations = {s: duration if duration is not None else DEFAULT_DURATION_S[s] for s in SECTIONS}
+    durations = {s: duration if duration is not None else default for s, default in DEFAULT_DURATION_S.items()}
     if args.quick:
         durations["a"] = min(durations["a"], 1.0)
     quick: dict[str, Any] = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
@@ -403,7 +461,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
         if sections != ("f",):
             raise SystemExit("--url goes with --sections f alone")
     return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
-                devices=tuple(args.devices.split(",")), f_clients=args.clients, url=args.url, **quick)
+                devices=tuple(args.devices.split(",")), f_clients=args.clients, url=args.url, rounds=args.rounds,
+                runtime=args.runtime, precision=args.precision, **quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         **run_record("bench", argv),
         "fake_corrector": plan.fake,
-        "durations_s": {s: plan.durations[s] for s in plan.sections},
+        "durations_s": {s: plan.durations[s] for s in plan.sections if s in plan.durations},
         "judge_timeout_s": JUDGE_TIMEOUT_S,
         "client_timeout_s": CLIENT_TIMEOUT_S,
         "open_loop_timeout_s": report.OPEN_LOOP_ANSWER_S,
@@ -451,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
             results["gates"] = section_gates(plan, log_dir)
         if "gpu" in plan.sections:
             results["gpu"] = section_gpu(plan, servers)
+        if "hooks" in plan.sections:
+            results["hooks"] = section_hooks(plan)
         results["servers"] = servers.info
     finally:
         servers.close()
@@ -461,7 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     results["plots"] = draw_bench(results, raw, out)
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
     gpu = gpu_lines(results) if "gpu" in results else []
-    report.write_summary(out, "bench", results, "\n".join([markdown(results), *gpu]))
+    hooks = [f"## Hooks: one batch of 64 lists, median of {plan.rounds}, in ms", "",
+             *hooks_table(results["hooks"]), ""] if "hooks" in results else []
+    report.write_summary(out, "bench", results, "\n".join([markdown(results), *hooks, *gpu]))
     if args.markdown and gpu:
         with args.markdown.open("a", encoding="utf-8") as md:
             md.write("\n" + "\n".join(gpu) + "\n")
