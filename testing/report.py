@@ -194,8 +194,16 @@ def markdown(results: dict[str, Any]) -> str:
                   "generator CPU %: the load generator's own CPU time "
                   "over the point, as a share of one core (of the machine's two).", ""]
     if "f" in results:
-        lines += [f"## f. Slow clients ({results['f']['slow']['asked']} connections stalled mid-head, held open)", "",
-                  *slow_table(results["f"]),
+        f, slow = results["f"], results["f"]["slow"]
+        asked, valid = f["requests"], f["valid_within_1s"]
+        lines += [f"## f. Slow clients ({slow['asked']} connections stalled mid-head, held open)", "",
+                  *table("slow held (least / mean) | closed by the server | questions | valid 200s | valid within 1 s "
+                         "| p50 ms | p99 ms | max ms | answers by path | tool CPU % | server CPU % | other processes' "
+                         "CPU %", [[f"{slow['held_min']} / {slow['held_mean']}", slow["closed_by_server"], asked,
+                                    asked - f["non_200"] - f["invalid"],
+                                    f"{valid} ({_share(valid / asked if asked else None, 2)})", f["p50_ms"],
+                                    f["p99_ms"], f["max_ms"], f["paths"], slow["tool_cpu_pct"],
+                                    f.get("server_cpu_pct"), f.get("others_cpu_pct")]]),
                   "", "The slow connections each sent the start of a POST's head, then nothing; one the server "
                   "closed (its read timeout) was opened again at once. The clients asked on kept-alive connections, "
                   "closed loop; the tool (one asyncio loop: slow connections and clients) took the CPU share shown.",
@@ -206,19 +214,6 @@ def markdown(results: dict[str, Any]) -> str:
                          [[r["scenario"], r["offered_rps"], r["sent"], r["non_200"], r["late"] or 0, r["paths"]]
                           for r in results["gates"]]), ""]
     return "\n".join(lines)
-
-
-def slow_table(f: dict[str, Any]) -> list[str]:
-    """The slow connections' table (the benchmark's f, `--sections f` alone too): what became of them, and
-    what the questions asked meanwhile got."""
-    s, asked = f["slow"], f["requests"]
-    return table("slow held (least / mean) | closed by the server | questions | valid 200s | valid within 1 s | p50 ms "
-                 "| p99 ms | max ms | answers by path | tool CPU % | server CPU % | other processes' CPU %",
-                 [[f"{s['held_min']} / {s['held_mean']}", s["closed_by_server"], asked,
-                   asked - f["non_200"] - f["invalid"],
-                   f"{f['valid_within_1s']} ({_share(f['valid_within_1s'] / asked if asked else None, 2)})",
-                   f["p50_ms"], f["p99_ms"], f["max_ms"], f["paths"], s["tool_cpu_pct"], f.get("server_cpu_pct"),
-                   f.get("others_cpu_pct")]])
 
 
 def _generator_line(points: list[dict[str, Any]]) -> str:
