@@ -68,22 +68,18 @@ def linked_folder(out: Path, top1_only: bool = False) -> Path:
     return out
 
 
-def served_by_worker(url: str) -> dict[str, str]:
-    """The folder each worker serves, by its worker label (esun_model_served_since_seconds in /metrics)."""
-    return {sample.labels.get("worker", ""): sample.labels["folder"] for sample in metric_samples(url)
-            if sample.name == "esun_model_served_since_seconds"}
-
-
 def wait_served(url: str, folder: Path, workers: int, timeout_s: float) -> float:
-    """Wait until every worker serves `folder`; return when (time.time())."""
-    until = time.monotonic() + timeout_s
+    """Wait until every worker serves `folder` (each worker's label of esun_model_served_since_seconds in /metrics);
+    return when (time.time())."""
+    until, served = time.monotonic() + timeout_s, {}
     while time.monotonic() < until:
         with contextlib.suppress(requests.RequestException):
-            served = served_by_worker(url)
+            served = {sample.labels.get("worker", ""): sample.labels["folder"] for sample in metric_samples(url)
+                      if sample.name == "esun_model_served_since_seconds"}
             if len(served) == workers and set(served.values()) == {str(folder)}:
                 return time.time()
         time.sleep(0.25)
-    raise TimeoutError(f"not every worker served {folder} within {timeout_s:g} s: {served_by_worker(url)}")
+    raise TimeoutError(f"not every worker served {folder} within {timeout_s:g} s: {served}")
 
 
 def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0, swaps: int = 2,
