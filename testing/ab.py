@@ -27,7 +27,6 @@ WARM_LISTS, BATCHES, SINGLES = 640, 20, 200  # --mode time, per child: lists ans
 
 def child(mode: str, lists_path: Path) -> dict:
     """Run in a tree: answer every list (`answers`) or time batches of 64 and of 1 (`time`)."""
-    import numpy as np
     import torch
 
     from model.corrector import Corrector
@@ -55,8 +54,8 @@ def child(mode: str, lists_path: Path) -> dict:
         t = time.perf_counter()
         corrector.predict_batch([item])
         out["ms_1"].append(1000 * (time.perf_counter() - t))
-    out["median_ms_64"] = float(np.median(out["ms_64"]))
-    out["median_ms_1"] = float(np.median(out["ms_1"]))
+    out["median_ms_64"] = statistics.median(out["ms_64"])
+    out["median_ms_1"] = statistics.median(out["ms_1"])
     return out
 
 
