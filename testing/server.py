@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,10 +81,7 @@ class CpuClock:
     """A server's CPU seconds and the machine's busy seconds (`machine_busy_s`) at wall-clock moments
     (`ServerProcess.cpu_clock`), read back at any moment between."""
 
-    readings: list[tuple[float, tuple[float, float]]] = field(default_factory=list)
-
-    def add(self, at: float, cpu_s: float, busy_s: float = 0.0) -> None:
-        self.readings.append((at, (cpu_s, busy_s)))
+    readings: list[tuple[float, tuple[float, float]]]  # (at, (cpu_s, busy_s))
 
     def between(self, start: float, end: float, machine: bool = False) -> float:
         """The server's CPU seconds (`machine`: the machine's busy seconds) from `start` to `end`, read linearly

@@ -81,9 +81,8 @@ def test_bench_hooks_section_times_a_batch_s_three_hooks_apart(tmp_path: Path):
 def test_cpu_clock_reads_the_cpu_used_between_two_moments_linearly_between_its_samples():
     from testing.server import CpuClock
 
-    clock = CpuClock()
-    for at, cpu_s, busy_s in ((10.0, 1.0, 100.0), (11.0, 1.5, 101.0), (12.0, 3.5, 104.0)):
-        clock.add(at, cpu_s, busy_s)
+    clock = CpuClock([(at, (cpu_s, busy_s)) for at, cpu_s, busy_s in ((10.0, 1.0, 100.0), (11.0, 1.5, 101.0),
+                                                                      (12.0, 3.5, 104.0))])
     assert clock.between(10.0, 12.0) == 2.5
     assert clock.between(10.5, 11.5) == 1.25  # 1.25 → 2.5
     assert clock.between(9.0, 13.0) == 2.5  # clamped to the samples taken
