@@ -123,23 +123,17 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
     return SwapRun(run.shots, paths, server_ms, done, rss, [top1_answer(b["sentence_list"]) for b in bodies], served)
 
 
-def memory(result: SwapRun) -> list[dict[str, Any]]:
-    """Each worker's RSS (MiB): the last sample before each swap, the peak during it (from the link's change until
-    every worker serves the new folder), and the last sample of the run."""
-    out = []
-    for pid, samples in result.rss.items():
-        before = [next((r for t, r in reversed(samples) if t < s.asked), 0) for s in result.swaps]
-        peaks = [max((r for t, r in samples if s.asked <= t <= s.done), default=0) for s in result.swaps]
-        out.append({"worker": pid, "before_swap_mib": [int(r) for r in before],
-                    "peak_during_swap_mib": [int(r) for r in peaks], "first_mib": int(samples[0][1]),
-                    "max_mib": int(max(r for _, r in samples)), "end_mib": int(samples[-1][1])})
-    return out
-
-
 def summary(result: SwapRun) -> dict[str, Any]:
     """The figures the test asserts and the docs quote; latencies (client and server side) apart for the questions
     asked while a swap was under way (from the link's change until every worker served the new folder)."""
     paths = [result.paths.get(a.esun_uuid, "?") for a in result.asked]
+    memory = []  # each worker's RSS (MiB): the last sample before each swap, the peak during it, the last of the run
+    for pid, samples in result.rss.items():
+        before = [next((r for t, r in reversed(samples) if t < s.asked), 0) for s in result.swaps]
+        peaks = [max((r for t, r in samples if s.asked <= t <= s.done), default=0) for s in result.swaps]
+        memory.append({"worker": pid, "before_swap_mib": [int(r) for r in before],
+                       "peak_during_swap_mib": [int(r) for r in peaks], "first_mib": int(samples[0][1]),
+                       "max_mib": int(max(r for _, r in samples)), "end_mib": int(samples[-1][1])})
 
     def slowest(during: bool) -> dict[str, float]:
         asked = [a for a in result.asked if any(s.asked <= a.due <= s.done for s in result.swaps) == during]
@@ -158,7 +152,7 @@ def summary(result: SwapRun) -> dict[str, Any]:
         "latency_while_swapping": slowest(True),
         "latency_otherwise": slowest(False),
         "swap_s": [round(s.done - s.asked, 1) for s in result.swaps],
-        "memory": memory(result),
+        "memory": memory,
     }
 
 
