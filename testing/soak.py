@@ -83,16 +83,6 @@ def request_pool(n: int, short_share: float) -> tuple[list[dict[str, Any]], dict
                   "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS)}
 
 
-def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Sum RSS, descriptors and threads over the processes of each role (and count them)."""
-    out = {}
-    for role in ROLES:
-        mine = [p for p in processes if p["role"] == role]
-        out[role] = {"processes": len(mine), "rss_mib": round(sum(p["rss_mib"] for p in mine), 1),
-                     "fds": sum(p["fds"] for p in mine), "threads": sum(p["threads"] for p in mine)}
-    return out
-
-
 def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int,
                  shift: int) -> dict[str, Any]:
     """Drive one interval of open-loop load, the pool taken from `shift` on (where the last interval stopped);
@@ -104,7 +94,11 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
     processes, after = server.processes(), scrape(server.url, counters)
     model = scrape(server.url, {"esun_request_duration_seconds_count": "answers"}, path="model")
     batch_s, batches = after["batch_s"] - before["batch_s"], after["batches"] - before["batches"]
-    items = point["batcher"]["items"]
+    items, by_role = point["batcher"]["items"], {}
+    for role in ROLES:  # RSS, descriptors and threads summed over the processes of each role (and counted)
+        mine = [p for p in processes if p["role"] == role]
+        by_role[role] = {"processes": len(mine), "rss_mib": round(sum(p["rss_mib"] for p in mine), 1),
+                         "fds": sum(p["fds"] for p in mine), "threads": sum(p["threads"] for p in mine)}
     return {
         "interval": index, "end_s": None,
         # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core (beside the
@@ -119,7 +113,7 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
         "cache_entries": int(after["cache_entries"]),
         "model_answers_so_far": int(model["answers"]),
         **full_gc(server.url),
-        "by_role": totals_by_role(processes), "processes": processes, "load_average": round(os.getloadavg()[0], 2),
+        "by_role": by_role, "processes": processes, "load_average": round(os.getloadavg()[0], 2),
     }
 
 
