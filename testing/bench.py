@@ -25,7 +25,7 @@ from typing import Any
 from testing import cli
 
 with cli.dev_requirements("testing.bench"):
-    from config import CPU_PRECISIONS, CPU_RUNTIMES, Config
+    from config import Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
     from testing import load, report
@@ -79,8 +79,6 @@ class Plan:
     max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
     devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn, and hooks' devices
     rounds: int = 30  # hooks: batches of 64 timed
-    runtime: str = "torch"  # hooks: the network on CPU (CPU_RUNTIME, CPU_PRECISION)
-    precision: str = "int8"
 
 
 def print_point(section: str, label: str, p: dict[str, Any]) -> None:
@@ -309,14 +307,16 @@ def gpu_use() -> float | None:
     return float(out) if out.isdigit() else None
 
 
-def profile(device: str, rounds: int, runtime: str = "torch", precision: str = "int8", size: int = 64) -> dict:
-    """Time each hook of `rounds` batches of `size` different real-shaped lists; medians in ms, shares of the sum."""
+def profile(device: str, rounds: int, size: int = 64) -> dict:
+    """Time each hook of `rounds` batches of `size` different real-shaped lists (the network on CPU as the settings
+    CPU_RUNTIME and CPU_PRECISION say, as served); medians in ms, shares of the sum."""
     import torch
 
     from model.corrector import Corrector
     from preprocess.text import NBest
 
-    corrector = Corrector(device=device, cpu_runtime=runtime, cpu_precision=precision)
+    config = Config.from_env()
+    corrector = Corrector(device=device, cpu_runtime=config.cpu_runtime, cpu_precision=config.cpu_precision)
     corrector.setup()
     bodies = request_bodies(size * rounds, seed=1)
     lists = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in bodies]
@@ -355,7 +355,7 @@ def section_hooks(plan: Plan) -> list[dict[str, Any]]:
     """Where a batch of 64 spends its time, on each of the devices the machine has: `profile`."""
     import torch
 
-    return [profile(device, plan.rounds, plan.runtime, plan.precision) for device in plan.devices
+    return [profile(device, plan.rounds) for device in plan.devices
             if device != "cuda" or torch.cuda.is_available()]
 
 
@@ -422,8 +422,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices", default="cuda,cpu",
                         help="gpu: the DEVICE settings to serve with, in turn; hooks: those to time on (cuda if any)")
     parser.add_argument("--rounds", type=int, default=30, help="hooks: batches of 64 timed (default 30)")
-    parser.add_argument("--runtime", choices=CPU_RUNTIMES, default="torch", help="hooks: the network on CPU")
-    parser.add_argument("--precision", choices=CPU_PRECISIONS, default="int8", help="hooks: on CPU (CPU_PRECISION)")
     parser.add_argument("--markdown", type=Path, help="gpu: append its table to this file (docs/benchmarks.md)")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="short lists: every TOP1 at most N characters (a cheaper model, a busier door)")
@@ -462,7 +460,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             raise SystemExit("--url goes with --sections f alone")
     return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
                 devices=tuple(args.devices.split(",")), f_clients=args.clients, url=args.url, rounds=args.rounds,
-                runtime=args.runtime, precision=args.precision, **quick)
+                **quick)
 
 
 def main(argv: list[str] | None = None) -> int:
