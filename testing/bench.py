@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,53 +168,42 @@ def section_c(plan: Plan, servers: report.Servers, templates: list[str], capacit
     return {"capacity_rps": capacity_rps, "points": points}
 
 
-@dataclass
-class SlowStats:
-    """What happened to the slow connections."""
-
-    open_now: int = 0
-    opened: int = 0
-    failed_to_open: int = 0
-    closed_by_server: int = 0
-    answered_by_server: int = 0  # closed with some bytes first (an error answer) rather than silently
-    held_s: list[float] = field(default_factory=list)
-
-
-async def hold_slow(target: Target, stats: SlowStats) -> None:
-    """Keep one slow connection open until cancelled, opening another whenever the server closes it."""
-    while True:
-        try:
-            reader, writer = await asyncio.open_connection(target.host, target.port)
-        except OSError:
-            stats.failed_to_open += 1
-            await asyncio.sleep(0.1)
-            continue
-        stats.opened += 1
-        stats.open_now += 1
-        opened_at = time.monotonic()
-        try:
-            writer.write(SLOW_HEAD)
-            stats.answered_by_server += bool(await reader.read(65536))
-        except OSError:
-            pass  # reset: closed as well
-        finally:
-            stats.open_now -= 1
-            writer.close()
-        stats.closed_by_server += 1
-        stats.held_s.append(time.monotonic() - opened_at)
-
-
 async def beside_slow(url: str, slow: int, driver: Coroutine[Any, Any, load.LoadRun]) -> load.LoadRun:
     """Open `slow` slow connections (waiting at most SLOW_RAMP_S for them), hold them while the driver (the clients)
     runs on the same event loop, and add what became of them, and the tool's CPU meanwhile, to its figures ("slow")."""
-    stats, target = SlowStats(), Target.from_url(url)
-    holders = [asyncio.create_task(hold_slow(target, stats)) for _ in range(slow)]
+    target, held_s = Target.from_url(url), []
+    # answered_by_server: closed with some bytes first (an error answer) rather than silently
+    count = dict.fromkeys(("open_now", "opened", "failed_to_open", "closed_by_server", "answered_by_server"), 0)
+
+    async def hold() -> None:  # one slow connection until cancelled, another opened whenever the server closes it
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(target.host, target.port)
+            except OSError:
+                count["failed_to_open"] += 1
+                await asyncio.sleep(0.1)
+                continue
+            count["opened"] += 1
+            count["open_now"] += 1
+            opened_at = time.monotonic()
+            try:
+                writer.write(SLOW_HEAD)
+                count["answered_by_server"] += bool(await reader.read(65536))
+            except OSError:
+                pass  # reset: closed as well
+            finally:
+                count["open_now"] -= 1
+                writer.close()
+            count["closed_by_server"] += 1
+            held_s.append(time.monotonic() - opened_at)
+
+    holders = [asyncio.create_task(hold()) for _ in range(slow)]
     ramp_end = time.monotonic() + SLOW_RAMP_S
-    while stats.open_now < slow and time.monotonic() < ramp_end:
+    while count["open_now"] < slow and time.monotonic() < ramp_end:
         await asyncio.sleep(0.05)
-    opened_in_ramp, cpu0, wall0 = stats.open_now, time.process_time(), time.monotonic()
+    opened_in_ramp, cpu0, wall0 = count["open_now"], time.process_time(), time.monotonic()
     try:
-        with sampling(lambda: stats.open_now, SLOW_SAMPLE_S) as readings:
+        with sampling(lambda: count["open_now"], SLOW_SAMPLE_S) as readings:
             run = await driver
     finally:
         for holder in holders:
@@ -223,9 +212,8 @@ async def beside_slow(url: str, slow: int, driver: Coroutine[Any, Any, load.Load
     held = [n for _, n in readings] or [0]
     run.generator["slow"] = {
         "asked": slow, "open_at_start": opened_in_ramp, "held_min": min(held),
-        "held_mean": round(sum(held) / len(held), 1), "opened": stats.opened, "failed_to_open": stats.failed_to_open,
-        "closed_by_server": stats.closed_by_server, "answered_by_server": stats.answered_by_server,
-        "held_before_close_p50_s": None if not stats.held_s else round(load.percentile(stats.held_s, 50), 2),
+        "held_mean": round(sum(held) / len(held), 1), **{k: n for k, n in count.items() if k != "open_now"},
+        "held_before_close_p50_s": None if not held_s else round(load.percentile(held_s, 50), 2),
         "held_samples": held,
         "tool_cpu_pct": round(100 * (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9), 1)}
     return run
