@@ -189,7 +189,7 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
                         f"{m['model_answers_per_s'] / max(here['model_answers_per_s'], 1e-9):.2f}x")
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="A/B the corrector against other commits, offline or served.")
     ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
     ap.add_argument("--mode", choices=("answers", "time", "both", "served"), default="both")
@@ -202,11 +202,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.lists_file)))
         return 0

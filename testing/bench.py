@@ -83,13 +83,11 @@ class Plan:
 
 def print_point(section: str, label: str, p: dict[str, Any]) -> None:
     print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
-          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p.get('connection_errors', 0)}, "
+          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p['connection_errors']}, "
           f"late {p['late_over_1s']}, listen overflows {p.get('listen_overflows', '-')}, paths {p['paths']}, "
-          f"generator {p.get('generator', '?')} "
-          f"{p.get('generator_cpu_pct', '?')} % of a core"
-          + (f", server CPU {p['server_cpu_pct']} % of a core, {p['server_cpu_ms_per_answer']} ms per answer, others "
-             f"{p['others_cpu_pct']} %"
-             if "server_cpu_pct" in p else ""), flush=True)
+          f"generator {p['generator']} {p['generator_cpu_pct']} % of a core, server CPU "
+          f"{p.get('server_cpu_pct', '-')} % of a core, {p.get('server_cpu_ms_per_answer', '-')} ms per answer, "
+          f"others {p.get('others_cpu_pct', '-')} %", flush=True)
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:

@@ -39,31 +39,6 @@ SPLITS = ("test", "dev")  # the corpus's held-out sentences: about 1,300 real-sh
 ROLES = ("master", "worker", "model")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m testing.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=60.0, help="how long to drive it (default 60)")
-    parser.add_argument("--share", type=float, default=0.7,
-                        help="the arrival rate as a share of the 64-client rate (default 0.7)")
-    parser.add_argument("--short-share", type=float, default=0.3,
-                        help="share of the requests that are short lists (default 0.3)")
-    parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
-                        help="the 64-client rate, known already: no probe")
-    parser.add_argument("--probe-s", type=float, default=20.0, help="seconds of the 64-client probe (default 20)")
-    parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between records (default 60)")
-    parser.add_argument("--settle-minutes", type=float, default=10.0,
-                        help="the first minutes the steady-state line leaves out (default 10)")
-    parser.add_argument("--distinct", type=int, default=None, metavar="N",
-                        help="N distinct lists simulated from the corpus's train and review sentences, each new to "
-                             "the server until the pool wraps (instead of 1,000 real-shaped and short ones)")
-    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting in the server's environment (repeatable), e.g. CACHE_SIZE=1000")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench" / "soak",
-                        help="where soak.json, soak.md and soak.png go")
-    parser.add_argument("--fake", action="store_true",
-                        help="serve tests/fakes.py's FakeCorrector: to smoke-test the tool; its figures mean nothing")
-    return parser
-
-
 def request_pool(n: int, short_share: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Return n bodies in a seeded order, `short_share` of them short lists, the rest real-shaped; and their shape."""
     def top1_chars(body: dict[str, Any]) -> int:
@@ -185,8 +160,29 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testing.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="how long to drive it (default 60)")
+    parser.add_argument("--share", type=float, default=0.7,
+                        help="the arrival rate as a share of the 64-client rate (default 0.7)")
+    parser.add_argument("--short-share", type=float, default=0.3,
+                        help="share of the requests that are short lists (default 0.3)")
+    parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
+                        help="the 64-client rate, known already: no probe")
+    parser.add_argument("--probe-s", type=float, default=20.0, help="seconds of the 64-client probe (default 20)")
+    parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between records (default 60)")
+    parser.add_argument("--settle-minutes", type=float, default=10.0,
+                        help="the first minutes the steady-state line leaves out (default 10)")
+    parser.add_argument("--distinct", type=int, default=None, metavar="N",
+                        help="N distinct lists simulated from the corpus's train and review sentences, each new to "
+                             "the server until the pool wraps (instead of 1,000 real-shaped and short ones)")
+    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting in the server's environment (repeatable), e.g. CACHE_SIZE=1000")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench" / "soak",
+                        help="where soak.json, soak.md and soak.png go")
+    parser.add_argument("--fake", action="store_true",
+                        help="serve tests/fakes.py's FakeCorrector: to smoke-test the tool; its figures mean nothing")
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if not 0 < args.share <= 2 or not 0 <= args.short_share <= 1 or args.minutes <= 0 or args.interval_s <= 0 \
             or args.settle_minutes < 0 or (args.distinct is not None and args.distinct < 1):
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
