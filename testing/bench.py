@@ -18,7 +18,6 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,22 +62,8 @@ def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
     return simulated_bodies(n, ("test",), start=real_bodies(), max_chars=max_chars)
 
 
-@dataclass
-class Plan:
-    """What one run measures."""
-
-    sections: tuple[str, ...]
-    durations: dict[str, float]
-    batch_sizes: tuple[int, ...] = BATCH_SIZES
-    c_factors: tuple[float, ...] = (2.0, 3.0, 5.0)
-    capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
-    f_slow: int = 1000  # slow connections held open
-    f_clients: int = 10  # closed-loop clients asking beside them
-    url: str | None = None  # f against a running server (none started)
-    fake: bool = False
-    max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
-    devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn, and hooks' devices
-    rounds: int = 30  # hooks: batches of 64 timed
+# What one run measures: the flags, with what make_plan works out from them (sections, durations, the points).
+Plan = argparse.Namespace
 
 
 def print_point(section: str, label: str, p: dict[str, Any]) -> None:
@@ -221,7 +206,7 @@ def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
     """Slow clients: f_clients closed-loop clients (the core's) beside f_slow slow connections (`beside_slow`); on the
     batching-on server measured as a point of b (`report.measure_closed`, after its warm-up: its log, counters and
     CPU), or on `--url`'s server from the clients' side alone, no warm-up."""
-    needed = plan.f_slow + plan.f_clients + 64  # open files
+    needed = plan.slow + plan.clients + 64  # open files
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
@@ -230,15 +215,15 @@ def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
     templates = payload_templates(request_bodies(200))
     if plan.url is None:
         server = servers.get("batching-on", SETTINGS_ON)
-        point = measure_closed(server, plan.f_clients, plan.durations["f"], templates,
-                               lambda driver: beside_slow(server.url, plan.f_slow, driver))
+        point = measure_closed(server, plan.clients, plan.durations["f"], templates,
+                               lambda driver: beside_slow(server.url, plan.slow, driver))
         point.pop("_shots"), point.pop("_start")
     else:
-        run = load.run(beside_slow(plan.url, plan.f_slow,
-                                   load.closed_loop(plan.url, plan.f_clients, plan.durations["f"], 0.0, templates)))
-        point = {"clients": plan.f_clients, **summarise(run.shots, (run.start, run.end), Counter(), None),
+        run = load.run(beside_slow(plan.url, plan.slow,
+                                   load.closed_loop(plan.url, plan.clients, plan.durations["f"], 0.0, templates)))
+        point = {"clients": plan.clients, **summarise(run.shots, (run.start, run.end), Counter(), None),
                  **run.generator}
-    print_point("f", f"{plan.f_slow} slow connections held, {plan.f_clients} clients", point)
+    print_point("f", f"{plan.slow} slow connections held, {plan.clients} clients", point)
     return point
 
 
@@ -419,34 +404,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
-    sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
-    unknown = [s for s in sections if s not in SECTIONS]
+    """Work out what the run measures: the sections, each one's seconds a point, its points (fewer with --quick)."""
+    args.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
         raise SystemExit(f"unknown section(s) {unknown}: choose from {','.join(SECTIONS)}")
     duration = args.duration if args.duration is not None else (QUICK_DURATION_S if args.quick else None)
-    durations = {s: duration if duration is not None else default for s, default in DEFAULT_DURATION_S.items()}
+    args.durations = {s: duration if duration is not None else default for s, default in DEFAULT_DURATION_S.items()}
     if args.quick:
-        durations["a"] = min(durations["a"], 1.0)
-    quick: dict[str, Any] = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
-    if args.factors:
-        try:
-            quick["c_factors"] = tuple(float(f) for f in args.factors.split(","))
-        except ValueError:
-            raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
-    if args.slow is not None:
-        quick["f_slow"] = args.slow
-    if quick.get("f_slow", 0) < 0 or args.clients < 1:
+        args.durations["a"] = min(args.durations["a"], 1.0)
+    args.batch_sizes = (1, 8, 64) if args.quick else BATCH_SIZES
+    try:
+        args.c_factors = tuple(float(f) for f in (args.factors or ("2" if args.quick else "2,3,5")).split(","))
+    except ValueError:
+        raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
+    args.slow = (200 if args.quick else 1000) if args.slow is None else args.slow
+    if args.slow < 0 or args.clients < 1:
         raise SystemExit("--slow must be >= 0, --clients >= 1")
     if args.url is not None:
         try:
             Target.from_url(args.url)
         except ValueError:
             raise SystemExit(f"--url must be http://HOST:PORT, got {args.url!r}") from None
-        if sections != ("f",):
+        if args.sections != ("f",):
             raise SystemExit("--url goes with --sections f alone")
-    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
-                devices=tuple(args.devices.split(",")), f_clients=args.clients, url=args.url, rounds=args.rounds,
-                **quick)
+    args.devices = tuple(args.devices.split(","))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in results["b"][mode]:
                     raw[f"b/batching {mode}/{p['clients']} clients"] = _raw_series(p)
         if "c" in plan.sections:
-            capacity = results.get("b", {}).get("capacity_rps") or plan.capacity_rps
+            capacity = results.get("b", {}).get("capacity_rps") or plan.capacity
             results["c"] = section_c(plan, servers, templates, capacity)
             for p in results["c"]["points"]:
                 raw[f"c/overload/{p['factor']:g}x"] = _raw_series(p)
