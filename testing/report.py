@@ -24,9 +24,8 @@ from api.metrics import BATCHER_COUNTERS
 from api.paths import AnswerPath
 from testing import load
 from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, LoadRun, Shot, percentile
-from testing.server import APP, FAKE_APP, ServerProcess, get_json, scrape, start_server
+from testing.server import APP, FAKE_APP, REPO_ROOT, ServerProcess, get_json, scrape, start_server
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # The request log's paths answered with TOP1 (api.paths.AnswerPath.fallback): never to pass for the model's latency.
 FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)
 

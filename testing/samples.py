@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from config import REPO_ROOT
 from preprocess.phones import text_phones
 from testing import cli
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 REAL_REQUESTS = REPO_ROOT / "testing" / "data" / "real_requests.jsonl"
 RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
 

@@ -21,10 +21,9 @@ import numpy as np
 import psutil
 import requests
 
-from config import DEFAULT_WEIGHTS_DIR
+from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT
 from model.weights_meta import WEIGHTS_FILES
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 APP = "api:create_app()"
 # tests/fakes.py's FakeCorrector served as `make run` serves the model: to smoke-test a tool, its figures meaningless.
 FAKE_APP = "tests.fakes:create_fake_app()"
