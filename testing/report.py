@@ -369,13 +369,13 @@ def measure(server: ServerProcess, driver: Coroutine[Any, Any, LoadRun], answer_
     with server.cpu_clock() as clock:
         run = load.run(driver)
     after = batcher_stats(server)
-    log, _ = server.request_log_since(offset)
+    log = server.request_log(offset)
     answered = {s.esun_uuid for s in run.shots if s.status}
     for _ in range(LOG_WAITS):  # the log writer's thread writes a line just after its answer: wait for the window's
         if not log or answered <= {line.get("esun_uuid") for line in log}:  # none at all: the server logs no requests
             break
         time.sleep(0.05)
-        log, _ = server.request_log_since(offset)
+        log = server.request_log(offset)
     shots = tag_paths(run.shots, paths_by_uuid(log))
     start, end = run.start, run.end
     # the latency the server itself logged (beside the client's: where time went)

@@ -145,16 +145,12 @@ class ServerProcess(contextlib.AbstractContextManager["ServerProcess"]):
         return out
 
     def log_offset(self) -> int:
-        """Where the server's log ends now: `request_log_since` it reads what comes after."""
+        """Where the server's log ends now: `request_log` reads what comes after."""
         return self.log_path.stat().st_size
 
-    def request_log(self) -> list[dict]:
-        """Return the JSON lines of logger api.requests: one per inference request (`path`, `latency_ms`, ...)."""
-        return self.request_log_since(0)[0]
-
-    def request_log_since(self, offset: int) -> tuple[list[dict], int]:
-        """Return the api.requests lines written from byte `offset` on (whole lines only), and the offset after them:
-        a long run reads its log in pieces instead of whole every time (testing.soak)."""
+    def request_log(self, offset: int = 0) -> list[dict]:
+        """Return the JSON lines of logger api.requests (one per inference request: `path`, `latency_ms`, ...) written
+        from byte `offset` on, whole lines only: a long run reads its log in pieces, not whole every time."""
         with self.log_path.open("rb") as log:
             log.seek(offset)
             data = log.read()
@@ -166,7 +162,7 @@ class ServerProcess(contextlib.AbstractContextManager["ServerProcess"]):
                     record = json.loads(line)
                     if record.get("logger") == "api.requests":
                         out.append(record)
-        return out, offset + len(data)
+        return out
 
     def paths(self, since: int = 0) -> Counter[str]:
         """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
