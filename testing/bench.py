@@ -203,7 +203,7 @@ async def beside_slow(url: str, slow: int, driver: Coroutine[Any, Any, load.Load
 
 
 def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
-    """Slow clients: f_clients closed-loop clients (the core's) beside f_slow slow connections (`beside_slow`); on the
+    """Slow clients: --clients closed-loop clients (the core's) beside --slow slow connections (`beside_slow`); on the
     batching-on server measured as a point of b (`report.measure_closed`, after its warm-up: its log, counters and
     CPU), or on `--url`'s server from the clients' side alone, no warm-up."""
     needed = plan.slow + plan.clients + 64  # open files
@@ -284,7 +284,6 @@ def profile(device: str, rounds: int, size: int = 64) -> dict:
     import torch
 
     from model.corrector import Corrector
-    from preprocess.text import NBest
 
     config = Config.from_env()
     corrector = Corrector(device=device, cpu_runtime=config.cpu_runtime, cpu_precision=config.cpu_precision)
