@@ -22,6 +22,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from api.metrics import BATCHER_COUNTERS
 from api.paths import AnswerPath
 from testing import cli, load
@@ -238,8 +240,6 @@ def run_record(prog: str, argv: list[str]) -> dict[str, Any]:
 
 def machine_info() -> dict[str, Any]:
     """Describe the machine: CPU model, cores, RAM, load, software versions, the commit measured."""
-    import psutil
-
     cpu_model = platform.processor() or "unknown"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():

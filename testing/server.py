@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import psutil
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT
 from model.weights_meta import WEIGHTS_FILES
@@ -237,8 +238,6 @@ def get_json(url: str, timeout_s: float = 10.0) -> Any:
 
 def metric_samples(url: str) -> list[Any]:
     """The samples of a server's /metrics (none where it answers no 200 there: testing.ab serves older commits)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     response = loopback_get(f"{url}/metrics")
     text = response.text if response.status_code == 200 else ""
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
