@@ -18,8 +18,22 @@ from tests.clients.fake_http import serving
 
 def run_f(out: Path, url: str, slow: int, clients: int, seconds: float) -> tuple[int, dict]:
     """Run section f alone against `url`; return the exit status and the section's figures from bench.json."""
-    code = main(["--sections", "f", "--url", url, "--slow", str(slow), "--clients", str(clients),
-                 "--duration", str(seconds), "--out", str(out)])
+    code = main(
+        [
+            "--sections",
+            "f",
+            "--url",
+            url,
+            "--slow",
+            str(slow),
+            "--clients",
+            str(clients),
+            "--duration",
+            str(seconds),
+            "--out",
+            str(out),
+        ]
+    )
     return code, json.loads((out / "bench.json").read_text(encoding="utf-8"))["f"]
 
 
