@@ -27,7 +27,6 @@ WARM_LISTS, BATCHES, SINGLES = 640, 20, 200  # --mode time, per child: lists ans
 
 def child(mode: str, lists_path: Path) -> dict:
     """Run in a tree: answer every list (`answers`) or time batches of 64 and of 1 (`time`)."""
-    import numpy as np
     import torch
 
     from model.corrector import Corrector
@@ -55,8 +54,8 @@ def child(mode: str, lists_path: Path) -> dict:
         t = time.perf_counter()
         corrector.predict_batch([item])
         out["ms_1"].append(1000 * (time.perf_counter() - t))
-    out["median_ms_64"] = float(np.median(out["ms_64"]))
-    out["median_ms_1"] = float(np.median(out["ms_1"]))
+    out["median_ms_64"] = statistics.median(out["ms_64"])
+    out["median_ms_1"] = statistics.median(out["ms_1"])
     return out
 
 
@@ -74,14 +73,6 @@ def build_lists(limit: int, path: Path) -> dict[str, list]:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return {"set": [r["set"] for r in rows], "truth": [r["truth"] for r in rows],
             "nbest": [NBest(r["sentences"], r["phonemes"]) for r in rows]}
-
-
-def make_tree(commit: str, parent: Path) -> Path:
-    """Check `commit` out into a new worktree under `parent`."""
-    tree = parent / commit
-    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(tree), commit],
-                   check=True, capture_output=True)
-    return tree
 
 
 def run_child(tree: Path, mode: str, lists_path: Path) -> dict:
@@ -126,12 +117,11 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
                                      f"{m['ms_64'] / here['ms_64']:.2f}x")
 
 
-def serve(tree: Path, app: str | None) -> ServerProcess:
-    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`; `app`: another app."""
+def serve(tree: Path) -> ServerProcess:
+    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`."""
     from testing.server import start_server
 
-    args = [app] if app else []
-    code = f"import json; from testing.server import gunicorn_command as g; print(json.dumps(g(*{args})))"
+    code = "import json; from testing.server import gunicorn_command as g; print(json.dumps(g()))"
     done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)},
                           capture_output=True, text=True, check=True)
     return start_server({"PYTHONPATH": str(tree)}, tree=tree, command=json.loads(done.stdout.strip().splitlines()[-1]))
@@ -159,7 +149,7 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
     from testing import load
     from testing.report import measure_closed
 
-    with serve(tree, args.app) as server:
+    with serve(tree) as server:
         load.run(load.closed_loop(server.url, args.clients, 3.0, 1.0, warm))  # the first batches, the caches
         point = measure_closed(server, args.clients, args.served_s, templates)
     # the paths of the window's requests only (each shot's, from the request log): the warm-up's last requests,
@@ -199,7 +189,7 @@ def compare_served(sides: dict[str, Path], args: argparse.Namespace) -> dict:
                         f"{m['model_answers_per_s'] / max(here['model_answers_per_s'], 1e-9):.2f}x")
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="A/B the corrector against other commits, offline or served.")
     ap.add_argument("--against", action="append", default=[], help="a commit to compare with (repeatable)")
     ap.add_argument("--mode", choices=("answers", "time", "both", "served"), default="both")
@@ -209,15 +199,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
     ap.add_argument("--pool", type=int, default=400, help="distinct lists the window of --mode served cycles through")
     ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
-    ap.add_argument("--app", help="--mode served: the WSGI app to serve, gunicorn's form (default: make run's)")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.lists_file)))
         return 0
@@ -225,11 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         parent = Path(tmp)
         lists_path = parent / "lists.jsonl"
         meta = build_lists(args.limit, lists_path) if args.mode != "served" else {"set": []}
-        sides = {"here": REPO_ROOT} | {commit: make_tree(commit, parent) for commit in args.against}
+        sides = {"here": REPO_ROOT} | {commit: parent / commit for commit in args.against}
         from testing.report import run_record, write_json  # here, not at the top: the children import this file
 
         result: dict = {**run_record("ab", sys.argv[1:] if argv is None else argv), "lists": len(meta["set"])}
         try:
+            for commit in args.against:  # each commit checked out in a new worktree, removed at the end
+                subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(sides[commit]),
+                                commit], check=True, capture_output=True)
             if args.mode in ("answers", "both"):
                 result["answers"] = compare_answers(sides, lists_path, meta)
             if args.mode in ("time", "both"):
@@ -238,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["served"] = compare_served(sides, args)
         finally:
             for commit in args.against:
-                subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(parent / commit)],
+                subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(sides[commit])],
                                capture_output=True)
     print(f"\nmachine: {result['machine']['cpu_model']}, {result['machine']['logical_cpus']} CPUs")
     if args.json:

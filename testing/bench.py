@@ -1,5 +1,6 @@
 """The benchmark: offline ceiling (a), closed loop (b), open-loop overload (c), slow clients (f); not by default, each
-admission gate shown acting around a slow fake model (gates) and the GPU check (gpu, testing/gpu_check.sh runs it)."""
+admission gate shown acting around a slow fake model (gates), the GPU check (gpu, testing/gpu_check.sh runs it) and
+where a batch of 64 spends its time, the corrector's hooks timed apart (hooks)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +27,21 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
-    from testing import load, report, slow_clients
-    from testing.batch_profile import hooks_table, profile
+    from testing import load, report
     from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
-    from testing.report import count_paths, markdown, measure_closed, measure_open, run_record
+    from testing.report import count_paths, markdown, measure_closed, measure_open, run_record, summarise
     from testing.samples import pool_shape, real_bodies, request_bodies, simulated_bodies
     from testing.server import FAKE_APP, REPO_ROOT, missing_weights, sampling, start_server
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SECTIONS = ("a", "b", "c", "f", "gates", "gpu")
+SECTIONS = ("a", "b", "c", "f", "gates", "gpu", "hooks")
 DEFAULT_SECTIONS = ("a", "b", "c", "f")
 B_CLIENTS = (1, 10, 64)
-F_CLIENTS = 10  # closed-loop clients asking beside the slow connections
+# f: the start of a POST's head, which a slow connection sends; the server waits for the rest, which never comes
+SLOW_HEAD = b"POST /inference HTTP/1.1\r\nHost: slow\r\nContent-"
+SLOW_SAMPLE_S = 0.25  # how often f counts the slow connections held
+SLOW_RAMP_S = 10.0  # the longest wait for the slow connections to open before the clients start
 POOL = 400  # different request bodies
 DEFAULT_DURATION_S = {"a": 2.0, "b": 10.0, "c": 10.0, "f": 20.0, "gates": 10.0, "gpu": 30.0}
 QUICK_DURATION_S = 3.0
@@ -47,6 +52,7 @@ SLOW = {"FAKE_DELAY_S": "0.4", "MAX_BATCH_SIZE": "8", "HTTP_THREADS": "32", "MAX
 GATE_SCENARIOS = {"slow model": 3.0, "slow model, 5x": 5.0, "slow senders": 0.0}
 SENDER_DELAY_S = 0.7  # slow senders: a body's rest this long after its first byte
 GPU_CLIENTS = (64, 256)  # the GPU check's closed loops, on each device
+HOOKS = ("batch", "predict", "unbatch")  # predict_batch's three steps: featurize, the network, rerank with the LM
 GPU_HEAD = ("device | clients | answers/s | p99 ms | model share | non-200 | late > 1 s | GPU use % (mean, max) | "
             "workers")
 
@@ -56,35 +62,30 @@ def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
     return simulated_bodies(n, ("test",), start=real_bodies(), max_chars=max_chars)
 
 
-@dataclass
-class Plan:
-    """What one run measures."""
-
-    sections: tuple[str, ...]
-    durations: dict[str, float]
-    batch_sizes: tuple[int, ...] = BATCH_SIZES
-    c_factors: tuple[float, ...] = (2.0, 3.0, 5.0)
-    capacity_rps: float | None = None  # what c's factors multiply when b does not run (else a probe measures it)
-    f_slow: int = 1000  # slow connections held open (testing/slow_clients.py)
-    fake: bool = False
-    max_chars: int | None = None  # short lists: the pool's TOP1s at most this long
-    devices: tuple[str, ...] = ("cuda", "cpu")  # the GPU check's DEVICE settings, in turn
+# What one run measures: the flags, with what make_plan works out from them (sections, durations, the points).
+Plan = argparse.Namespace
 
 
 def print_point(section: str, label: str, p: dict[str, Any]) -> None:
     print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
-          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p.get('connection_errors', 0)}, "
+          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p['connection_errors']}, "
           f"late {p['late_over_1s']}, listen overflows {p.get('listen_overflows', '-')}, paths {p['paths']}, "
-          f"generator {p.get('generator', '?')} "
-          f"{p.get('generator_cpu_pct', '?')} % of a core"
-          + (f", server CPU {p['server_cpu_pct']} % of a core, {p['server_cpu_ms_per_answer']} ms per answer, others "
-             f"{p['others_cpu_pct']} %"
-             if "server_cpu_pct" in p else ""), flush=True)
+          f"generator {p['generator']} {p['generator_cpu_pct']} % of a core, server CPU "
+          f"{p.get('server_cpu_pct', '-')} % of a core, {p.get('server_cpu_ms_per_answer', '-')} ms per answer, "
+          f"others {p.get('others_cpu_pct', '-')} %", flush=True)
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
     """Offline: the corrector alone, items per second by batch size, the same inputs for every size."""
-    corrector = _offline_corrector(plan.fake)
+    if plan.fake:
+        from tests.fakes import FakeCorrector
+
+        corrector = FakeCorrector(delay_s=0.005)
+    else:
+        from model.corrector import Corrector
+
+        corrector = Corrector(device=Config.from_env().device)
+        corrector.setup()
     items = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in pool]
     duration_s = plan.durations["a"]
     rows = []
@@ -103,7 +104,8 @@ def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
             done += len(batch)
             calls += 1
         elapsed = time.perf_counter() - started
-        waste = statistics.fmean(_padded_waste(batch) / len(batch) for batch in batches)
+        sizes = [[len(strip_spaces(item.top1)) for item in batch] for batch in batches]  # padded to the longest
+        waste = statistics.fmean((max(s) * len(s) - sum(s)) / len(s) for s in sizes)
         rows.append({"batch_size": size, "items_per_s": round(done / elapsed, 1), "calls": calls,
                      "ms_per_call_p50": round(statistics.median(times) * 1000, 2),
                      "ms_per_item": round(elapsed / done * 1000, 3),
@@ -113,23 +115,6 @@ def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": rows, "ceiling_items_per_s": max(r["items_per_s"] for r in rows),
             "model": json.loads(json.dumps(dict(info), default=str)), "inputs": len(items),
             "torch_threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None}
-
-
-def _offline_corrector(fake: bool) -> Any:
-    if fake:
-        from tests.fakes import FakeCorrector
-
-        return FakeCorrector(delay_s=0.005)
-    from model.corrector import Corrector
-
-    corrector = Corrector(device=Config.from_env().device)
-    corrector.setup()
-    return corrector
-
-
-def _padded_waste(batch: list[NBest]) -> int:
-    sizes = [len(strip_spaces(item.top1)) for item in batch]
-    return max(sizes) * len(sizes) - sum(sizes)
 
 
 def section_b(plan: Plan, servers: report.Servers, templates: list[str]) -> dict[str, Any]:
@@ -166,11 +151,79 @@ def section_c(plan: Plan, servers: report.Servers, templates: list[str], capacit
     return {"capacity_rps": capacity_rps, "points": points}
 
 
+async def beside_slow(url: str, slow: int, driver: Coroutine[Any, Any, load.LoadRun]) -> load.LoadRun:
+    """Open `slow` slow connections (waiting at most SLOW_RAMP_S for them), hold them while the driver (the clients)
+    runs on the same event loop, and add what became of them, and the tool's CPU meanwhile, to its figures ("slow")."""
+    target, held_s = Target.from_url(url), []
+    # answered_by_server: closed with some bytes first (an error answer) rather than silently
+    count = dict.fromkeys(("open_now", "opened", "failed_to_open", "closed_by_server", "answered_by_server"), 0)
+
+    async def hold() -> None:  # one slow connection until cancelled, another opened whenever the server closes it
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(target.host, target.port)
+            except OSError:
+                count["failed_to_open"] += 1
+                await asyncio.sleep(0.1)
+                continue
+            count["opened"] += 1
+            count["open_now"] += 1
+            opened_at = time.monotonic()
+            try:
+                writer.write(SLOW_HEAD)
+                count["answered_by_server"] += bool(await reader.read(65536))
+            except OSError:
+                pass  # reset: closed as well
+            finally:
+                count["open_now"] -= 1
+                writer.close()
+            count["closed_by_server"] += 1
+            held_s.append(time.monotonic() - opened_at)
+
+    holders = [asyncio.create_task(hold()) for _ in range(slow)]
+    ramp_end = time.monotonic() + SLOW_RAMP_S
+    while count["open_now"] < slow and time.monotonic() < ramp_end:
+        await asyncio.sleep(0.05)
+    opened_in_ramp, cpu0, wall0 = count["open_now"], time.process_time(), time.monotonic()
+    try:
+        with sampling(lambda: count["open_now"], SLOW_SAMPLE_S) as readings:
+            run = await driver
+    finally:
+        for holder in holders:
+            holder.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+    held = [n for _, n in readings] or [0]
+    run.generator["slow"] = {
+        "asked": slow, "open_at_start": opened_in_ramp, "held_min": min(held),
+        "held_mean": round(sum(held) / len(held), 1), **{k: n for k, n in count.items() if k != "open_now"},
+        "held_before_close_p50_s": None if not held_s else round(load.percentile(held_s, 50), 2),
+        "held_samples": held,
+        "tool_cpu_pct": round(100 * (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9), 1)}
+    return run
+
+
 def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
-    """Slow clients (testing/slow_clients.py) beside F_CLIENTS closed-loop clients, on the batching-on server."""
-    server = servers.get("batching-on", SETTINGS_ON)
-    point = slow_clients.measure(server.url, plan.f_slow, F_CLIENTS, plan.durations["f"], server)
-    print_point("f", f"{plan.f_slow} slow connections held, {F_CLIENTS} clients", point)
+    """Slow clients: --clients closed-loop clients (the core's) beside --slow slow connections (`beside_slow`); on the
+    batching-on server measured as a point of b (`report.measure_closed`, after its warm-up: its log, counters and
+    CPU), or on `--url`'s server from the clients' side alone, no warm-up."""
+    needed = plan.slow + plan.clients + 64  # open files
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            raise cli.ToolError(f"{needed} connections need {needed} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    templates = payload_templates(request_bodies(200))
+    if plan.url is None:
+        server = servers.get("batching-on", SETTINGS_ON)
+        point = measure_closed(server, plan.clients, plan.durations["f"], templates,
+                               lambda driver: beside_slow(server.url, plan.slow, driver))
+        point.pop("_shots"), point.pop("_start")
+    else:
+        run = load.run(beside_slow(plan.url, plan.slow,
+                                   load.closed_loop(plan.url, plan.clients, plan.durations["f"], 0.0, templates)))
+        point = {"clients": plan.clients, **summarise(run.shots, (run.start, run.end), Counter(), None),
+                 **run.generator}
+    print_point("f", f"{plan.slow} slow connections held, {plan.clients} clients", point)
     return point
 
 
@@ -217,18 +270,68 @@ def section_gates(plan: Plan, log_dir: Path) -> list[dict[str, Any]]:
 
 def gpu_use() -> float | None:
     """GPU 0's utilisation now, in % (nvidia-smi); None where it cannot be read."""
-    smi = shutil.which("nvidia-smi")
     try:
-        out = subprocess.run([smi or "nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+        out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
                               "-i", "0"], capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return float(out) if out.isdigit() else None
 
 
+def profile(device: str, rounds: int, size: int = 64) -> dict:
+    """Time each hook of `rounds` batches of `size` different real-shaped lists (the network on CPU as the settings
+    CPU_RUNTIME and CPU_PRECISION say, as served); medians in ms, shares of the sum."""
+    import torch
+
+    from model.corrector import Corrector
+
+    config = Config.from_env()
+    corrector = Corrector(device=device, cpu_runtime=config.cpu_runtime, cpu_precision=config.cpu_precision)
+    corrector.setup()
+    bodies = request_bodies(size * rounds, seed=1)
+    lists = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in bodies]
+    times: dict[str, list[float]] = {hook: [] for hook in HOOKS}
+    for r in range(rounds):
+        items = lists[r * size : (r + 1) * size]
+        t0 = time.perf_counter()
+        batch = corrector.batch(items)
+        t1 = time.perf_counter()
+        probs = corrector.predict(batch)
+        if corrector.device.type == "cuda":
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        corrector.unbatch(items, batch, probs)
+        t3 = time.perf_counter()
+        for hook, seconds in zip(HOOKS, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            times[hook].append(seconds * 1000)
+    medians = {hook: statistics.median(ms) for hook, ms in times.items()}
+    total = sum(medians.values())
+    return {"device": str(corrector.device), "precision": corrector.precision, "runtime": corrector.runtime,
+            "batch_size": size, "rounds": rounds,
+            "torch_threads": torch.get_num_threads(), "median_ms": medians, "total_ms": total,
+            "share": {hook: ms / total for hook, ms in medians.items()},
+            "gpu": torch.cuda.get_device_name(0) if corrector.device.type == "cuda" else None}
+
+
+def hooks_table(results: list[dict]) -> list[str]:
+    """One row a profile (`profile`'s figures): each hook's median ms, their sum and the network's share."""
+    return report.table("device | batch | predict (the network) | unbatch | total | network's share",
+                        [[f"{r['device']} {r['precision']} ({r['runtime']})",
+                          *(f"{r['median_ms'][h]:.1f}" for h in HOOKS), f"{r['total_ms']:.1f}",
+                          f"{100 * r['share']['predict']:.0f} %"] for r in results])
+
+
+def section_hooks(plan: Plan) -> list[dict[str, Any]]:
+    """Where a batch of 64 spends its time, on each of the devices the machine has: `profile`."""
+    import torch
+
+    return [profile(device, plan.rounds) for device in plan.devices
+            if device != "cuda" or torch.cuda.is_available()]
+
+
 def section_gpu(plan: Plan, servers: report.Servers) -> dict[str, Any]:
     """The GPU check: served as `make run` serves it with each DEVICE in turn, closed loops of GPU_CLIENTS, GPU use
-    sampled; then one batch of 64's hooks timed on each device (testing.batch_profile; not with --fake)."""
+    sampled; then one batch of 64's hooks timed on each device (`profile`; not with --fake)."""
     templates = payload_templates(request_bodies(400, seed=3))
     rows = []
     for device in plan.devices:
@@ -245,7 +348,7 @@ def section_gpu(plan: Plan, servers: report.Servers) -> dict[str, Any]:
                          "gpu_use": use, "gpu_samples": samples, **point})
             print_point(f"gpu DEVICE={device}", f"{n} clients, GPU use {use}", point)
         servers.release(f"device-{device}")
-    batches = {} if plan.fake else {device: profile(device, rounds=20, size=64, threads=0) for device in plan.devices}
+    batches = {} if plan.fake else {device: profile(device, rounds=20) for device in plan.devices}
     first = batches.get(plan.devices[0], {})
     return {"rows": rows, "batches": batches, "duration_s": plan.durations["gpu"],
             "machine": f"{platform.node()}: {first.get('gpu') or 'no GPU'}, {os.cpu_count()} cores"}
@@ -260,7 +363,7 @@ def gpu_lines(results: dict[str, Any]) -> list[str]:
             *report.table(GPU_HEAD, [[r["device"], r["clients"], r["throughput_rps"], r["p99_ms"], r["model_share"],
                                       r["non_200"], r["late_over_1s"], r["gpu_use"], r["workers"]]
                                      for r in gpu["rows"]]),
-            "", "One batch of 64 lists (`testing.batch_profile`), median of 20, in ms:", "",
+            "", "One batch of 64 lists (`--sections hooks`), median of 20, in ms:", "",
             *hooks_table(list(gpu["batches"].values())), ""]
 
 
@@ -286,37 +389,53 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what c's factors multiply when b does not run (default: a probe at 64 clients)")
     parser.add_argument("--factors", default=None, metavar="F,F,...",
                         help="c's loads as multiples of the capacity, in order (default 2,3,5), e.g. 3,3,3,3,3")
-    parser.add_argument("--devices", default="cuda,cpu", help="gpu: the DEVICE settings to serve with, in turn")
+    parser.add_argument("--devices", default="cuda,cpu",
+                        help="gpu: the DEVICE settings to serve with, in turn; hooks: those to time on (cuda if any)")
+    parser.add_argument("--rounds", type=int, default=30, help="hooks: batches of 64 timed (default 30)")
     parser.add_argument("--markdown", type=Path, help="gpu: append its table to this file (docs/benchmarks.md)")
     parser.add_argument("--max-chars", type=int, default=None, metavar="N",
                         help="short lists: every TOP1 at most N characters (a cheaper model, a busier door)")
+    parser.add_argument("--slow", type=int, default=None, metavar="N",
+                        help="f: slow connections to hold open (default 1000, --quick 200)")
+    parser.add_argument("--clients", type=int, default=10, metavar="N", help="f: closed-loop clients (default 10)")
+    parser.add_argument("--url", help="f alone, against this running server instead of one the bench starts")
     return parser
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
-    sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
-    unknown = [s for s in sections if s not in SECTIONS]
+    """Work out what the run measures: the sections, each one's seconds a point, its points (fewer with --quick)."""
+    args.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
         raise SystemExit(f"unknown section(s) {unknown}: choose from {','.join(SECTIONS)}")
     duration = args.duration if args.duration is not None else (QUICK_DURATION_S if args.quick else None)
-    durations = {s: duration if duration is not None else DEFAULT_DURATION_S[s] for s in SECTIONS}
+    args.durations = {s: duration if duration is not None else default for s, default in DEFAULT_DURATION_S.items()}
     if args.quick:
-        durations["a"] = min(durations["a"], 1.0)
-    quick: dict[str, Any] = {"batch_sizes": (1, 8, 64), "c_factors": (2.0,), "f_slow": 200} if args.quick else {}
-    if args.factors:
+        args.durations["a"] = min(args.durations["a"], 1.0)
+    args.batch_sizes = (1, 8, 64) if args.quick else BATCH_SIZES
+    try:
+        args.c_factors = tuple(float(f) for f in (args.factors or ("2" if args.quick else "2,3,5")).split(","))
+    except ValueError:
+        raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
+    args.slow = (200 if args.quick else 1000) if args.slow is None else args.slow
+    if args.slow < 0 or args.clients < 1:
+        raise SystemExit("--slow must be >= 0, --clients >= 1")
+    if args.url is not None:
         try:
-            quick["c_factors"] = tuple(float(f) for f in args.factors.split(","))
+            Target.from_url(args.url)
         except ValueError:
-            raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
-    return Plan(sections, durations, fake=args.fake, capacity_rps=args.capacity, max_chars=args.max_chars,
-                devices=tuple(args.devices.split(",")), **quick)
+            raise SystemExit(f"--url must be http://HOST:PORT, got {args.url!r}") from None
+        if args.sections != ("f",):
+            raise SystemExit("--url goes with --sections f alone")
+    args.devices = tuple(args.devices.split(","))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     plan = make_plan(args)
-    cli.require_weights(args.fake or plan.sections == ("gates",), missing_weights())
+    cli.require_weights(args.fake or plan.url is not None or plan.sections == ("gates",), missing_weights())
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"bench: the results go to {out} (--out DIR writes them elsewhere)", flush=True)
@@ -324,14 +443,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         **run_record("bench", argv),
         "fake_corrector": plan.fake,
-        "durations_s": {s: plan.durations[s] for s in plan.sections},
+        "durations_s": {s: plan.durations[s] for s in plan.sections if s in plan.durations},
         "judge_timeout_s": JUDGE_TIMEOUT_S,
         "client_timeout_s": CLIENT_TIMEOUT_S,
         "open_loop_timeout_s": report.OPEN_LOOP_ANSWER_S,
     }
     if plan.fake:
         print("bench: serving a FakeCorrector (--fake): the figures say nothing about the model", flush=True)
-    pool = request_pool(POOL, plan.max_chars) if set(plan.sections) - {"gates", "gpu"} else []
+    pool = request_pool(POOL, plan.max_chars) if {"a", "b", "c"} & set(plan.sections) else []
     templates = payload_templates(pool)
     if pool:
         results["request_pool"] = {**pool_shape(pool), "real": len(real_bodies())}
@@ -347,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in results["b"][mode]:
                     raw[f"b/batching {mode}/{p['clients']} clients"] = _raw_series(p)
         if "c" in plan.sections:
-            capacity = results.get("b", {}).get("capacity_rps") or plan.capacity_rps
+            capacity = results.get("b", {}).get("capacity_rps") or plan.capacity
             results["c"] = section_c(plan, servers, templates, capacity)
             for p in results["c"]["points"]:
                 raw[f"c/overload/{p['factor']:g}x"] = _raw_series(p)
@@ -357,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             results["gates"] = section_gates(plan, log_dir)
         if "gpu" in plan.sections:
             results["gpu"] = section_gpu(plan, servers)
+        if "hooks" in plan.sections:
+            results["hooks"] = section_hooks(plan)
         results["servers"] = servers.info
     finally:
         servers.close()
@@ -367,12 +488,15 @@ def main(argv: list[str] | None = None) -> int:
     results["plots"] = draw_bench(results, raw, out)
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
     gpu = gpu_lines(results) if "gpu" in results else []
-    report.write_summary(out, "bench", results, "\n".join([markdown(results), *gpu]))
+    hooks = [f"## Hooks: one batch of 64 lists, median of {plan.rounds}, in ms", "",
+             *hooks_table(results["hooks"]), ""] if "hooks" in results else []
+    report.write_summary(out, "bench", results, "\n".join([markdown(results), *hooks, *gpu]))
     if args.markdown and gpu:
         with args.markdown.open("a", encoding="utf-8") as md:
             md.write("\n" + "\n".join(gpu) + "\n")
     print(f"bench: bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s): {wrote(out)}")
-    return 0
+    f = results.get("f")  # f fails the run where a question was not answered validly within 1 s
+    return 1 if f is not None and not 0 < f["requests"] == f["valid_within_1s"] else 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def missing_module_line(prog: str, module: str | None) -> str:
 @contextmanager
 def dev_requirements(prog: str) -> Iterator[None]:
     """Exit with one line naming the install step when a module imported in the block is missing (when prog is the
-    program run; a tool imported by another, as the benchmark imports slow_clients, leaves the line to it)."""
+    program run; a tool imported by another, as ab imports the benchmark, leaves the line to it)."""
     try:
         yield
     except ModuleNotFoundError as exc:
@@ -44,13 +44,12 @@ def require_weights(fake: bool, missing: list[str]) -> None:
 
 
 def run(main: Callable[[], int], prog: str) -> NoReturn:
-    """Exit with main's status; a ToolError or a missing module becomes one line on stderr and status 2."""
+    """Exit with main's status; a ToolError or a missing module (`dev_requirements`) becomes one line on stderr and
+    status 2."""
     try:
-        code = main()
+        with dev_requirements(prog):
+            code = main()
     except ToolError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
-        code = 2
-    except ModuleNotFoundError as exc:
-        print(missing_module_line(prog, exc.name), file=sys.stderr)
         code = 2
     sys.exit(code)

@@ -8,31 +8,20 @@ with cli.dev_requirements("testing.concurrent_requests"):
     import requests
     from requests.adapters import HTTPAdapter
 
+    from testing.load import Shot
     from testing.samples import REAL_REQUESTS, check_answer, request_bodies
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
 
-@dataclass
-class Result:
-    """One request's fate: its status (0 when no answer came), latency, answer or the problem with it."""
-
-    index: int
-    esun_uuid: str
-    status: int
-    latency_s: float
-    answer: str
-    problem: str | None
-
-
-def send_all(url: str, n: int, size: int | None, timeout_s: float, samples: Path) -> tuple[list[Result], float]:
-    """Send n different bodies concurrently; return each result, in order, and the total wall time."""
+def send_all(url: str, n: int, size: int | None, timeout_s: float, samples: Path) -> tuple[list[Shot], float]:
+    """Send n different bodies concurrently; return each one's shot (`question`: its index), in order, and the total
+    wall time."""
     # each under a new random esun_uuid, 64 hex characters like the judge's
     bodies = [{**body, "esun_uuid": uuid.uuid4().hex + uuid.uuid4().hex} for body in request_bodies(n, path=samples)]
     session = requests.Session()
@@ -52,22 +41,22 @@ def send_all(url: str, n: int, size: int | None, timeout_s: float, samples: Path
     return [_result(i, body, responses[i], errors.get(i)) for i, body in enumerate(bodies)], total_s
 
 
-def _result(index: int, body: dict, response: requests.Response | None, error: BaseException | None) -> Result:
+def _result(index: int, body: dict, response: requests.Response | None, error: BaseException | None) -> Shot:
     uuid = body["esun_uuid"]
     if response is None:
-        return Result(index, uuid, 0, float("nan"), "", f"no answer: {type(error).__name__}: {error}")
+        return Shot(0, float("nan"), 0, f"no answer: {type(error).__name__}: {error}", esun_uuid=uuid, question=index)
     problem = check_answer(response.status_code, response.content, uuid)
-    answer = response.json()["answer"] if problem is None else ""
-    return Result(index, uuid, response.status_code, response.elapsed.total_seconds(), answer, problem)
+    return Shot(0, response.elapsed.total_seconds(), response.status_code, problem, esun_uuid=uuid, question=index,
+                answer=response.json()["answer"] if problem is None else "")
 
 
-def report(results: list[Result], total_s: float) -> str:
+def report(results: list[Shot], total_s: float) -> str:
     """Render one line per request, then the totals."""
     lines = [f"{'#':>3}  {'status':>6}  {'latency':>9}  {'esun_uuid':<16}  answer / problem"]
     for r in results:
         latency = f"{r.latency_s * 1000:7.1f}ms" if r.status else "        -"
         text = f"FAIL {r.problem}" if r.problem else r.answer
-        lines.append(f"{r.index:>3}  {r.status or '-':>6}  {latency}  {r.esun_uuid[:16]:<16}  {text}")
+        lines.append(f"{r.question:>3}  {r.status or '-':>6}  {latency}  {r.esun_uuid[:16]:<16}  {text}")
     failed = sum(r.problem is not None for r in results)
     answered = [r.latency_s for r in results if r.status]
     slowest = f", slowest {max(answered) * 1000:.1f} ms" if answered else ""

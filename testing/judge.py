@@ -85,38 +85,33 @@ def valid_answer(text: str, esun_uuid: str) -> str | None:
     return json.loads(text)["answer"]
 
 
-def _attempt(session: requests.Session, url: str, item: Labelled, esun_uuid: str, retry: int,
-             timeout_s: float) -> tuple[Outcome, str | None, float]:
-    body = {"esun_uuid": esun_uuid, "esun_timestamp": int(time.time()), "sentence_list": list(item.nbest.sentences),
-            "phoneme_sequence_list": list(item.nbest.phonemes), "retry": retry}
-    started = time.perf_counter()
-    try:
-        response = session.post(url, json=body, timeout=timeout_s)
-        content = response.content
-    except requests.Timeout:
-        return "late", None, time.perf_counter() - started
-    except requests.RequestException:  # refused, reset, broken transfer: the judge's "connection error"
-        return "connection_error", None, time.perf_counter() - started
-    elapsed = time.perf_counter() - started
-    if response.status_code != 200:
-        return "non_200", None, elapsed
-    try:
-        answer = valid_answer(content.decode("utf-8"), esun_uuid)
-    except UnicodeDecodeError:
-        answer = None
-    return ("answered" if answer is not None else "malformed"), answer, elapsed
-
-
 def ask(session: requests.Session, url: str, item: Labelled, esun_uuid: str, timeout_s: float) -> JudgedAnswer:
-    """Put one question with the judge's retries; return the earliest valid answer."""
+    """Put one question with the judge's retries; return the earliest valid answer (a malformed 200 is not re-sent)."""
     outcomes: list[Outcome] = []
     for retry in RETRIES:
-        outcome, answer, elapsed = _attempt(session, url, item, esun_uuid, retry, timeout_s)
-        outcomes.append(outcome)
-        if outcome == "answered":
-            return JudgedAnswer(item.id, esun_uuid, answer, tuple(outcomes), elapsed)
-        if outcome == "malformed":
+        body = {"esun_uuid": esun_uuid, "esun_timestamp": int(time.time()), "retry": retry,
+                "sentence_list": list(item.nbest.sentences), "phoneme_sequence_list": list(item.nbest.phonemes)}
+        started = time.perf_counter()
+        try:
+            response = session.post(url, json=body, timeout=timeout_s)
+            content, elapsed = response.content, time.perf_counter() - started
+        except requests.Timeout:
+            outcomes.append("late")
+            continue
+        except requests.RequestException:  # refused, reset, broken transfer: the judge's "connection error"
+            outcomes.append("connection_error")
+            continue
+        if response.status_code != 200:
+            outcomes.append("non_200")
+            continue
+        try:
+            answer = valid_answer(content.decode("utf-8"), esun_uuid)
+        except UnicodeDecodeError:
+            answer = None
+        if answer is None:
+            outcomes.append("malformed")
             break
+        return JudgedAnswer(item.id, esun_uuid, answer, (*outcomes, "answered"), elapsed)
     return JudgedAnswer(item.id, esun_uuid, None, tuple(outcomes), None)
 
 

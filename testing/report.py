@@ -1,12 +1,14 @@
 """What a run's shots add up to (latency figures, per-point summaries, markdown tables), and what each run's record
 holds besides: the command, the machine, its load; one measured point of the core's load (closed or open loop) on a
-served service, summarised with what the server says of it (its request log, its batcher's counters, its CPU); and
-the benchmark's servers."""
+served service, summarised with what the server says of it (its request log, its batcher's counters, its CPU); the
+benchmark's servers; and what a JMeter run's results (.jtl) add up to: `python -m testing.report RESULTS.jtl`."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
+import io
 import json
 import os
 import platform
@@ -20,13 +22,14 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from api.metrics import BATCHER_COUNTERS
 from api.paths import AnswerPath
-from testing import load
+from testing import cli, load
 from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, LoadRun, Shot, percentile
-from testing.server import ServerProcess, app_of, get_json, scrape, start_server
+from testing.server import APP, FAKE_APP, REPO_ROOT, ServerProcess, get_json, scrape, start_server
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # The request log's paths answered with TOP1 (api.paths.AnswerPath.fallback): never to pass for the model's latency.
 FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)
 
@@ -73,13 +76,6 @@ def latency_stats(latencies_s: list[float]) -> dict[str, float | None]:
 def count_paths(log: list[dict[str, Any]], start: float, end: float) -> Counter[str]:
     """Count the server's answers by path among the request-log lines stamped within [start, end] (wall clock)."""
     return Counter(line.get("path", "?") for line in log if start <= float(line.get("ts", 0)) <= end)
-
-
-def server_latency(log: list[dict[str, Any]], start: float, end: float) -> dict[str, float | None]:
-    """The p50/p99 the server itself logged for lines within [start, end] (beside the client's: where time went)."""
-    stats = latency_stats([float(line["latency_ms"]) / 1000 for line in log
-                           if start <= float(line.get("ts", 0)) <= end and "latency_ms" in line])
-    return {"server_p50_ms": stats["p50_ms"], "server_p99_ms": stats["p99_ms"]}
 
 
 def summarise(shots: list[Shot], window: tuple[float, float], paths: Counter[str],
@@ -201,8 +197,16 @@ def markdown(results: dict[str, Any]) -> str:
                   "generator CPU %: the load generator's own CPU time "
                   "over the point, as a share of one core (of the machine's two).", ""]
     if "f" in results:
-        lines += [f"## f. Slow clients ({results['f']['slow']['asked']} connections stalled mid-head, held open)", "",
-                  *slow_table(results["f"]),
+        f, slow = results["f"], results["f"]["slow"]
+        asked, valid = f["requests"], f["valid_within_1s"]
+        lines += [f"## f. Slow clients ({slow['asked']} connections stalled mid-head, held open)", "",
+                  *table("slow held (least / mean) | closed by the server | questions | valid 200s | valid within 1 s "
+                         "| p50 ms | p99 ms | max ms | answers by path | tool CPU % | server CPU % | other processes' "
+                         "CPU %", [[f"{slow['held_min']} / {slow['held_mean']}", slow["closed_by_server"], asked,
+                                    asked - f["non_200"] - f["invalid"],
+                                    f"{valid} ({_share(valid / asked if asked else None, 2)})", f["p50_ms"],
+                                    f["p99_ms"], f["max_ms"], f["paths"], slow["tool_cpu_pct"],
+                                    f.get("server_cpu_pct"), f.get("others_cpu_pct")]]),
                   "", "The slow connections each sent the start of a POST's head, then nothing; one the server "
                   "closed (its read timeout) was opened again at once. The clients asked on kept-alive connections, "
                   "closed loop; the tool (one asyncio loop: slow connections and clients) took the CPU share shown.",
@@ -213,19 +217,6 @@ def markdown(results: dict[str, Any]) -> str:
                          [[r["scenario"], r["offered_rps"], r["sent"], r["non_200"], r["late"] or 0, r["paths"]]
                           for r in results["gates"]]), ""]
     return "\n".join(lines)
-
-
-def slow_table(f: dict[str, Any]) -> list[str]:
-    """The slow connections' table (the benchmark's f, `python -m testing.slow_clients`): what became of them, and
-    what the questions asked meanwhile got."""
-    s, asked = f["slow"], f["requests"]
-    return table("slow held (least / mean) | closed by the server | questions | valid 200s | valid within 1 s | p50 ms "
-                 "| p99 ms | max ms | answers by path | tool CPU % | server CPU % | other processes' CPU %",
-                 [[f"{s['held_min']} / {s['held_mean']}", s["closed_by_server"], asked,
-                   asked - f["non_200"] - f["invalid"],
-                   f"{f['valid_within_1s']} ({_share(f['valid_within_1s'] / asked if asked else None, 2)})",
-                   f["p50_ms"], f["p99_ms"], f["max_ms"], f["paths"], s["tool_cpu_pct"], f.get("server_cpu_pct"),
-                   f.get("others_cpu_pct")]])
 
 
 def _generator_line(points: list[dict[str, Any]]) -> str:
@@ -249,8 +240,6 @@ def run_record(prog: str, argv: list[str]) -> dict[str, Any]:
 
 def machine_info() -> dict[str, Any]:
     """Describe the machine: CPU model, cores, RAM, load, software versions, the commit measured."""
-    import psutil
-
     cpu_model = platform.processor() or "unknown"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -300,7 +289,7 @@ class Servers:
 
     def __init__(self, log_dir: Path, fake: bool) -> None:
         self.log_dir = log_dir
-        self.app = app_of(fake)
+        self.app = FAKE_APP if fake else APP
         self.running: dict[str, ServerProcess] = {}
         self.info: dict[str, Any] = {}
 
@@ -330,16 +319,11 @@ def batcher_stats(server: ServerProcess) -> dict[str, int]:
 def measure_closed(server: ServerProcess, clients: int, duration_s: float, templates: list[str],
                    beside: Callable[[Coroutine[Any, Any, LoadRun]], Coroutine[Any, Any, LoadRun]] | None = None
                    ) -> dict[str, Any]:
-    """Run one closed-loop point against a server (`beside`: run by it, on the same loop, as slow_clients holds its
-    connections) and summarise it, with its raw shots and the server's CPU over the window."""
-    before, offset = batcher_stats(server), server.log_offset()
+    """Run one closed-loop point against a server (`beside`: run by it, on the same loop, as the benchmark's f holds
+    its slow connections) and summarise it (`measure`)."""
     driver = load.closed_loop(server.url, clients, duration_s, min(1.0, duration_s / 5), templates)
-    with server.cpu_clock() as clock:
-        run = load.run(beside(driver) if beside else driver)
     return {"clients": clients, "duration_s": duration_s,
-            **summary(server, run, load.CLIENT_TIMEOUT_S, before, offset),
-            **run.generator, **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots),
-                                             run.generator["generator_cpu_pct"])}
+            **measure(server, beside(driver) if beside else driver, load.CLIENT_TIMEOUT_S)}
 
 
 def listen_overflows(netstat: Path = Path("/proc/net/netstat")) -> int | None:
@@ -357,43 +341,118 @@ def listen_overflows(netstat: Path = Path("/proc/net/netstat")) -> int | None:
 def measure_open(server: ServerProcess, rate_rps: float, duration_s: float, templates: list[str],
                  warmup_s: float | None = None, seed: int = 0) -> dict[str, Any]:
     """Run one open-loop point against a server with the core's open loop (a warm-up of `warmup_s`, by default a fifth
-    of the point up to 1 s) and summarise it, with its raw shots, the server's CPU over the window, and the
-    connections the kernel's listen queue turned away meanwhile (a late answer the server never saw)."""
-    before, offset, overflows = batcher_stats(server), server.log_offset(), listen_overflows()
+    of the point up to 1 s) and summarise it (`measure`), with the connections the kernel's listen queue turned away
+    meanwhile (a late answer the server never saw)."""
+    overflows = listen_overflows()
     warmup_s = min(1.0, duration_s / 5) if warmup_s is None else warmup_s
-    with server.cpu_clock() as clock:
-        run = load.run(load.open_loop(server.url, rate_rps, duration_s, warmup_s, templates,
-                                      timeout_s=OPEN_LOOP_ANSWER_S, seed=seed))
+    point = measure(server, load.open_loop(server.url, rate_rps, duration_s, warmup_s, templates,
+                                           timeout_s=OPEN_LOOP_ANSWER_S, seed=seed), OPEN_LOOP_ANSWER_S)
     overflows_after = listen_overflows()
-    lags = latency_stats([s.lag_s for s in run.shots])
-    if run.generator["sent_rps"] < 0.9 * rate_rps:
-        print(f"load: the generator put {run.generator['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
+    lags = latency_stats([s.lag_s for s in point["_shots"]])
+    if point["sent_rps"] < 0.9 * rate_rps:
+        print(f"load: the generator put {point['sent_rps']} req/s on the wire of the {rate_rps:.0f} "
               f"asked (lag p50 {lags['p50_ms']} ms, p99 {lags['p99_ms']} ms): a generator short of CPU lags every "
               f"request; a server slow to accept connections (a full listen queue) delays those that needed a new "
               f"one", flush=True)
-    return {"target_rps": round(rate_rps, 2), **run.generator, "duration_s": duration_s,
+    return {"target_rps": round(rate_rps, 2), "duration_s": duration_s,
             "no_answer_after_s": OPEN_LOOP_ANSWER_S, "latency_from": "due",
             "client_lag_p50_ms": lags["p50_ms"], "client_lag_p99_ms": lags["p99_ms"],
             "listen_overflows": None if overflows is None or overflows_after is None else overflows_after - overflows,
-            **summary(server, run, OPEN_LOOP_ANSWER_S, before, offset),
-            **clock.figures(run.start, run.end, sum(s.status == 200 for s in run.shots),
-                            run.generator["generator_cpu_pct"])}
+            **point}
 
 
-def summary(server: ServerProcess, run: LoadRun, answer_s: float, before: dict[str, int],
-            log_offset: int) -> dict[str, Any]:
-    """Summarise a point from its shots and the server's request log (its lines from `log_offset` on: the paths of
-    answers up to answer_s after the window, the server's own latency) and batcher counters; keep its raw shots."""
+def measure(server: ServerProcess, driver: Coroutine[Any, Any, LoadRun], answer_s: float) -> dict[str, Any]:
+    """Run a driver of the core against a server and summarise its point: its shots, the server's request log (its
+    lines from the point's start: the paths of answers up to answer_s after the window, the server's own latency),
+    batcher counters and CPU over the window (`ServerProcess.cpu_clock`), the generator's figures; keep its shots."""
+    before, offset = batcher_stats(server), server.log_offset()
+    with server.cpu_clock() as clock:
+        run = load.run(driver)
     after = batcher_stats(server)
-    log, _ = server.request_log_since(log_offset)
+    log = server.request_log(offset)
     answered = {s.esun_uuid for s in run.shots if s.status}
     for _ in range(LOG_WAITS):  # the log writer's thread writes a line just after its answer: wait for the window's
         if not log or answered <= {line.get("esun_uuid") for line in log}:  # none at all: the server logs no requests
             break
         time.sleep(0.05)
-        log, _ = server.request_log_since(log_offset)
+        log = server.request_log(offset)
     shots = tag_paths(run.shots, paths_by_uuid(log))
     start, end = run.start, run.end
+    # the latency the server itself logged (beside the client's: where time went)
+    server = latency_stats([float(line["latency_ms"]) / 1000 for line in log
+                            if start <= float(line.get("ts", 0)) <= end + answer_s and "latency_ms" in line])
     return {**summarise(shots, (start, end), count_paths(log, start, end + answer_s),
                         {k: after[k] - before[k] for k in after}),
-            **server_latency(log, start, end + answer_s), "_shots": shots, "_start": start}
+            "server_p50_ms": server["p50_ms"], "server_p99_ms": server["p99_ms"], **run.generator,
+            **clock.figures(start, end, sum(s.status == 200 for s in shots), run.generator["generator_cpu_pct"]),
+            "_shots": shots, "_start": start}
+
+
+# JMeter 2.13's CSV columns when a .jtl has no header line (jmeter.properties defaults; run.sh writes the header).
+JTL_COLUMNS = ("timeStamp", "elapsed", "label", "responseCode", "responseMessage", "threadName", "dataType", "success",
+               "bytes", "grpThreads", "allThreads", "Latency")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One sample of a .jtl: when it started (ms since the epoch), how long it took, and whether it passed."""
+
+    timestamp_ms: int
+    elapsed_ms: int
+    label: str
+    code: str
+    success: bool
+    message: str
+
+
+def read_jtl(path: Path) -> list[Sample]:
+    """Read every sample of a .jtl file (CSV, as testing/jmeter/run.sh writes it); a ToolError when it is not one."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("<"):
+        raise cli.ToolError("an XML .jtl: run JMeter through testing/jmeter/run.sh, which writes CSV")
+    # A failure message may span lines inside its quotes: let the csv module see the newlines.
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
+    has_header = bool(rows) and "success" in rows[0]
+    header = rows[0] if has_header else list(JTL_COLUMNS)
+    samples = []
+    for row in rows[1:] if has_header else rows:
+        if len(row) < len(header):
+            raise cli.ToolError(f"a .jtl row has {len(row)} columns, the header {len(header)}: {row}")
+        fields = dict(zip(header, row, strict=False))
+        samples.append(Sample(int(fields["timeStamp"]), int(fields["elapsed"]), fields["label"],
+                              fields["responseCode"], fields["success"] == "true",
+                              fields.get("failureMessage") or fields.get("responseMessage", "")))
+    return samples
+
+
+def jtl_summary(samples: list[Sample]) -> str:
+    """Describe a JMeter run: samples, failures, throughput and latency percentiles."""
+    if not samples:
+        return "no samples"
+    elapsed = [s.elapsed_ms for s in samples]
+    span_s = max((max(s.timestamp_ms + s.elapsed_ms for s in samples) - min(s.timestamp_ms for s in samples)) / 1000,
+                 1e-3)
+    failed = [s for s in samples if not s.success]
+    p50, p95, p99 = (percentile(elapsed, q) for q in (50, 95, 99))
+    lines = [f"{len(samples)} samples in {span_s:.1f} s ({len(samples) / span_s:.1f}/s), {len(failed)} failed; "
+             f"latency ms p50 {p50} p95 {p95} p99 {p99} max {max(elapsed)}"]
+    lines += [f"  FAIL {s.label} {s.code}: {' '.join(s.message.split())}" for s in failed[:10]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Summarise a JMeter run's results; exit 1 on no sample or any failed one (JMeter itself exits 0)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m testing.report RESULTS.jtl", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    if not path.is_file():
+        raise cli.ToolError(f"no results file at {path}")
+    samples = read_jtl(path)
+    print(jtl_summary(samples))
+    return 0 if samples and all(s.success for s in samples) else 1
+
+
+if __name__ == "__main__":
+    cli.run(main, "testing.report")

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from config import REPO_ROOT, Config
 from preprocess.phones import text_phones
+from preprocess.text import has_han, strip_spaces
 from testing import cli
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 REAL_REQUESTS = REPO_ROOT / "testing" / "data" / "real_requests.jsonl"
 RESPONSE_KEYS = frozenset({"esun_uuid", "server_uuid", "server_timestamp", "answer"})
 
@@ -66,9 +67,7 @@ def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0,
                      start: list[Body] | None = None, max_chars: int | None = None) -> list[Body]:
     """Return n bodies the model takes: `start`'s, then lists simulated from `splits` (seeded; `distinct`: no twins;
     TOP1s at most `max_chars` characters when given)."""
-    from config import Config
     from learn.data.simulate import load_simulator
-    from preprocess.text import has_han, strip_spaces
 
     limit = min(Config().max_top1_chars, max_chars or sys.maxsize)
 
@@ -101,8 +100,6 @@ def simulated_bodies(n: int, splits: tuple[str, ...] = ("test",), seed: int = 0,
 
 def pool_shape(bodies: list[Body]) -> dict[str, float]:
     """Describe a pool of bodies: how many, their TOP1's mean length (characters, spaces left out), mean hypotheses."""
-    from preprocess.text import strip_spaces
-
     return {"bodies": len(bodies),
             "mean_top1_chars": round(sum(len(strip_spaces(b["sentence_list"][0])) for b in bodies) / len(bodies), 1),
             "mean_hypotheses": round(sum(len(b["sentence_list"]) for b in bodies) / len(bodies), 1)}

@@ -13,18 +13,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import psutil
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
-from config import DEFAULT_WEIGHTS_DIR
+from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT
 from model.weights_meta import WEIGHTS_FILES
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 APP = "api:create_app()"
 # tests/fakes.py's FakeCorrector served as `make run` serves the model: to smoke-test a tool, its figures meaningless.
 FAKE_APP = "tests.fakes:create_fake_app()"
@@ -35,11 +35,6 @@ READY_TIMEOUT_S = 180.0
 def missing_weights(weights_dir: Path = DEFAULT_WEIGHTS_DIR) -> list[str]:
     """Name the files of the shipped corrector that are not in weights_dir."""
     return [name for name in WEIGHTS_FILES if not (weights_dir / name).is_file()]
-
-
-def app_of(fake: bool) -> str:
-    """Name the app a tool serves: `make run`'s, or (`--fake`) the FakeCorrector's."""
-    return FAKE_APP if fake else APP
 
 
 def gunicorn_command(app: str = APP) -> list[str]:
@@ -86,10 +81,7 @@ class CpuClock:
     """A server's CPU seconds and the machine's busy seconds (`machine_busy_s`) at wall-clock moments
     (`ServerProcess.cpu_clock`), read back at any moment between."""
 
-    readings: list[tuple[float, tuple[float, float]]] = field(default_factory=list)
-
-    def add(self, at: float, cpu_s: float, busy_s: float = 0.0) -> None:
-        self.readings.append((at, (cpu_s, busy_s)))
+    readings: list[tuple[float, tuple[float, float]]]  # (at, (cpu_s, busy_s))
 
     def between(self, start: float, end: float, machine: bool = False) -> float:
         """The server's CPU seconds (`machine`: the machine's busy seconds) from `start` to `end`, read linearly
@@ -154,16 +146,12 @@ class ServerProcess(contextlib.AbstractContextManager["ServerProcess"]):
         return out
 
     def log_offset(self) -> int:
-        """Where the server's log ends now: `request_log_since` it reads what comes after."""
+        """Where the server's log ends now: `request_log` reads what comes after."""
         return self.log_path.stat().st_size
 
-    def request_log(self) -> list[dict]:
-        """Return the JSON lines of logger api.requests: one per inference request (`path`, `latency_ms`, ...)."""
-        return self.request_log_since(0)[0]
-
-    def request_log_since(self, offset: int) -> tuple[list[dict], int]:
-        """Return the api.requests lines written from byte `offset` on (whole lines only), and the offset after them:
-        a long run reads its log in pieces instead of whole every time (testing.soak)."""
+    def request_log(self, offset: int = 0) -> list[dict]:
+        """Return the JSON lines of logger api.requests (one per inference request: `path`, `latency_ms`, ...) written
+        from byte `offset` on, whole lines only: a long run reads its log in pieces, not whole every time."""
         with self.log_path.open("rb") as log:
             log.seek(offset)
             data = log.read()
@@ -175,7 +163,7 @@ class ServerProcess(contextlib.AbstractContextManager["ServerProcess"]):
                     record = json.loads(line)
                     if record.get("logger") == "api.requests":
                         out.append(record)
-        return out, offset + len(data)
+        return out
 
     def paths(self, since: int = 0) -> Counter[str]:
         """Count the answers by path (model, cached, retry_top1, too_long, deadline, overload, ...)."""
@@ -232,24 +220,25 @@ def start_server(settings: Mapping[str, str] | None = None, log_path: Path | Non
     return server
 
 
-def get_json(url: str, timeout_s: float = 10.0) -> Any:
-    """GET a JSON document from a server started here, never through a proxy; None unless a 200 with JSON came."""
+def loopback_get(url: str, timeout_s: float = 10.0) -> requests.Response:
+    """GET from a server started here, never through a proxy (the server is on loopback)."""
     with requests.Session() as http:
-        http.trust_env = False  # the server is on loopback
-        try:
-            response = http.get(url, timeout=timeout_s)
-            return response.json() if response.status_code == 200 else None
-        except requests.RequestException:
-            return None
+        http.trust_env = False
+        return http.get(url, timeout=timeout_s)
+
+
+def get_json(url: str, timeout_s: float = 10.0) -> Any:
+    """GET a JSON document from a server started here; None unless a 200 with JSON came."""
+    try:
+        response = loopback_get(url, timeout_s)
+        return response.json() if response.status_code == 200 else None
+    except requests.RequestException:
+        return None
 
 
 def metric_samples(url: str) -> list[Any]:
     """The samples of a server's /metrics (none where it answers no 200 there: testing.ab serves older commits)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with requests.Session() as http:
-        http.trust_env = False  # the server is on loopback
-        response = http.get(f"{url}/metrics", timeout=10)
+    response = loopback_get(f"{url}/metrics")
     text = response.text if response.status_code == 200 else ""
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 

@@ -29,7 +29,7 @@ with cli.dev_requirements("testing.soak"):
     from testing.plots import draw_soak
     from testing.report import OPEN_LOOP_ANSWER_S, measure_closed, run_record, table, write_json, write_summary
     from testing.samples import pool_shape, real_bodies, simulated_bodies
-    from testing.server import REPO_ROOT, ServerProcess, app_of, get_json, missing_weights, scrape, start_server
+    from testing.server import APP, FAKE_APP, REPO_ROOT, ServerProcess, get_json, missing_weights, scrape, start_server
 
 PROBE_CLIENTS = 64
 REAL_SHAPED_CHARS = (15, 20)  # TOP1 length of the real-shaped lists, with 10 hypotheses each
@@ -37,31 +37,6 @@ SHORT_CHARS = (4, 8)  # TOP1 length of the short ones
 POOL = 1000  # different lists (each request still goes under a new esun_uuid)
 SPLITS = ("test", "dev")  # the corpus's held-out sentences: about 1,300 real-shaped lists and 3,000 short ones
 ROLES = ("master", "worker", "model")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m testing.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=60.0, help="how long to drive it (default 60)")
-    parser.add_argument("--share", type=float, default=0.7,
-                        help="the arrival rate as a share of the 64-client rate (default 0.7)")
-    parser.add_argument("--short-share", type=float, default=0.3,
-                        help="share of the requests that are short lists (default 0.3)")
-    parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
-                        help="the 64-client rate, known already: no probe")
-    parser.add_argument("--probe-s", type=float, default=20.0, help="seconds of the 64-client probe (default 20)")
-    parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between records (default 60)")
-    parser.add_argument("--settle-minutes", type=float, default=10.0,
-                        help="the first minutes the steady-state line leaves out (default 10)")
-    parser.add_argument("--distinct", type=int, default=None, metavar="N",
-                        help="N distinct lists simulated from the corpus's train and review sentences, each new to "
-                             "the server until the pool wraps (instead of 1,000 real-shaped and short ones)")
-    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting in the server's environment (repeatable), e.g. CACHE_SIZE=1000")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench" / "soak",
-                        help="where soak.json, soak.md and soak.png go")
-    parser.add_argument("--fake", action="store_true",
-                        help="serve tests/fakes.py's FakeCorrector: to smoke-test the tool; its figures mean nothing")
-    return parser
 
 
 def request_pool(n: int, short_share: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -83,16 +58,6 @@ def request_pool(n: int, short_share: float) -> tuple[list[dict[str, Any]], dict
                   "real_shaped_top1_chars": list(REAL_SHAPED_CHARS), "short_top1_chars": list(SHORT_CHARS)}
 
 
-def totals_by_role(processes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Sum RSS, descriptors and threads over the processes of each role (and count them)."""
-    out = {}
-    for role in ROLES:
-        mine = [p for p in processes if p["role"] == role]
-        out[role] = {"processes": len(mine), "rss_mib": round(sum(p["rss_mib"] for p in mine), 1),
-                     "fds": sum(p["fds"] for p in mine), "threads": sum(p["threads"] for p in mine)}
-    return out
-
-
 def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templates: list[str], index: int,
                  shift: int) -> dict[str, Any]:
     """Drive one interval of open-loop load, the pool taken from `shift` on (where the last interval stopped);
@@ -104,7 +69,11 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
     processes, after = server.processes(), scrape(server.url, counters)
     model = scrape(server.url, {"esun_request_duration_seconds_count": "answers"}, path="model")
     batch_s, batches = after["batch_s"] - before["batch_s"], after["batches"] - before["batches"]
-    items = point["batcher"]["items"]
+    items, by_role = point["batcher"]["items"], {}
+    for role in ROLES:  # RSS, descriptors and threads summed over the processes of each role (and counted)
+        mine = [p for p in processes if p["role"] == role]
+        by_role[role] = {"processes": len(mine), "rss_mib": round(sum(p["rss_mib"] for p in mine), 1),
+                         "fds": sum(p["fds"] for p in mine), "threads": sum(p["threads"] for p in mine)}
     return {
         "interval": index, "end_s": None,
         # Whether the model slowed, or the server got less CPU (a busy machine): its share of one core (beside the
@@ -119,7 +88,7 @@ def run_interval(server: ServerProcess, rate_rps: float, seconds: float, templat
         "cache_entries": int(after["cache_entries"]),
         "model_answers_so_far": int(model["answers"]),
         **full_gc(server.url),
-        "by_role": totals_by_role(processes), "processes": processes, "load_average": round(os.getloadavg()[0], 2),
+        "by_role": by_role, "processes": processes, "load_average": round(os.getloadavg()[0], 2),
     }
 
 
@@ -191,8 +160,29 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testing.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="how long to drive it (default 60)")
+    parser.add_argument("--share", type=float, default=0.7,
+                        help="the arrival rate as a share of the 64-client rate (default 0.7)")
+    parser.add_argument("--short-share", type=float, default=0.3,
+                        help="share of the requests that are short lists (default 0.3)")
+    parser.add_argument("--capacity", type=float, default=None, metavar="RPS",
+                        help="the 64-client rate, known already: no probe")
+    parser.add_argument("--probe-s", type=float, default=20.0, help="seconds of the 64-client probe (default 20)")
+    parser.add_argument("--interval-s", type=float, default=60.0, help="seconds between records (default 60)")
+    parser.add_argument("--settle-minutes", type=float, default=10.0,
+                        help="the first minutes the steady-state line leaves out (default 10)")
+    parser.add_argument("--distinct", type=int, default=None, metavar="N",
+                        help="N distinct lists simulated from the corpus's train and review sentences, each new to "
+                             "the server until the pool wraps (instead of 1,000 real-shaped and short ones)")
+    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting in the server's environment (repeatable), e.g. CACHE_SIZE=1000")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "bench" / "soak",
+                        help="where soak.json, soak.md and soak.png go")
+    parser.add_argument("--fake", action="store_true",
+                        help="serve tests/fakes.py's FakeCorrector: to smoke-test the tool; its figures mean nothing")
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if not 0 < args.share <= 2 or not 0 <= args.short_share <= 1 or args.minutes <= 0 or args.interval_s <= 0 \
             or args.settle_minutes < 0 or (args.distinct is not None and args.distinct < 1):
         raise cli.ToolError("--share must be in (0, 2], --short-share in [0, 1], --minutes and --interval-s > 0, "
@@ -214,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "interval_s": args.interval_s, "settings": settings, "request_pool": shape, "judge_timeout_s": JUDGE_TIMEOUT_S,
         "open_loop_timeout_s": OPEN_LOOP_ANSWER_S, "intervals": [],
     }
-    with start_server({"LOG_LEVEL": "INFO", **settings}, app=app_of(args.fake)) as server:
+    with start_server({"LOG_LEVEL": "INFO", **settings}, app=FAKE_APP if args.fake else APP) as server:
         print(f"soak: server up, log {server.log_path}", flush=True)
         results["service"] = get_json(server.url + "/")
         results["processes_at_start"], results["gc_full_at_start"] = server.processes(), full_gc(server.url)

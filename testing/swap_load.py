@@ -29,7 +29,7 @@ from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WeightsMet
 from preprocess.text import top1_answer
 from testing import cli, load
 from testing.load import JUDGE_TIMEOUT_S, Shot, payload_templates, percentile
-from testing.report import write_json
+from testing.report import paths_by_uuid, write_json
 from testing.samples import request_bodies
 from testing.server import get_json, metric_samples, sampling, start_server
 
@@ -68,30 +68,18 @@ def linked_folder(out: Path, top1_only: bool = False) -> Path:
     return out
 
 
-def repoint(link: Path, folder: Path) -> None:
-    """What `ln -sfn folder link` does, atomically: a new link beside, renamed over it."""
-    beside = link.with_name(link.name + ".new")
-    beside.unlink(missing_ok=True)
-    beside.symlink_to(folder)
-    beside.replace(link)
-
-
-def served_by_worker(url: str) -> dict[str, str]:
-    """The folder each worker serves, by its worker label (esun_model_served_since_seconds in /metrics)."""
-    return {sample.labels.get("worker", ""): sample.labels["folder"] for sample in metric_samples(url)
-            if sample.name == "esun_model_served_since_seconds"}
-
-
 def wait_served(url: str, folder: Path, workers: int, timeout_s: float) -> float:
-    """Wait until every worker serves `folder`; return when (time.time())."""
-    until = time.monotonic() + timeout_s
+    """Wait until every worker serves `folder` (each worker's label of esun_model_served_since_seconds in /metrics);
+    return when (time.time())."""
+    until, served = time.monotonic() + timeout_s, {}
     while time.monotonic() < until:
         with contextlib.suppress(requests.RequestException):
-            served = served_by_worker(url)
+            served = {sample.labels.get("worker", ""): sample.labels["folder"] for sample in metric_samples(url)
+                      if sample.name == "esun_model_served_since_seconds"}
             if len(served) == workers and set(served.values()) == {str(folder)}:
                 return time.time()
         time.sleep(0.25)
-    raise TimeoutError(f"not every worker served {folder} within {timeout_s:g} s: {served_by_worker(url)}")
+    raise TimeoutError(f"not every worker served {folder} within {timeout_s:g} s: {served}")
 
 
 def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0, swaps: int = 2,
@@ -99,7 +87,7 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
     """Serve the shipped folder through a link, swap to the second folder and back under load (module docstring),
     `swaps` times in all (there, back, there, ...)."""
     first, second = linked_folder(workdir / "shipped"), linked_folder(workdir / "top1", top1_only=True)
-    link = workdir / "current"
+    link, beside = workdir / "current", workdir / "current.new"
     link.symlink_to(first)
     bodies = request_bodies(QUESTIONS)
     settings = {"WEB_WORKERS": str(workers), "WEIGHTS_DIR": str(link), "LOG_LEVEL": "INFO",
@@ -115,7 +103,10 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
             for n in range(swaps):
                 folder = second if n % 2 == 0 else first
                 asked = time.time()
-                repoint(link, folder)
+                # what `ln -sfn folder link` does, atomically: a new link beside it, renamed over it
+                beside.unlink(missing_ok=True)
+                beside.symlink_to(folder)
+                beside.replace(link)
                 done.append(Swap(str(folder), asked, wait_served(server.url, folder, workers, SWAP_TIMEOUT_S)))
                 time.sleep(phase_s)
             stop.set()
@@ -127,28 +118,22 @@ def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0,
         for process in processes:
             if process["role"] != "master":
                 rss.setdefault(process["pid"], []).append((at, process["rss_mib"]))
-    paths = {line["esun_uuid"]: line.get("path", "?") for line in lines}
+    paths = paths_by_uuid(lines)
     server_ms = {line["esun_uuid"]: float(line.get("latency_ms", 0.0)) for line in lines}
     return SwapRun(run.shots, paths, server_ms, done, rss, [top1_answer(b["sentence_list"]) for b in bodies], served)
-
-
-def memory(result: SwapRun) -> list[dict[str, Any]]:
-    """Each worker's RSS (MiB): the last sample before each swap, the peak during it (from the link's change until
-    every worker serves the new folder), and the last sample of the run."""
-    out = []
-    for pid, samples in result.rss.items():
-        before = [next((r for t, r in reversed(samples) if t < s.asked), 0) for s in result.swaps]
-        peaks = [max((r for t, r in samples if s.asked <= t <= s.done), default=0) for s in result.swaps]
-        out.append({"worker": pid, "before_swap_mib": [int(r) for r in before],
-                    "peak_during_swap_mib": [int(r) for r in peaks], "first_mib": int(samples[0][1]),
-                    "max_mib": int(max(r for _, r in samples)), "end_mib": int(samples[-1][1])})
-    return out
 
 
 def summary(result: SwapRun) -> dict[str, Any]:
     """The figures the test asserts and the docs quote; latencies (client and server side) apart for the questions
     asked while a swap was under way (from the link's change until every worker served the new folder)."""
     paths = [result.paths.get(a.esun_uuid, "?") for a in result.asked]
+    memory = []  # each worker's RSS (MiB): the last sample before each swap, the peak during it, the last of the run
+    for pid, samples in result.rss.items():
+        before = [next((r for t, r in reversed(samples) if t < s.asked), 0) for s in result.swaps]
+        peaks = [max((r for t, r in samples if s.asked <= t <= s.done), default=0) for s in result.swaps]
+        memory.append({"worker": pid, "before_swap_mib": [int(r) for r in before],
+                       "peak_during_swap_mib": [int(r) for r in peaks], "first_mib": int(samples[0][1]),
+                       "max_mib": int(max(r for _, r in samples)), "end_mib": int(samples[-1][1])})
 
     def slowest(during: bool) -> dict[str, float]:
         asked = [a for a in result.asked if any(s.asked <= a.due <= s.done for s in result.swaps) == during]
@@ -167,7 +152,7 @@ def summary(result: SwapRun) -> dict[str, Any]:
         "latency_while_swapping": slowest(True),
         "latency_otherwise": slowest(False),
         "swap_s": [round(s.done - s.asked, 1) for s in result.swaps],
-        "memory": memory(result),
+        "memory": memory,
     }
 
 

@@ -63,12 +63,26 @@ def test_bench_closed_loop_section_says_what_one_answer_costs_the_server_cpu(tmp
     assert "server CPU ms per answer" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.real_model
+def test_bench_hooks_section_times_a_batch_s_three_hooks_apart(tmp_path: Path):
+    run = subprocess.run(
+        [sys.executable, "-m", "testing.bench", "--sections", "hooks", "--devices", "cpu", "--rounds", "2",
+         "--out", str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    (profile,) = json.loads((tmp_path / "bench.json").read_text())["hooks"]
+    assert (profile["device"], profile["batch_size"], profile["rounds"], profile["runtime"]) == ("cpu", 64, 2, "torch")
+    assert set(profile["median_ms"]) == {"batch", "predict", "unbatch"} and min(profile["median_ms"].values()) > 0
+    assert profile["total_ms"] == pytest.approx(sum(profile["median_ms"].values()))
+    assert "| device | batch | predict (the network) | unbatch | total | network's share |" in run.stdout
+
+
 def test_cpu_clock_reads_the_cpu_used_between_two_moments_linearly_between_its_samples():
     from testing.server import CpuClock
 
-    clock = CpuClock()
-    for at, cpu_s, busy_s in ((10.0, 1.0, 100.0), (11.0, 1.5, 101.0), (12.0, 3.5, 104.0)):
-        clock.add(at, cpu_s, busy_s)
+    clock = CpuClock([(at, (cpu_s, busy_s)) for at, cpu_s, busy_s in ((10.0, 1.0, 100.0), (11.0, 1.5, 101.0),
+                                                                      (12.0, 3.5, 104.0))])
     assert clock.between(10.0, 12.0) == 2.5
     assert clock.between(10.5, 11.5) == 1.25  # 1.25 → 2.5
     assert clock.between(9.0, 13.0) == 2.5  # clamped to the samples taken
