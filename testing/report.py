@@ -1,14 +1,12 @@
 """What a run's shots add up to (latency figures, per-point summaries, markdown tables), and what each run's record
 holds besides: the command, the machine, its load; one measured point of the core's load (closed or open loop) on a
-served service, summarised with what the server says of it (its request log, its batcher's counters, its CPU); the
-benchmark's servers; and what a JMeter run's results (.jtl) add up to: `python -m testing.report RESULTS.jtl`."""
+served service, summarised with what the server says of it (its request log, its batcher's counters, its CPU); and
+the benchmark's servers."""
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
-import io
 import json
 import os
 import platform
@@ -26,7 +24,7 @@ import psutil
 
 from api.metrics import BATCHER_COUNTERS
 from api.paths import AnswerPath
-from testing import cli, load
+from testing import load
 from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, LoadRun, Shot, percentile
 from testing.server import APP, FAKE_APP, REPO_ROOT, ServerProcess, get_json, scrape, start_server
 
@@ -386,73 +384,3 @@ def measure(server: ServerProcess, driver: Coroutine[Any, Any, LoadRun], answer_
             "server_p50_ms": server["p50_ms"], "server_p99_ms": server["p99_ms"], **run.generator,
             **clock.figures(start, end, sum(s.status == 200 for s in shots), run.generator["generator_cpu_pct"]),
             "_shots": shots, "_start": start}
-
-
-# JMeter 2.13's CSV columns when a .jtl has no header line (jmeter.properties defaults; run.sh writes the header).
-JTL_COLUMNS = ("timeStamp", "elapsed", "label", "responseCode", "responseMessage", "threadName", "dataType", "success",
-               "bytes", "grpThreads", "allThreads", "Latency")
-
-
-@dataclasses.dataclass(frozen=True)
-class Sample:
-    """One sample of a .jtl: when it started (ms since the epoch), how long it took, and whether it passed."""
-
-    timestamp_ms: int
-    elapsed_ms: int
-    label: str
-    code: str
-    success: bool
-    message: str
-
-
-def read_jtl(path: Path) -> list[Sample]:
-    """Read every sample of a .jtl file (CSV, as testing/jmeter/run.sh writes it); a ToolError when it is not one."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text.lstrip().startswith("<"):
-        raise cli.ToolError("an XML .jtl: run JMeter through testing/jmeter/run.sh, which writes CSV")
-    # A failure message may span lines inside its quotes: let the csv module see the newlines.
-    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
-    has_header = bool(rows) and "success" in rows[0]
-    header = rows[0] if has_header else list(JTL_COLUMNS)
-    samples = []
-    for row in rows[1:] if has_header else rows:
-        if len(row) < len(header):
-            raise cli.ToolError(f"a .jtl row has {len(row)} columns, the header {len(header)}: {row}")
-        fields = dict(zip(header, row, strict=False))
-        samples.append(Sample(int(fields["timeStamp"]), int(fields["elapsed"]), fields["label"],
-                              fields["responseCode"], fields["success"] == "true",
-                              fields.get("failureMessage") or fields.get("responseMessage", "")))
-    return samples
-
-
-def jtl_summary(samples: list[Sample]) -> str:
-    """Describe a JMeter run: samples, failures, throughput and latency percentiles."""
-    if not samples:
-        return "no samples"
-    elapsed = [s.elapsed_ms for s in samples]
-    span_s = max((max(s.timestamp_ms + s.elapsed_ms for s in samples) - min(s.timestamp_ms for s in samples)) / 1000,
-                 1e-3)
-    failed = [s for s in samples if not s.success]
-    p50, p95, p99 = (percentile(elapsed, q) for q in (50, 95, 99))
-    lines = [f"{len(samples)} samples in {span_s:.1f} s ({len(samples) / span_s:.1f}/s), {len(failed)} failed; "
-             f"latency ms p50 {p50} p95 {p95} p99 {p99} max {max(elapsed)}"]
-    lines += [f"  FAIL {s.label} {s.code}: {' '.join(s.message.split())}" for s in failed[:10]]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Summarise a JMeter run's results; exit 1 on no sample or any failed one (JMeter itself exits 0)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m testing.report RESULTS.jtl", file=sys.stderr)
-        return 2
-    path = Path(args[0])
-    if not path.is_file():
-        raise cli.ToolError(f"no results file at {path}")
-    samples = read_jtl(path)
-    print(jtl_summary(samples))
-    return 0 if samples and all(s.success for s in samples) else 1
-
-
-if __name__ == "__main__":
-    cli.run(main, "testing.report")

@@ -6,7 +6,7 @@
 # This is `jmeter -n -t testing/jmeter/judge.jmx "$@"` plus two properties without which Debian's JMeter 2.13
 # cannot load any plan (XStream 1.4.20 forbids JMeter's classes; see xstream/AllowJMeterTypes.java). Build
 # them first with testing/install_tools.sh. Results (-l) are CSV with a header line and each failure's
-# message; read them with `.venv/bin/python -m testing.report RESULTS.jtl`. JMeter exits 0 even when the plan
+# message; read them with `.venv/bin/python -m testing.jtl RESULTS.jtl`. JMeter exits 0 even when the plan
 # fails to load or samples fail: check the .jtl.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from testing.jtl import read_jtl, summary
 from testing.load import percentile
-from testing.report import jtl_summary, main, read_jtl
 from testing.samples import check_answer
 
 VALID = {"esun_uuid": "u", "server_uuid": "s", "server_timestamp": 1.5, "answer": "好"}
@@ -50,7 +50,6 @@ def test_jtl_summary_counts_failures_and_takes_the_shared_percentiles(tmp_path: 
                        + "".join(f"{1000 + i},{10 * (i + 1)},inference,200,true,\n" for i in range(9))
                        + "1009,500,inference,503,false,HTTP 503\n", encoding="utf-8")
     samples = read_jtl(results)
-    text = jtl_summary(samples)
+    text = summary(samples)
     assert len(samples) == 10 and "1 failed" in text
     assert "p50 50 p95 500 p99 500 max 500" in text and "FAIL inference 503: HTTP 503" in text
-    assert main([str(results)]) == 1  # `python -m testing.report RESULTS.jtl`: a failed sample fails the run

@@ -10,7 +10,7 @@ import pytest
 
 from api.schemas import parse_request
 from config import Config
-from testing.report import read_jtl
+from testing.jtl import read_jtl
 from testing.samples import real_bodies
 from testing.server import ServerProcess
 
