@@ -8,11 +8,9 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +25,7 @@ with cli.dev_requirements("testing.bench"):
     from config import Config
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
-    from testing import load, report
+    from testing import device, load, report
     from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
     from testing.report import count_paths, markdown, measure_closed, measure_open, run_record, summarise
@@ -51,10 +49,6 @@ SETTINGS_OFF = {"MAX_BATCH_SIZE": "1"}
 SLOW = {"FAKE_DELAY_S": "0.4", "MAX_BATCH_SIZE": "8", "HTTP_THREADS": "32", "MAX_BATCH_WAIT_S": "0.05"}
 GATE_SCENARIOS = {"slow model": 3.0, "slow model, 5x": 5.0, "slow senders": 0.0}
 SENDER_DELAY_S = 0.7  # slow senders: a body's rest this long after its first byte
-GPU_CLIENTS = (64, 256)  # the GPU check's closed loops, on each device
-HOOKS = ("batch", "predict", "unbatch")  # predict_batch's three steps: featurize, the network, rerank with the LM
-GPU_HEAD = ("device | clients | answers/s | p99 ms | model share | non-200 | late > 1 s | GPU use % (mean, max) | "
-            "workers")
 
 
 def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
@@ -64,15 +58,6 @@ def request_pool(n: int, max_chars: int | None = None) -> list[dict[str, Any]]:
 
 # What one run measures: the flags, with what make_plan works out from them (sections, durations, the points).
 Plan = argparse.Namespace
-
-
-def print_point(section: str, label: str, p: dict[str, Any]) -> None:
-    print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
-          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p['connection_errors']}, "
-          f"late {p['late_over_1s']}, listen overflows {p.get('listen_overflows', '-')}, paths {p['paths']}, "
-          f"generator {p['generator']} {p['generator_cpu_pct']} % of a core, server CPU "
-          f"{p.get('server_cpu_pct', '-')} % of a core, {p.get('server_cpu_ms_per_answer', '-')} ms per answer, "
-          f"others {p.get('others_cpu_pct', '-')} %", flush=True)
 
 
 def section_a(plan: Plan, pool: list[dict[str, Any]]) -> dict[str, Any]:
@@ -126,7 +111,7 @@ def section_b(plan: Plan, servers: report.Servers, templates: list[str]) -> dict
         for clients in B_CLIENTS:
             point = measure_closed(server, clients, plan.durations["b"], templates)
             points.append(point)
-            print_point(f"b batching {mode}", f"{clients} clients", point)
+            report.print_point(f"b batching {mode}", f"{clients} clients", point)
         result[mode] = points
         if mode == "off":
             servers.release(f"batching-{mode}")
@@ -147,7 +132,7 @@ def section_c(plan: Plan, servers: report.Servers, templates: list[str], capacit
         point = measure_open(server, factor * capacity_rps, plan.durations["c"], templates)
         point["factor"] = factor
         points.append(point)
-        print_point("c overload", f"{factor:g}x = {point['target_rps']} req/s", point)
+        report.print_point("c overload", f"{factor:g}x = {point['target_rps']} req/s", point)
     return {"capacity_rps": capacity_rps, "points": points}
 
 
@@ -223,7 +208,7 @@ def section_f(plan: Plan, servers: report.Servers) -> dict[str, Any]:
                                    load.closed_loop(plan.url, plan.clients, plan.durations["f"], 0.0, templates)))
         point = {"clients": plan.clients, **summarise(run.shots, (run.start, run.end), Counter(), None),
                  **run.generator}
-    print_point("f", f"{plan.slow} slow connections held, {plan.clients} clients", point)
+    report.print_point("f", f"{plan.slow} slow connections held, {plan.clients} clients", point)
     return point
 
 
@@ -266,105 +251,6 @@ def section_gates(plan: Plan, log_dir: Path) -> list[dict[str, Any]]:
                      "non_200": sum(s != 200 for s in statuses), "late": late, "paths": dict(sorted(paths.items()))})
         print(f"bench gates, {name}: {rows[-1]}", flush=True)
     return rows
-
-
-def gpu_use() -> float | None:
-    """GPU 0's utilisation now, in % (nvidia-smi); None where it cannot be read."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                              "-i", "0"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return float(out) if out.isdigit() else None
-
-
-def profile(device: str, rounds: int, size: int = 64) -> dict:
-    """Time each hook of `rounds` batches of `size` different real-shaped lists (the network on CPU as the settings
-    CPU_RUNTIME and CPU_PRECISION say, as served); medians in ms, shares of the sum."""
-    import torch
-
-    from model.corrector import Corrector
-
-    config = Config.from_env()
-    corrector = Corrector(device=device, cpu_runtime=config.cpu_runtime, cpu_precision=config.cpu_precision)
-    corrector.setup()
-    bodies = request_bodies(size * rounds, seed=1)
-    lists = [NBest(tuple(b["sentence_list"]), tuple(b.get("phoneme_sequence_list") or ())) for b in bodies]
-    times: dict[str, list[float]] = {hook: [] for hook in HOOKS}
-    for r in range(rounds):
-        items = lists[r * size : (r + 1) * size]
-        t0 = time.perf_counter()
-        batch = corrector.batch(items)
-        t1 = time.perf_counter()
-        probs = corrector.predict(batch)
-        if corrector.device.type == "cuda":
-            torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        corrector.unbatch(items, batch, probs)
-        t3 = time.perf_counter()
-        for hook, seconds in zip(HOOKS, (t1 - t0, t2 - t1, t3 - t2), strict=True):
-            times[hook].append(seconds * 1000)
-    medians = {hook: statistics.median(ms) for hook, ms in times.items()}
-    total = sum(medians.values())
-    return {"device": str(corrector.device), "precision": corrector.precision, "runtime": corrector.runtime,
-            "batch_size": size, "rounds": rounds,
-            "torch_threads": torch.get_num_threads(), "median_ms": medians, "total_ms": total,
-            "share": {hook: ms / total for hook, ms in medians.items()},
-            "gpu": torch.cuda.get_device_name(0) if corrector.device.type == "cuda" else None}
-
-
-def hooks_table(results: list[dict]) -> list[str]:
-    """One row a profile (`profile`'s figures): each hook's median ms, their sum and the network's share."""
-    return report.table("device | batch | predict (the network) | unbatch | total | network's share",
-                        [[f"{r['device']} {r['precision']} ({r['runtime']})",
-                          *(f"{r['median_ms'][h]:.1f}" for h in HOOKS), f"{r['total_ms']:.1f}",
-                          f"{100 * r['share']['predict']:.0f} %"] for r in results])
-
-
-def section_hooks(plan: Plan) -> list[dict[str, Any]]:
-    """Where a batch of 64 spends its time, on each of the devices the machine has: `profile`."""
-    import torch
-
-    return [profile(device, plan.rounds) for device in plan.devices
-            if device != "cuda" or torch.cuda.is_available()]
-
-
-def section_gpu(plan: Plan, servers: report.Servers) -> dict[str, Any]:
-    """The GPU check: served as `make run` serves it with each DEVICE in turn, closed loops of GPU_CLIENTS, GPU use
-    sampled; then one batch of 64's hooks timed on each device (`profile`; not with --fake)."""
-    templates = payload_templates(request_bodies(400, seed=3))
-    rows = []
-    for device in plan.devices:
-        server = servers.get(f"device-{device}", {"DEVICE": device})
-        service = servers.info[f"device-{device}"]["service"] or {}
-        workers, model = (service.get("config") or {}).get("workers", "?"), service.get("model") or {}
-        for n in GPU_CLIENTS:
-            with sampling(gpu_use, 0.5) as readings:
-                point = measure_closed(server, n, plan.durations["gpu"], templates)
-            point.pop("_shots"), point.pop("_start")
-            samples = [use for _, use in readings if use is not None]
-            use = f"{statistics.mean(samples):.0f}, {max(samples):.0f}" if samples else "-"
-            rows.append({"device": device, "clients": n, "workers": workers, "model_device": model.get("device"),
-                         "gpu_use": use, "gpu_samples": samples, **point})
-            print_point(f"gpu DEVICE={device}", f"{n} clients, GPU use {use}", point)
-        servers.release(f"device-{device}")
-    batches = {} if plan.fake else {device: profile(device, rounds=20) for device in plan.devices}
-    first = batches.get(plan.devices[0], {})
-    return {"rows": rows, "batches": batches, "duration_s": plan.durations["gpu"],
-            "machine": f"{platform.node()}: {first.get('gpu') or 'no GPU'}, {os.cpu_count()} cores"}
-
-
-def gpu_lines(results: dict[str, Any]) -> list[str]:
-    """The GPU check's tables (bench's section gpu), headed by when and where it ran."""
-    gpu = results["gpu"]
-    return [f"### GPU check, {results['started_utc'][:16].replace('T', ' ')} UTC ({gpu['machine']})", "",
-            "`bash testing/gpu_check.sh` (served as `make run` serves it, closed loops of "
-            f"{gpu['duration_s']:g} s after a warm-up, the request bodies of `testing.samples.request_bodies`)", "",
-            *report.table(GPU_HEAD, [[r["device"], r["clients"], r["throughput_rps"], r["p99_ms"], r["model_share"],
-                                      r["non_200"], r["late_over_1s"], r["gpu_use"], r["workers"]]
-                                     for r in gpu["rows"]]),
-            "", "One batch of 64 lists (`--sections hooks`), median of 20, in ms:", "",
-            *hooks_table(list(gpu["batches"].values())), ""]
 
 
 def _raw_series(point: dict[str, Any]) -> list[list[Any]]:
@@ -475,9 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         if "gates" in plan.sections:
             results["gates"] = section_gates(plan, log_dir)
         if "gpu" in plan.sections:
-            results["gpu"] = section_gpu(plan, servers)
+            results["gpu"] = device.section_gpu(plan, servers)
         if "hooks" in plan.sections:
-            results["hooks"] = section_hooks(plan)
+            results["hooks"] = device.section_hooks(plan)
         results["servers"] = servers.info
     finally:
         servers.close()
@@ -487,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["plots"] = draw_bench(results, raw, out)
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
-    gpu = gpu_lines(results) if "gpu" in results else []
+    gpu = device.gpu_lines(results) if "gpu" in results else []
     hooks = [f"## Hooks: one batch of 64 lists, median of {plan.rounds}, in ms", "",
-             *hooks_table(results["hooks"]), ""] if "hooks" in results else []
+             *device.hooks_table(results["hooks"]), ""] if "hooks" in results else []
     report.write_summary(out, "bench", results, "\n".join([markdown(results), *hooks, *gpu]))
     if args.markdown and gpu:
         with args.markdown.open("a", encoding="utf-8") as md:

@@ -137,6 +137,15 @@ def table(head: str, rows: list[list[Any]]) -> list[str]:
     return [f"| {head} |", f"|{'|'.join(rule)}|", *(f"| {' | '.join(_fmt(v) for v in row)} |" for row in rows)]
 
 
+def print_point(section: str, label: str, p: dict[str, Any]) -> None:
+    print(f"bench {section}, {label}: {p['throughput_rps']} req/s, p50 {p['p50_ms']} p99 {p['p99_ms']} "
+          f"max {p['max_ms']} ms, non-200 {p['non_200']}, connection errors {p['connection_errors']}, "
+          f"late {p['late_over_1s']}, listen overflows {p.get('listen_overflows', '-')}, paths {p['paths']}, "
+          f"generator {p['generator']} {p['generator_cpu_pct']} % of a core, server CPU "
+          f"{p.get('server_cpu_pct', '-')} % of a core, {p.get('server_cpu_ms_per_answer', '-')} ms per answer, "
+          f"others {p.get('others_cpu_pct', '-')} %", flush=True)
+
+
 def _share(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value * 100:.{digits}f} %"
 
