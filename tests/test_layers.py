@@ -74,3 +74,15 @@ def test_the_bottom_layer_imports_only_the_standard_library_even_inside_a_functi
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
     assert imported - set(sys.stdlib_module_names) - {"__future__"} - {name[:-3] for name in BOTTOM} == set()
+
+
+MAX_MODULE_LINES = 400  # issue 49: a module longer than this is two things; split it where it says so
+
+
+def test_no_module_outside_the_tests_is_longer_than_the_limit():
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    modules = [REPO_ROOT / name for name in tracked.stdout.split() if not name.startswith("tests/")]
+    assert modules, "git ls-files found no module"
+    long = {str(m.relative_to(REPO_ROOT)): n for m in modules if m.is_file()
+            and (n := len(m.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
