@@ -71,9 +71,9 @@ def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device
     total = settings.steps or int(settings.epochs * steps_per_epoch)
 
     def lr_at(step: int, elapsed_s: float) -> float:
-        # cosine decay over the steps; a run on course to be cut by --max-minutes decays over the time limit instead,
-        # so that it still ends annealed (a run that finishes in time never reads the clock: the same run, the same
-        # rates)
+        # cosine decay over the steps; a run whose pace so far would take it past --max-minutes decays over the time
+        # limit instead, so that it still ends annealed (a run well inside its limit never reads the clock: the same
+        # run, the same rates)
         if step < settings.warmup:
             return lr_max * (step + 1) / settings.warmup
         progress = (step - settings.warmup) / max(1, total - settings.warmup)

@@ -293,7 +293,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     args.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
-        raise SystemExit(f"unknown section(s) {unknown}: choose from {','.join(SECTIONS)}")
+        raise cli.ToolError(f"unknown section(s) {unknown}: choose from {','.join(SECTIONS)}")
     duration = args.duration if args.duration is not None else (QUICK_DURATION_S if args.quick else None)
     args.durations = {s: duration if duration is not None else default for s, default in DEFAULT_DURATION_S.items()}
     if args.quick:
@@ -302,17 +302,19 @@ def make_plan(args: argparse.Namespace) -> Plan:
     try:
         args.c_factors = tuple(float(f) for f in (args.factors or ("2" if args.quick else "2,3,5")).split(","))
     except ValueError:
-        raise SystemExit(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
+        raise cli.ToolError(f"--factors must be numbers separated by commas, got {args.factors!r}") from None
     args.slow = (200 if args.quick else 1000) if args.slow is None else args.slow
-    if args.slow < 0 or args.clients < 1:
-        raise SystemExit("--slow must be >= 0, --clients >= 1")
+    if args.slow < 0 or args.clients < 1 or args.rounds < 1:
+        raise cli.ToolError("--slow must be >= 0, --clients and --rounds >= 1")
+    if args.fake and "hooks" in args.sections:
+        raise cli.ToolError("--sections hooks times the shipped model's hooks: it does not go with --fake")
     if args.url is not None:
         try:
             Target.from_url(args.url)
         except ValueError:
-            raise SystemExit(f"--url must be http://HOST:PORT, got {args.url!r}") from None
+            raise cli.ToolError(f"--url must be http://HOST:PORT, got {args.url!r}") from None
         if args.sections != ("f",):
-            raise SystemExit("--url goes with --sections f alone")
+            raise cli.ToolError("--url goes with --sections f alone")
     args.devices = tuple(args.devices.split(","))
     return args
 

@@ -44,12 +44,19 @@ def require_weights(fake: bool, missing: list[str]) -> None:
 
 
 def run(main: Callable[[], int], prog: str) -> NoReturn:
-    """Exit with main's status; a ToolError or a missing module (`dev_requirements`) becomes one line on stderr and
-    status 2."""
+    """Exit with main's status; a ToolError, a bad setting (config.ConfigError) or a missing module
+    (`dev_requirements`) becomes one line on stderr and status 2."""
     try:
         with dev_requirements(prog):
             code = main()
     except ToolError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
+        code = 2
+    except ValueError as exc:  # a bad setting in the environment (config.ConfigError), as the service says it
+        from config import ConfigError  # imported here: this module imports little before grequests patches
+
+        if not isinstance(exc, ConfigError):
+            raise
+        print(f"{prog}: config error: {exc}", file=sys.stderr)
         code = 2
     sys.exit(code)

@@ -14,7 +14,7 @@ from typing import Any
 
 from config import Config
 from preprocess.text import NBest
-from testing import report
+from testing import cli, report
 from testing.load import payload_templates
 from testing.report import measure_closed
 from testing.samples import request_bodies
@@ -83,8 +83,10 @@ def section_hooks(plan: Namespace) -> list[dict[str, Any]]:
     """Where a batch of 64 spends its time, on each of the devices the machine has: `profile`."""
     import torch
 
-    return [profile(device, plan.rounds) for device in plan.devices
-            if device != "cuda" or torch.cuda.is_available()]
+    devices = [device for device in plan.devices if device != "cuda" or torch.cuda.is_available()]
+    if not devices:
+        raise cli.ToolError(f"--devices {','.join(plan.devices)}: none of them is on this machine (no CUDA)")
+    return [profile(device, plan.rounds) for device in devices]
 
 
 def section_gpu(plan: Namespace, servers: report.Servers) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import psutil
 
 from api.metrics import BATCHER_COUNTERS
 from api.paths import AnswerPath
-from testing import load
+from testing import cli, load
 from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, LoadRun, Shot, percentile
 from testing.server import APP, FAKE_APP, REPO_ROOT, ServerProcess, get_json, scrape, start_server
 
@@ -304,7 +304,11 @@ class Servers:
         """Return the server of this name, starting it with these settings (env) if it is not running."""
         if name not in self.running:
             print(f"bench: starting server {name} {settings or '(defaults)'}", flush=True)
-            server = start_server({"LOG_LEVEL": "INFO", **settings}, self.log_dir / f"server-{name}.log", app=self.app)
+            try:
+                server = start_server({"LOG_LEVEL": "INFO", **settings}, self.log_dir / f"server-{name}.log",
+                                      app=self.app)
+            except (RuntimeError, TimeoutError) as exc:  # its log's tail is in the message: one line here
+                raise cli.ToolError(f"server {name} did not start: {str(exc).splitlines()[0]}") from None
             self.running[name] = server
             self.info[name] = {"settings": settings, "service": get_json(server.url + "/")}
         return self.running[name]
@@ -386,10 +390,10 @@ def measure(server: ServerProcess, driver: Coroutine[Any, Any, LoadRun], answer_
     shots = tag_paths(run.shots, paths_by_uuid(log))
     start, end = run.start, run.end
     # the latency the server itself logged (beside the client's: where time went)
-    server = latency_stats([float(line["latency_ms"]) / 1000 for line in log
+    logged = latency_stats([float(line["latency_ms"]) / 1000 for line in log
                             if start <= float(line.get("ts", 0)) <= end + answer_s and "latency_ms" in line])
     return {**summarise(shots, (start, end), count_paths(log, start, end + answer_s),
                         {k: after[k] - before[k] for k in after}),
-            "server_p50_ms": server["p50_ms"], "server_p99_ms": server["p99_ms"], **run.generator,
+            "server_p50_ms": logged["p50_ms"], "server_p99_ms": logged["p99_ms"], **run.generator,
             **clock.figures(start, end, sum(s.status == 200 for s in shots), run.generator["generator_cpu_pct"]),
             "_shots": shots, "_start": start}

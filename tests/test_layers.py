@@ -80,7 +80,9 @@ MAX_MODULE_LINES = 400  # issue 49: a module longer than this is two things; spl
 
 
 def test_no_module_outside_the_tests_is_longer_than_the_limit():
-    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git work tree: the modules are the ones git tracks")
     modules = [REPO_ROOT / name for name in tracked.stdout.split() if not name.startswith("tests/")]
     assert modules, "git ls-files found no module"
     long = {str(m.relative_to(REPO_ROOT)): n for m in modules if m.is_file()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testing import cli
 from testing.bench import main
 from tests.clients.fake_http import serving
 
@@ -59,5 +60,5 @@ def test_slow_clients_reports_questions_never_answered_and_exits_1(tmp_path: Pat
 
 
 def test_url_goes_with_section_f_alone(tmp_path: Path):
-    with pytest.raises(SystemExit, match="--url goes with --sections f alone"):
+    with pytest.raises(cli.ToolError, match="--url goes with --sections f alone"):
         main(["--sections", "b,f", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)])
