@@ -63,24 +63,26 @@ def run_id(settings: TrainSettings) -> dict[str, Any] | None:
             "init_from": str(settings.init_from.resolve()) if settings.init == "shipped" else None}
 
 
+def learning_rate(settings: TrainSettings, step: int, total: int, elapsed_s: float) -> float:
+    """The rate at `step` of `total`: a linear warm-up, then a cosine decay over the steps; a run whose pace so far
+    would take it past --max-minutes decays over the time limit instead, so that it still ends annealed (a run well
+    inside its limit never reads the clock: the same run, the same rates)."""
+    lr_max = settings.learning_rate
+    if step < settings.warmup:
+        return lr_max * (step + 1) / settings.warmup
+    progress = (step - settings.warmup) / max(1, total - settings.warmup)
+    limit_s = settings.max_minutes * 60
+    if step and elapsed_s / step * total > limit_s:
+        progress = max(progress, elapsed_s / limit_s)
+    return lr_max * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
 def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device: torch.device) -> int:
     """Train net on the examples (resuming from --ckpt-dir/last.pt of the same run); return the steps done."""
     lr_max = settings.learning_rate
     opt = torch.optim.AdamW(net.parameters(), lr=lr_max, weight_decay=0.01)
     steps_per_epoch = math.ceil(len(train) / settings.batch_size)
     total = settings.steps or int(settings.epochs * steps_per_epoch)
-
-    def lr_at(step: int, elapsed_s: float) -> float:
-        # cosine decay over the steps; a run whose pace so far would take it past --max-minutes decays over the time
-        # limit instead, so that it still ends annealed (a run well inside its limit never reads the clock: the same
-        # run, the same rates)
-        if step < settings.warmup:
-            return lr_max * (step + 1) / settings.warmup
-        progress = (step - settings.warmup) / max(1, total - settings.warmup)
-        limit_s = settings.max_minutes * 60
-        if step and elapsed_s / step * total > limit_s:
-            progress = max(progress, elapsed_s / limit_s)
-        return lr_max * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     step = 0
     elapsed_before = 0.0
@@ -114,7 +116,7 @@ def fit(net: CorrectorNet, train: list[Example], settings: TrainSettings, device
             tensors, labels = to_tensors([train[i] for i in b], device)
             logits = net(**tensors)
             loss = loss_fn(logits.flatten(0, 1), labels.flatten())
-            lr = lr_at(step, time.monotonic() - started)
+            lr = learning_rate(settings, step, total, time.monotonic() - started)
             for group in opt.param_groups:
                 group["lr"] = lr
             opt.zero_grad(set_to_none=True)

@@ -9,7 +9,7 @@ import torch
 
 from config import DEFAULT_WEIGHTS_DIR
 from learn.data.labelled import Labelled
-from learn.fit import fit
+from learn.fit import fit, learning_rate
 from learn.train import shipped_start
 from learn.train_data import labelled_examples
 from learn.train_settings import TrainSettings
@@ -38,3 +38,14 @@ def test_fine_tuning_twice_gives_the_same_network_whatever_torchs_generator_held
         states.append(net.state_dict())
     assert any(not torch.equal(states[0][k], start.state[k]) for k in start.state)  # it did train
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_the_learning_rate_ignores_the_clock_inside_the_time_limit_and_anneals_a_run_the_limit_will_cut(tmp_path):
+    settings = TrainSettings(init="shipped", init_from=DEFAULT_WEIGHTS_DIR, sim_ratio=0.0, steps=100, warmup=10,
+                             lr=1e-3, batch_size=2, ckpt_dir=tmp_path, seed=5, max_minutes=1.0)
+    assert learning_rate(settings, 0, 100, 0.0) == 1e-4  # warm-up
+    # well inside 60 s (0.5 s a step, 50 s in all): the same rate whatever the clock says
+    assert learning_rate(settings, 55, 100, 20.0) == learning_rate(settings, 55, 100, 27.0) == 5e-4
+    # on course to take 100 s: the decay runs over the minute, and the rate is 0 once it is spent
+    assert learning_rate(settings, 30, 100, 30.0) < learning_rate(settings, 30, 100, 0.0)
+    assert learning_rate(settings, 40, 100, 60.0) == 0.0
