@@ -217,7 +217,7 @@ def run(settings: TrainSettings) -> None:
         print(wrote(settings.out / CONFIG_FILE))
         return
     try:
-        items = read_data(settings.data)
+        items = read_data(list(settings.data), settings.exclude)
     except (LabelledFormatError, OSError) as e:
         raise SystemExit(str(e)) from None
 

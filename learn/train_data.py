@@ -72,13 +72,20 @@ class Data:
     made_of: dict[str, Any] = field(default_factory=dict)
 
 
-def read_data(paths: list[Path]) -> list[Labelled]:
-    """Read every labelled file, printing how many rows each held."""
+def read_data(paths: list[Path], exclude: tuple[Path, ...] = ()) -> list[Labelled]:
+    """Read every labelled file, printing how many rows each held; leave out every row whose truth (its Han
+    characters) is a truth of an `exclude` file: a test set's sentences kept out of training, whatever the list."""
     items: list[Labelled] = []
     for path in paths:
         rows = read_labelled(path)
         print(f"{path}: {len(rows)} labelled rows")
         items += rows
+    if exclude:
+        held = {han_chars(item.truth) for path in exclude for item in read_labelled(path)}
+        kept = [item for item in items if han_chars(item.truth) not in held]
+        print(f"--exclude: {len(items) - len(kept)} rows left out, their truth among the {len(held)} of "
+              f"{', '.join(map(str, exclude))}")
+        items = kept
     return items
 
 

@@ -22,6 +22,7 @@ class TrainSettings:
 
     corpus: Path = Path("data/corpus")
     data: tuple[Path, ...] = ()
+    exclude: tuple[Path, ...] = ()
     sim_ratio: float = 1.0
     dev_share: float = 0.05
     init: Init | None = None
@@ -56,6 +57,7 @@ class TrainSettings:
                              f"{self.ckpt_every} and {self.warmup}")
         init = self.init or ("shipped" if self.data else "scratch")
         object.__setattr__(self, "data", tuple(self.data))
+        object.__setattr__(self, "exclude", tuple(self.exclude))
         object.__setattr__(self, "init", init)
         object.__setattr__(self, "lr", self.lr if self.lr is not None else DEFAULT_LR[init])
 
@@ -72,6 +74,8 @@ def parse_args(argv: list[str] | None = None) -> TrainSettings:
     ap.add_argument("--corpus", type=Path)
     ap.add_argument("--data", type=Path, action="append",
                     help="labelled file (the competition's JSON list, or JSONL of its rows); repeatable")
+    ap.add_argument("--exclude", type=Path, action="append",
+                    help="labelled file whose truths no --data row may share (a test set's sentences); repeatable")
     ap.add_argument("--sim-ratio", type=float,
                     help="with --data: simulated lists per labelled training list (0 = labelled only)")
     ap.add_argument("--dev-share", type=float,

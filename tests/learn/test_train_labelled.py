@@ -134,3 +134,21 @@ def test_train_stopped_by_ctrl_c_says_so_in_one_line_without_a_traceback(tmp_pat
     assert err == (f"train: interrupted; {tmp_path / 'out'} was not written; rerun the same command to resume from "
                    f"the last checkpoint in {tmp_path / 'ckpt'}\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_rows_whose_truth_an_excluded_file_holds_are_left_out_of_training(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]):
+    from learn.train_data import read_data
+
+    data = _write_rows(tmp_path / "labelled.jsonl")
+    # a test set holding two of the truths, one written with spaces and punctuation the judge does not score
+    test_set = tmp_path / "test.jsonl"
+    write_labelled([Labelled("t0", "喂，你好密碼我要進去。", NBest(("喂 你好",))),
+                    Labelled("t1", "我想申請貸款", NBest(("我 想",)))], test_set)
+
+    kept = read_data([data], exclude=(test_set,))
+
+    assert len(kept) == len(ROWS) - 2
+    assert {item.truth for item in kept}.isdisjoint({"喂你好密碼我要進去", "我想申請貸款"})
+    assert "--exclude: 2 rows left out" in capsys.readouterr().out
+    assert len(read_data([data])) == len(ROWS)
