@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     report.write_summary(out, "bench", results, "\n".join([markdown(results), *hooks, *gpu]))
     if args.markdown and gpu:
         with args.markdown.open("a", encoding="utf-8") as md:
-            md.write("\n" + "\n".join(gpu) + "\n")
+            md.write("\n" + "\n".join(gpu + hooks) + "\n")
     print(f"bench: bench.json, bench_raw.json, bench.md and {len(results['plots'])} plot(s): {wrote(out)}")
     f = results.get("f")  # f fails the run where a question was not answered validly within 1 s
     return 1 if f is not None and not 0 < f["requests"] == f["valid_within_1s"] else 0

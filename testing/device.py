@@ -91,7 +91,8 @@ def section_hooks(plan: Namespace) -> list[dict[str, Any]]:
 
 def section_gpu(plan: Namespace, servers: report.Servers) -> dict[str, Any]:
     """The GPU check: served as `make run` serves it with each DEVICE in turn, closed loops of GPU_CLIENTS, GPU use
-    sampled; then one batch of 64's hooks timed on each device (`profile`; not with --fake)."""
+    sampled (testing/gpu_check.sh runs it with `hooks`, a batch of 64's hooks timed on each device)."""
+    import torch
     templates = payload_templates(request_bodies(400, seed=3))
     rows = []
     for device in plan.devices:
@@ -108,10 +109,9 @@ def section_gpu(plan: Namespace, servers: report.Servers) -> dict[str, Any]:
                          "gpu_use": use, "gpu_samples": samples, **point})
             report.print_point(f"gpu DEVICE={device}", f"{n} clients, GPU use {use}", point)
         servers.release(f"device-{device}")
-    batches = {} if plan.fake else {device: profile(device, rounds=20) for device in plan.devices}
-    first = batches.get(plan.devices[0], {})
-    return {"rows": rows, "batches": batches, "duration_s": plan.durations["gpu"],
-            "machine": f"{platform.node()}: {first.get('gpu') or 'no GPU'}, {os.cpu_count()} cores"}
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return {"rows": rows, "duration_s": plan.durations["gpu"], "machine": f"{platform.node()}: {gpu}, "
+            f"{os.cpu_count()} cores"}
 
 
 def gpu_lines(results: dict[str, Any]) -> list[str]:
@@ -122,6 +122,4 @@ def gpu_lines(results: dict[str, Any]) -> list[str]:
             f"{gpu['duration_s']:g} s after a warm-up, the request bodies of `testing.samples.request_bodies`)", "",
             *report.table(GPU_HEAD, [[r["device"], r["clients"], r["throughput_rps"], r["p99_ms"], r["model_share"],
                                       r["non_200"], r["late_over_1s"], r["gpu_use"], r["workers"]]
-                                     for r in gpu["rows"]]),
-            "", "One batch of 64 lists (`--sections hooks`), median of 20, in ms:", "",
-            *hooks_table(list(gpu["batches"].values())), ""]
+                                     for r in gpu["rows"]]), ""]

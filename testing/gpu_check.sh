@@ -15,4 +15,4 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
 export PYTHONUNBUFFERED=1
-timeout 470 "$PY" -m testing.bench --sections gpu --out "$out" --markdown docs/benchmarks.md --duration 30
+timeout 470 "$PY" -m testing.bench --sections gpu,hooks --rounds 20 --out "$out" --markdown docs/benchmarks.md --duration 30

@@ -170,7 +170,6 @@ def markdown(results: dict[str, Any]) -> str:
         b = results["b"]
         points = [(mode, p) for mode in ("on", "off") for p in b.get(mode, [])]
         lines += ["## b. Closed loop (batching on = defaults, off = MAX_BATCH_SIZE=1)", "",
-                  _generator_line([p for _, p in points]), "",
                   *table("batching | clients | req/s | model req/s | p50 ms | p95 ms | p99 ms | max ms | "
                           "server p99 ms | non-200 | connection errors | late > 1 s | mean batch | server CPU % | "
                           "server CPU ms per answer | generator CPU % | answers by path",
@@ -185,7 +184,6 @@ def markdown(results: dict[str, Any]) -> str:
         c = results["c"]
         points, answer_s = c["points"], results["open_loop_timeout_s"]
         lines += [f"## c. Open-loop overload (Poisson arrivals; capacity {_fmt(c['capacity_rps'])} req/s)", "",
-                  _generator_line(points), "",
                   *table("load | target req/s | sent req/s | answered req/s | p50 ms | p99 ms | max ms | server p99 "
                           f"ms | non-200 | connection errors | no answer (> {answer_s:g} s) | late > 1 s | model share "
                           "| client lag p99 ms | listen overflows | generator CPU % | answers by path",
@@ -194,15 +192,7 @@ def markdown(results: dict[str, Any]) -> str:
                             p["no_answer"], f"{p['late_over_1s']} of {p['requests']}", _share(p.get("model_share")),
                             p["client_lag_p99_ms"], p.get("listen_overflows"), p.get("generator_cpu_pct"), p["paths"]]
                            for p in points]),
-                  "", "Latency is from when each request was due to its answer, as the client saw it; server "
-                  "p99 is what the server logged (from gunicorn's accept to the answer); non-200 counts every "
-                  f"request without a 200, the connection errors (refused, reset, cut mid-answer) and those with no "
-                  f"answer within {answer_s:g} s among them; model share: answers the model made, of those the "
-                  "server logged; client lag: how late the load generator sent a request after its scheduled time "
-                  "(it shares the machine with the server); listen overflows: connections the kernel's listen queue "
-                  "turned away during the point (the client's retry of one comes a second or more later); "
-                  "generator CPU %: the load generator's own CPU time "
-                  "over the point, as a share of one core (of the machine's two).", ""]
+                  "", "Latency from each request's due time; the columns: testing/README.md, bench.py, c.", ""]
     if "f" in results:
         f, slow = results["f"], results["f"]["slow"]
         asked, valid = f["requests"], f["valid_within_1s"]
@@ -224,12 +214,6 @@ def markdown(results: dict[str, Any]) -> str:
                          [[r["scenario"], r["offered_rps"], r["sent"], r["non_200"], r["late"] or 0, r["paths"]]
                           for r in results["gates"]]), ""]
     return "\n".join(lines)
-
-
-def _generator_line(points: list[dict[str, Any]]) -> str:
-    """Name the load generator(s) of a section's points."""
-    names = sorted({str(p.get("generator", "?")) for p in points})
-    return f"Load generator: {', '.join(names) or '-'} (its own CPU share of one core is in each row)."
 
 
 def run_record(prog: str, argv: list[str]) -> dict[str, Any]:

@@ -1,13 +1,6 @@
-"""The soak: the service for N minutes at a fixed share of its own 64-client rate, recorded minute by minute.
-
-A benchmark, not a test (issue 40; testing/README.md says what it sends and records). It serves the service as `make
-run` does, measures its rate at 64 closed-loop clients (the model's answers/s), then sends Poisson arrivals at
-`--share` of that rate, one open-loop run per interval, of real-shaped and short lists, each request under a new
-esun_uuid. After each interval it records the server's processes by role (RSS, descriptors, threads), the interval's
-latency and failures and the answer cache's size, and rewrites soak.json; at the end, the plots and the table, headed
-by the steady state after `--settle-minutes`. `--distinct N`: N lists new to the server instead, each sent once until
-the pool wraps: do the model's bounded caches stay bounded (issue 21).
-"""
+"""The soak: the service for N minutes at a fixed share of its own 64-client rate, recorded interval by interval
+(`--distinct N`: lists new to the server, do its caches stay bounded). A benchmark, not a test (issue 40);
+testing/README.md ("soak.py") says what it sends and records."""
 
 from __future__ import annotations
 
