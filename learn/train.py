@@ -10,8 +10,9 @@ Recipe without --data (every setting is a flag; the defaults are the shipped mod
    sentences made worse), and write `model.safetensors`, `vocab.json`, `config.json` to `--out`.
 
 With `--data FILE` (repeatable; the competition's labelled lists, read by `learn.data.labelled`):
-1. read each file (its row count is printed; a malformed row stops the run with one line naming it) and hold
-   out `--dev-share` of the rows by a stable hash of their ids (`learn.data.labelled.split_dev`);
+1. read each file (its row count is printed; a malformed row stops the run with one line naming it), leave out
+   every row whose truth an `--exclude` file holds (a test set's sentences), and hold out `--dev-share` of the
+   rows by a stable hash of their ids (`learn.data.labelled.split_dev`);
 2. featurize each row with its truth's Han characters (the judge's truths hold nothing else) and its first
    MAX_HYPOTHESES hypotheses (all the service reads); rows whose TOP1 or truth has no Han character are
    counted and left out (the service answers such a TOP1 as it is);

@@ -51,7 +51,7 @@ def _shipped_with(tmp_path: Path, **fields: object) -> Path:
 def test_weights_meta_reads_the_shipped_folder_and_writes_back_the_same_json(tmp_path):
     meta = WeightsMeta.load(DEFAULT_WEIGHTS_DIR)
 
-    assert meta.threshold == 0.97 and meta.net.hidden == 256 and set(meta.rerank) == {"full", "lm"}
+    assert meta.threshold == 0.96 and meta.net.hidden == 256 and set(meta.rerank) == {"full", "lm"}
     assert meta.adaptation is None and meta.evaluation is not None
     meta.save(tmp_path)
     shipped = (DEFAULT_WEIGHTS_DIR / CONFIG_FILE).read_text("utf-8")
