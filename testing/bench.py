@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     results["plots"] = draw_bench(results, raw, out)
     (out / "bench_raw.json").write_text(json.dumps(raw, separators=(",", ":")) + "\n", encoding="utf-8")
     gpu = device.gpu_lines(results) if "gpu" in results else []
-    hooks = [f"## Hooks: one batch of 64 lists, median of {plan.rounds}, in ms", "",
+    hooks = [f"### Hooks: one batch of 64 lists, median of {plan.rounds}, in ms", "",
              *device.hooks_table(results["hooks"]), ""] if "hooks" in results else []
     report.write_summary(out, "bench", results, "\n".join([markdown(results), *hooks, *gpu]))
     if args.markdown and gpu:
