@@ -4,8 +4,10 @@ Every question is answered 200 within 1 s, none TOP1 for a model still loading, 
 worker serves the new folder gets that folder's answer.
 
 The shipped model on CPU runs int8 with activations quantized per batch, so a question may be answered otherwise in
-another batch (1 of 200 questions was, within one phase): the second folder's answers (TOP1's, whatever the batch)
-are checked one by one, the shipped folder's after the swap back against its answers before, all but 2 %."""
+another batch (with the network fine-tuned with hard lists, 9 of these 200 questions were, across batches of 8 to
+64, none in fp32; 1-3 of 400 held-out stand-in lists, as before it): the second folder's answers (TOP1's, whatever the
+batch) are checked one by one, the shipped folder's after the swap back against every answer it gave that question
+before, all but 2 %."""
 
 from __future__ import annotations
 
@@ -34,14 +36,16 @@ def test_a_swap_there_and_back_under_load_answers_every_question_in_time_and_fro
     assert figures["non_200"] == 0 and figures["later_than_1s"] == 0
     assert "model_loading" not in figures["paths"] and "?" not in figures["paths"]
     # the shipped folder corrects some questions: the second one (always TOP1) is told apart on those
-    shipped = dict(model_answers(result, 0.0, to_second.asked))
-    corrected = {q for q, answer in shipped.items() if answer != result.top1[q]}
+    shipped: dict[int, set[str]] = {}  # every answer the shipped folder gave each question, whatever its batch
+    for q, answer in model_answers(result, 0.0, to_second.asked):
+        shipped.setdefault(q, set()).add(answer)
+    corrected = {q for q, answers in shipped.items() if answers != {result.top1[q]}}
     assert corrected
     on_second = model_answers(result, to_second.done, back.asked)
     assert on_second and all(answer == result.top1[q] for q, answer in on_second)
     assert {q for q, _ in on_second} & corrected  # asked again after the swap: answered otherwise
     on_shipped_again = [(q, answer) for q, answer in model_answers(result, back.done, float("inf")) if q in shipped]
-    same = [answer == shipped[q] for q, answer in on_shipped_again]
+    same = [answer in shipped[q] for q, answer in on_shipped_again]
     assert on_shipped_again and sum(same) >= 0.98 * len(same)
     assert any(answer != result.top1[q] for q, answer in on_shipped_again)  # it corrects again
     assert result.served["folder"] == str(tmp_path / "shipped") and result.served["swaps"]["done"] == 2
