@@ -68,7 +68,9 @@ def test_a_retry_sent_the_moment_its_first_answer_arrives_finds_it_in_the_other_
                                   headers={"Connection": "close"})
             return first.json()["answer"], retry.json()["answer"]
 
-        with ThreadPoolExecutor(8) as pool:
+        # 4 pairs at a time: each still races its own shared write; 8 on the 2-core CI machine, with the suite's
+        # other servers winding down, once held a write past SHARED_WRITE_WAIT_S (1 retry of 500 got TOP1)
+        with ThreadPoolExecutor(4) as pool:
             pairs = list(pool.map(ask_then_retry, range(500)))
         time.sleep(1.5)  # each worker writes its series for the others once a second
         metrics = requests.get(f"{url}/metrics", timeout=5).text
