@@ -54,11 +54,15 @@ class LayeredResultCache:
         return answer
 
     def put(self, esun_uuid: str, answer: str) -> None:
-        """Store the answer locally, and queue it for the shared cache unless it is stored already."""
+        """Store the answer locally, and queue it for the shared cache unless it is stored already.
+
+        Queued before it is stored locally: a thread that then finds it there (and so does not queue it again) finds
+        its write queued as well, and `wait_shared` waits for it. Stored first, a request's thread could see the
+        batcher callback's answer locally before that write was queued, and answer before it landed."""
         known = self.local.get(esun_uuid)
-        self.local.put(esun_uuid, answer)
         if self.writer is not None and known != answer:
             self.writer.submit(esun_uuid, answer)
+        self.local.put(esun_uuid, answer)
 
     def wait_shared(self, esun_uuid: str, timeout: float) -> bool:
         """Wait until the answer `put` queued for the shared level under `esun_uuid` is written there, at most

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from cache import CircuitBreaker, LayeredResultCache, MemoryResultCache, RedisResultCache, build_cache
+from cache.sqlite_cache import SqliteResultCache
 from tests.fakes import FakeCacheObserver, FakeRedis
 
 
@@ -190,6 +191,42 @@ def test_layered_cache_writes_both_levels_and_answers_locally_while_redis_is_dow
     cache.put("q2", "二")
     assert (cache.get_local("q1"), cache.get_local("q2"), cache.get_shared("q3")) == ("答", "二", None)
     cache.close()
+
+
+class PausingLocal(MemoryResultCache):
+    """The local level, its first put paused once the answer is stored there: the moment another thread reads it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_entries=10, ttl_s=60)
+        self.stored = threading.Event()
+        self.release = threading.Event()
+
+    def put(self, esun_uuid: str, answer: str) -> None:
+        super().put(esun_uuid, answer)
+        if not self.stored.is_set():
+            self.stored.set()
+            self.release.wait(5)
+
+
+def test_a_thread_that_finds_the_answer_already_stored_locally_still_waits_for_its_shared_write(tmp_path):
+    """api.answers stores each model answer twice, from the batcher's callback and from the request's thread, which
+    then waits for the shared write before the response leaves. The callback's local put may come first: the
+    request's thread, finding the answer there, must still find its write to wait for (a retry sent at once to the
+    other worker got TOP1 when it did not)."""
+    shared = SqliteResultCache(tmp_path / "answers.sqlite3", ttl_s=60, max_entries=10)
+    local = PausingLocal()
+    cache = LayeredResultCache(local, shared)
+    callback = threading.Thread(target=cache.put, args=("q1", "答"))
+    callback.start()
+    try:
+        assert local.stored.wait(5)  # the callback's answer is in the local level, its thread paused there
+        cache.put("q1", "答")  # the request's thread: the same answer, already local, so not queued again
+        assert cache.wait_shared("q1", timeout=5)
+        assert shared.get("q1") == "答"
+    finally:
+        local.release.set()
+        callback.join(5)
+        cache.close()
 
 
 def test_build_cache_is_in_process_only_without_redis_url(config):
