@@ -53,6 +53,7 @@ class Job(Generic[T, R]):
     enqueued_at: float
     size: int = 0
     task_id: int = -1
+    given_up: bool = False  # expired by the monitor before it started; set and read under Core's start lock
 
 
 def settle(future: Future[Any], *, result: Any = None, error: BaseException | None = None) -> bool:
@@ -103,6 +104,7 @@ class Core(Generic[T, R]):
     ) -> None:
         self.tally = Tally()
         self.lock = threading.Lock()
+        self._starting = threading.Lock()  # makes start's check-and-mark atomic against expire_unstarted
         self._drained = threading.Condition(self.lock)
         self._jobs: dict[int, Job[T, R]] = {}
         self._max_in_flight = max_in_flight
@@ -169,16 +171,26 @@ class Core(Generic[T, R]):
 
     def start(self, job: Job[T, R], now: float) -> bool:
         """Mark a job running if it is still wanted and in time; expire it if late."""
-        if job.future.done():
-            return False
-        if now >= job.deadline:
-            self.expire(job)
-            return False
-        try:
-            return job.future.set_running_or_notify_cancel()
-        except RuntimeError:
-            # Resolved by the monitor or close() between the done() check and here.
-            return False
+        with self._starting:
+            if job.future.done() or job.given_up:
+                return False
+            if now < job.deadline:
+                try:
+                    return job.future.set_running_or_notify_cancel()
+                except RuntimeError:
+                    # Resolved by close() between the done() check and here.
+                    return False
+        self.expire(job)
+        return False
+
+    def expire_unstarted(self, job: Job[T, R]) -> None:
+        """Expire a job no worker has started; once this returns none will (atomic against `start`, so a job that
+        did start keeps its answer instead of having it replaced by DeadlineExceeded)."""
+        with self._starting:
+            if job.future.running():
+                return
+            job.given_up = True
+        self.expire(job)
 
     def report(self, report: BatchReport) -> None:
         """Count one run of the batch function and tell the on_batch hook; a failing hook is only logged."""

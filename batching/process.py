@@ -38,8 +38,8 @@ Contract:
   once; ``alive()`` is false until the new set has built its models. An item no worker answers otherwise fails
   ``late_grace_s`` after its deadline.
 - Thread safety. ``submit``, ``stats``, ``alive`` and ``close`` may be called from any thread. Futures are resolved on
-  the collector, monitor or closing thread, so done-callbacks run there and must be quick. Cancelling a future only
-  discards its answer.
+  the collector, monitor or closing thread, so done-callbacks run there and must be quick. A future is marked running
+  once its item is queued, so ``cancel()`` returns False and never discards an answer.
 - Model swap. ``swap_model(init_kwargs)`` replaces the worker processes one at a time by ones built with the new
   arguments, each once its replacement is ready, so the others answer meanwhile (``batching.process_swap``).
 - Shutdown. ``close`` refuses new items (``BatcherClosed``), lets items in flight finish until its timeout, fails the
@@ -302,7 +302,11 @@ class ProcessBatcher(Generic[T, R]):
         self.close()
 
     def _enqueue(self, job: Job[T, R]) -> int:
-        return self._streamer.queue((job.deadline, job.item))
+        """Queue an admitted job for the worker processes and mark it running: it cannot be taken back, so a waiter's
+        cancel() fails and the answer, however late, still resolves the future."""
+        task_id = self._streamer.queue((job.deadline, job.item))
+        job.future.set_running_or_notify_cancel()
+        return task_id
 
     def _wait_until_ready(self, timeout_s: float) -> None:
         """Wait until every worker has built its model; raise if one exits first or the timeout passes."""

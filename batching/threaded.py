@@ -221,8 +221,7 @@ class Batcher(Generic[T, R]):
         self._revive_worker()
         # Items not yet running: waiters hear at their deadline even while a batch hangs.
         for job in self._core.overdue():
-            if not job.future.running():
-                self._core.expire(job)
+            self._core.expire_unstarted(job)
 
     def _revive_worker(self) -> None:
         """Start a new worker if the thread died, failing the items the dead one had taken off the queue."""

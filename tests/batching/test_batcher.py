@@ -435,6 +435,45 @@ def test_batcher_fails_queued_item_at_deadline_while_a_batch_hangs(make_batcher:
 # Defect 6: the window can reach twice max_latency.
 
 
+class _StartsAWorkerWhenAsked(concurrent.futures.Future):
+    """A future whose first `running()` check (the monitor's) lets a worker try to start its job meanwhile."""
+
+    def __init__(self, start_job: Callable[[], bool]) -> None:
+        super().__init__()
+        self._start_job = start_job
+        self.started: list[bool] = []
+        self._worker: threading.Thread | None = None
+
+    def running(self) -> bool:
+        if self._worker is None:
+            self._worker = threading.Thread(target=lambda: self.started.append(self._start_job()))
+            self._worker.start()
+            self._worker.join(0.2)  # a worker that can start the job now does so before the monitor acts
+        return super().running()
+
+    def join_worker(self) -> None:
+        assert self._worker is not None
+        self._worker.join(2)
+
+
+def test_a_job_the_monitor_expires_as_a_worker_starts_it_either_runs_or_expires_never_both() -> None:
+    lifecycle: core.Core[str, str] = core.Core(max_in_flight=4, name="t")
+    holder: dict[str, Any] = {}
+    read_before_deadline = time.monotonic()  # a worker reads the clock once per batch, before this job's deadline
+    future = _StartsAWorkerWhenAsked(lambda: lifecycle.start(holder["job"], read_before_deadline))
+    job = core.Job("item", read_before_deadline + 0.01, future, enqueued_at=read_before_deadline)
+    holder["job"] = job
+    time.sleep(0.02)  # now overdue
+
+    lifecycle.expire_unstarted(job)
+    future.join_worker()
+
+    assert future.started == [False], "the worker started a job the monitor was expiring"
+    with pytest.raises(DeadlineExceeded):
+        future.result(timeout=0)
+    assert lifecycle.tally.snapshot(0, True, 0.0).dropped_expired == 1
+
+
 def test_bare_streamer_window_can_reach_twice_max_latency(bare_streamers: list[ss.ThreadedStreamer]) -> None:
     """Bug guarded: each _recv_request waits max_latency and the total is checked after it, so ~2x."""
     fn = HeldFn()

@@ -164,6 +164,14 @@ def test_process_batcher_drops_items_whose_deadline_passed_in_the_queue(batcher)
         batcher.submit("already late", time.monotonic() - 0.01).result(timeout=0)
 
 
+def test_a_waiter_that_gives_up_at_its_deadline_cannot_discard_an_answer_a_worker_is_computing(batcher):
+    running = batcher.submit("sleep:0.5", time.monotonic() + 0.3)
+    with pytest.raises(TimeoutError):
+        running.result(timeout=0.3)
+    assert not running.cancel(), "an item in another process cannot be taken back"
+    assert running.result(timeout=2) == "~SLEEP:0.5"  # the late answer still arrives (api.answers keeps it)
+
+
 def test_process_batcher_refuses_items_past_max_in_flight(batcher):
     overloaded = batcher.stats().overloaded
     futures = [batcher.submit("sleep:0.2", soon()) for _ in range(MAX_IN_FLIGHT)]
