@@ -186,7 +186,8 @@ class AnswerPolicy:
         try:
             prediction = future.result(timeout=max(0.0, deadline - submitted_at))
         except (TimeoutError, DeadlineExceeded):
-            # Not started yet: it never will be, so it leaves the engine's count now, not at the monitor's next look.
+            # An item no batch has started leaves the engine's count now, not at the monitor's next look; one that has
+            # started (or was queued to a worker process) cannot be cancelled, and _remember keeps its late answer.
             future.cancel()
             return top1_outcome(req, AnswerPath.DEADLINE)
         except Exception as exc:  # BatchFailed, or the corrector's own error
