@@ -11,10 +11,12 @@ A request is refused (400) only when it holds no usable question:
 - `esun_uuid` is missing, not a string, empty, longer than `MAX_UUID_CHARS` or holds control characters or
   lone surrogates (it is echoed back in the answer, so it must be safe to echo);
 - `sentence_list` is missing, not a list, or empty;
-- TOP1 (`sentence_list[0]`) is not a string, or holds control characters or lone surrogates.
+- TOP1 (`sentence_list[0]`) is not a string.
 
 Everything else is read leniently:
 
+- A TOP1 holding control characters or lone surrogates is read without them (`_clean_top1`): a whitespace control
+  (a tab, a line break) becomes a space, any other is dropped; the answer, TOP1 at worst, is then always encodable.
 - An empty or blank TOP1 is a question whose TOP1 has no characters: answered 200 with TOP1 without its spaces, the
   empty answer (path `no_han`, as every TOP1 without a Han character, `api.answers`), never refused: a status other
   than 200 only earns the judge's retries, and docs/contract.md allows an empty answer for exactly this TOP1.
@@ -141,6 +143,13 @@ def _as_phonemes(value: Any) -> list[str]:
     return []
 
 
+def _clean_top1(top1: str) -> str:
+    """TOP1 without control characters or lone surrogates: a whitespace one becomes a space, any other goes."""
+    if not _FORBIDDEN_CHARS.search(top1):
+        return top1
+    return _FORBIDDEN_CHARS.sub(lambda m: " " if m.group().isspace() else "", top1)
+
+
 def _cut_top1(top1: str) -> str:
     """Cut TOP1 after its MAX_TOP1_KEPT_CHARS-th character besides whitespace; most TOP1s are kept whole."""
     if len(top1) <= MAX_TOP1_KEPT_CHARS:
@@ -161,8 +170,9 @@ def _hypotheses_schema(config: Config | ReadLimits) -> dict[str, Any]:
         "type": "array",
         "minItems": 1,
         "prefixItems": [{
-            "type": "string", "pattern": _PLAIN_TEXT,
-            "description": f"TOP1: no control characters; any length (cut after {MAX_TOP1_KEPT_CHARS} characters "
+            "type": "string",
+            "description": "TOP1: a control character is read as a space (a whitespace one) or dropped; any length "
+                           f"(cut after {MAX_TOP1_KEPT_CHARS} characters "
                            "besides whitespace); an empty or blank TOP1 gets an empty answer",
         }],
         "items": {
@@ -236,11 +246,9 @@ class InferenceRequest(BaseModel):
         if not isinstance(top1, str):
             raise PydanticCustomError("top1_type", "the first hypothesis (TOP1) must be a string, got {kind}",
                                       {"kind": _json_kind(top1)})
-        if _FORBIDDEN_CHARS.search(top1):
-            raise PydanticCustomError("control_char", "the first hypothesis (TOP1) holds control characters")
         config = _config_of(info)
         later = [s for s in value[1 : config.max_hypotheses] if _usable_later(s, config.max_chars_per_hypothesis)]
-        return [_cut_top1(top1), *later]
+        return [_cut_top1(_clean_top1(top1)), *later]
 
     @field_validator("phoneme_sequence_list")
     @classmethod
@@ -346,10 +354,10 @@ def read_at_door(body: bytes) -> Question | None:
             and type(hypotheses[0]) is str):
         return None
     top1 = hypotheses[0]
-    if _FORBIDDEN_CHARS.search(uuid) or _FORBIDDEN_CHARS.search(top1):
+    if _FORBIDDEN_CHARS.search(uuid):
         return None
     retry = _as_retry(data["retry"]) if "retry" in data else FIRST_ATTEMPT
-    return Question(uuid, retry, (_cut_top1(top1),))
+    return Question(uuid, retry, (_cut_top1(_clean_top1(top1)),))
 
 
 def build_response(esun_uuid: str, answer: str, config: Config, now: float) -> dict[str, Any]:

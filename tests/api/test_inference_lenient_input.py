@@ -81,6 +81,20 @@ def test_inference_drops_a_later_hypothesis_holding_control_characters(client, m
     assert corrector.batches[-1][0].sentences == (TOP1, SECOND)
 
 
+@pytest.mark.parametrize(("top1", "read"), [
+    ("喂\t你好 密碼", "喂 你好 密碼"), ("喂\r\n你好", "喂  你好"), ("喂\x00你好", "喂你好"),
+    ("喂\x1b[31m 你好", "喂[31m 你好"),
+    ("喂\x85你好", "喂 你好"), ("喂\x7f你好", "喂你好"), ("喂\ud800你好", "喂你好"), ("\udfff喂 你好", "喂 你好"),
+], ids=["tab", "crlf", "nul", "escape", "c1-next-line", "delete", "lone-high-surrogate", "lone-low-surrogate"])
+def test_inference_answers_a_top1_holding_control_characters_reading_it_without_them(
+        client, make_body, corrector, top1, read):
+    body = make_body([top1, SECOND])
+    # ensure_ascii: a lone surrogate goes out as the JSON escape `\ud800`, as a sender could write it.
+    answer = assert_answered(client.post("/inference", data=json.dumps(body)), body["esun_uuid"])
+    assert corrector.batches[-1][0].sentences == (read, SECOND)
+    assert answer == corrector.MARK + "".join(ch for ch in read if "\u4e00" <= ch <= "\u9fff")
+
+
 def test_inference_drops_blank_later_hypotheses(client, make_body, corrector):
     body = make_body([TOP1, "", "   ", "\u3000", SECOND])
     assert_answered(post_raw(client, body), body["esun_uuid"])
