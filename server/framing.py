@@ -7,8 +7,9 @@ chunks, whitespace or folding where a header may hold none); the reader adds wha
 or this service does not: a head over `MAX_HEAD_BYTES` (431), an HTTP/1.1 request without Host, chunked coding in
 HTTP/1.0 (400), a transfer coding other than chunked alone (501), a body over the service's limit (413). It tells
 where the request ends, so that the bytes read behind it stay for the next one. gunicorn's own parser reads the same
-bytes again on the thread that serves the request; what it would refuse is refused here first, so that every
-refusal is the app's JSON error body. That second reading is only a model-bound request's, off the door's path: about
+bytes again on the thread that serves the request; what it would refuse is mostly refused here first, and the rest
+(`JsonErrorPages`, in the worker's `handle_error`) goes out as the same JSON error body, not gunicorn's HTML page.
+That second reading is only a model-bound request's, off the door's path: about
 31 µs of CPU for a 2.4 kB request (gunicorn 27.0.1's parser and body reader, docs/benchmarks.md, issue 31), where a
 model answer costs milliseconds. Handing the thread this reader's request instead would mean building gunicorn's
 `Request` outside its parser, for which gunicorn has no extension point.
@@ -21,11 +22,13 @@ is one bytes format.
 from __future__ import annotations
 
 import enum
+import html
 import json
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
+from typing import Any
 
 import httptools
 
@@ -151,17 +154,19 @@ class RequestReader:
     def continue_100(self) -> bytes:
         return CONTINUE_100
 
-    def response(self, status: int, json_body: bytes, keep_alive: bool) -> bytes:
+    @staticmethod
+    def response(status: int, json_body: bytes, keep_alive: bool) -> bytes:
         """A whole response with a JSON body, as gunicorn's own would read (its Server and Date fields)."""
         return b"HTTP/1.1 %d %s\r\nServer: gunicorn\r\nDate: %s\r\nConnection: %s\r\nContent-Type: application/json" \
                b"\r\nContent-Length: %d\r\n\r\n%s" % (status, _REASONS.get(status, b""), _http_date(),
                                                       b"keep-alive" if keep_alive else b"close", len(json_body),
                                                       json_body)
 
-    def refusal_response(self, refusal: Refusal) -> bytes:
+    @staticmethod
+    def refusal_response(refusal: Refusal) -> bytes:
         """The app's JSON error body for `refusal`, closing the connection."""
         body = json.dumps({"error": refusal.code, "detail": refusal.detail}).encode()
-        return self.response(refusal.status, body, keep_alive=False)
+        return RequestReader.response(refusal.status, body, keep_alive=False)
 
     # --- llhttp's callbacks ----------------------------------------------------------------------------------
 
@@ -274,3 +279,29 @@ def _completes(data: bytes) -> bool:
     except httptools.HttpParserError:
         return False
     return probe.done
+
+
+class JsonErrorPages:
+    """A client socket as gunicorn's `handle_error` writes to it: the HTML error page it sends (`util.write_error`)
+    goes out as the app's JSON error body, with its status and its message as the detail. It catches what gunicorn's
+    parser refuses that the reader let through (an HTTP/2.0 request line, a URI over gunicorn's request-line limit,
+    a second Host), and an error before the app (a 500 without a message, never a traceback)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.sendall(json_error_page(data))
+
+
+def json_error_page(page: bytes) -> bytes:
+    """gunicorn's whole HTML error response (status line, fields, page) as the app's JSON error response."""
+    head, _, body = page.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split(b" ", 2)
+    status = int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 500
+    message = html.unescape(body.decode("latin-1").rpartition("</h1>")[2].partition("</body>")[0]).strip()
+    detail = message or _REASONS.get(status, b"error").decode()
+    return RequestReader.refusal_response(Refusal(status, detail))

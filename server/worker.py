@@ -7,23 +7,22 @@ server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three add
   stopped the service. Here the event loop (gthread's poller, the main thread) reads each request without blocking
   until it is whole (`server.framing.RequestReader`, llhttp), then hands it on; the thread's parser reads the buffered
   bytes. A request not whole within `REQUEST_READ_TIMEOUT_S` is closed unanswered; one the service would refuse anyway
-  (a body over `MAX_BODY_BYTES`, a head over 32 KiB, framing HTTP/1.1 forbids) gets the app's JSON error at once.
+  (a body over `MAX_BODY_BYTES`, a head over 32 KiB, framing HTTP/1.1 forbids) gets the app's JSON error at once, and
+  what gunicorn's parser refuses after it the same JSON body (`server.framing.JsonErrorPages`).
 - **The accept stamp** (api.accept): each request's `environ[ACCEPTED_AT_KEY]`, the `time.monotonic()` when its
   first bytes reached the event loop.
 - **An answer in one write.** gunicorn's `Response` writes a thread's answer in two `sendall` calls, its head and
   then its body (`server.one_write`). A replica killed between the two left nginx a head without its body, already
   passed to nginx's client, too late to send the request to another replica (issue 40: one broken answer in six
-  kills under load). Held and sent together, an answer leaves whole or not at all, and one unsent is passed on by
-  nginx.
+  kills under load). Held and sent together, an answer leaves whole or not at all; nginx passes an unsent one on.
 - **The door**: before handing a whole `POST /inference` to the pool, the event loop asks the app's answer policy
   (`api.answers.AnswerPolicy.at_door`), which answers it at once (TOP1, or an answer already computed) when the
   admission (`api.admission`) would keep it from the model. The pool's count (`Admission.enter_pool` / `leave_pool`)
   goes up when the event loop hands a request on and down when the app has answered it (before the answer is
   written: a closed-loop client's next request must not find its own last one still counted).
 
-Every log line of the worker (the app's and gunicorn's) goes through the process's log writer
-(`sidecar.log_writer.LOG_WRITER`), started here after the fork (`sidecar.lifecycle.start`): none waits for stderr on
-the event loop or a request's thread.
+Every log line of the worker (the app's and gunicorn's) goes through the process's log writer (`sidecar.log_writer`),
+started after the fork (`sidecar.lifecycle.start`): none waits for stderr on the event loop or a request's thread.
 
 Everything comes from the app's `api.state.AppState`; an app not built by `api.create_app` is served by plain gthread.
 gthread documents no extension point but `get_thread_pool()`, so this class overrides and reads the internals named in
@@ -52,7 +51,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from api.accept import ACCEPTED_AT_KEY
 from api.state import AppState, serving_state
-from server.framing import Refusal, RequestReader, Verdict
+from server.framing import JsonErrorPages, Refusal, RequestReader, Verdict
 from server.kept_alive import KeptAlive
 from server.one_write import WsgiApp, in_one_write
 from server.open_files import fitted_connections
@@ -65,7 +64,7 @@ RECV_BYTES = 64 * 1024
 GUNICORN_VERSION = "27.0.1"
 GTHREAD_INTERNALS = {
     "ThreadWorker methods": ("enqueue_req", "murder_pending", "handle", "handle_request", "set_accept_enabled",
-                             "accept", "on_client_socket_readable", "init_process", "load_wsgi"),
+                             "accept", "on_client_socket_readable", "init_process", "load_wsgi", "handle_error"),
     "ThreadWorker attributes": ("poller", "keepalived_conns", "max_keepalived", "nr_conns", "method_queue",
                                 "worker_connections", "alive", "sockets", "wsgi"),
     "TConn attributes": ("sock", "client", "parser", "data_ready", "is_http2", "set_timeout", "close"),
@@ -73,7 +72,7 @@ GTHREAD_INTERNALS = {
     "Request attributes": ("_expected_100_continue",),
     # read by _reads_requests / _start_reading
     "gunicorn functions": ("http2.negotiation.prior_knowledge_allowed", "http2.negotiation.upgrade_allowed",
-                           "http.get_parser"),
+                           "http.get_parser", "util.write_error"),  # handle_error writes its page with write_error
 }
 # The other files of the seam list their own: server.one_write.GUNICORN_INTERNALS (the response a thread writes),
 # server.gunicorn_logger.GUNICORN_INTERNALS, server/gunicorn_conf.py's GUNICORN_INTERNALS (the master's hooks).
@@ -249,6 +248,9 @@ class ReadingThreadWorker(ThreadWorker):
             return super().handle(conn)
         finally:
             self._leave_pool()
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        super().handle_error(req, JsonErrorPages(client), addr, exc)  # gunicorn's own refusals, as JSON too
 
     def _leave_pool(self) -> None:
         """Count this thread's request out of the pool, once."""

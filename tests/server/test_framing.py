@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from gunicorn import util
 
-from server.framing import MAX_HEAD_BYTES, Refusal, RequestReader, Verdict
+from server.framing import MAX_HEAD_BYTES, JsonErrorPages, Refusal, RequestReader, Verdict
 
 MAX_BODY = 1000
 BODY = b'{"esun_uuid": "x", "sentence_list": ["a b"]}'
@@ -179,3 +180,31 @@ def test_a_request_asking_to_upgrade_is_read_whole_with_its_body_as_plain_http_1
 def test_a_chunked_body_with_an_upgrade_is_refused_as_not_implemented():
     verdict = reader().feed(head(*UPGRADE, "Transfer-Encoding: chunked") + chunked(BODY, 7))
     assert isinstance(verdict, Refusal) and verdict.status == 501
+
+
+class _Sent:
+    """A socket that keeps what is sent on it."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def gettimeout(self) -> float:
+        return 0.0
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+
+@pytest.mark.parametrize(("status", "reason", "message"), [
+    (400, "Bad Request", "Invalid HTTP Version '(2, 0)'"),
+    (414, "URI Too Long", "<script>x</script> & more"),
+    (500, "Internal Server Error", ""),
+])
+def test_gunicorns_html_error_page_goes_out_as_the_apps_json_error_with_its_status(status, reason, message):
+    sent = _Sent()
+    util.write_error(JsonErrorPages(sent), status, reason, message)
+
+    head, _, body = sent.data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status)
+    assert b"Content-Type: application/json" in head and b"Connection: close" in head
+    assert json.loads(body) == {"error": Refusal(status, "").code, "detail": message or reason}

@@ -28,6 +28,7 @@ def test_every_overridden_or_called_threadworker_method_exists_with_the_argument
     assert list(inspect.signature(ThreadWorker.enqueue_req).parameters) == ["self", "conn"]
     assert list(inspect.signature(ThreadWorker.handle).parameters) == ["self", "conn"]
     assert list(inspect.signature(ThreadWorker.handle_request).parameters) == ["self", "req", "conn"]
+    assert list(inspect.signature(ThreadWorker.handle_error).parameters) == ["self", "req", "client", "addr", "exc"]
     assert list(inspect.signature(ThreadWorker.set_accept_enabled).parameters) == ["self", "enabled"]
     assert list(inspect.signature(ThreadWorker.on_client_socket_readable).parameters) == ["self", "conn", "client"]
 

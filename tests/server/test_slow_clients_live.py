@@ -210,6 +210,22 @@ def test_a_content_length_over_max_body_bytes_is_refused_before_the_body_is_sent
     assert json.loads(body) == {"error": "payload_too_large", "detail": f"body must be under {MAX_BODY_BYTES} bytes"}
 
 
+@pytest.mark.parametrize("request_head", [
+    b"POST /inference HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n",  # llhttp lets it by, gunicorn's parser refuses it
+    b"GET /healthz?" + b"a" * 5000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",  # over gunicorn's request-line limit
+    b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.2\r\n\r\n",
+], ids=["http-2.0", "uri-too-long", "two-hosts"])
+def test_what_gunicorns_own_parser_refuses_is_answered_with_the_apps_json_error_not_an_html_page(
+        server: Server, request_head: bytes):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(request_head)
+        status, headers, body = read_response(sock)
+    assert 400 <= status < 500
+    assert headers["content-type"] == "application/json"
+    error = json.loads(body)
+    assert set(error) == {"error", "detail"} and error["detail"]
+
+
 def test_a_chunked_body_over_max_body_bytes_is_refused_and_the_answer_survives_the_rest_of_the_upload(
         server: Server):
     chunk = b"%x\r\n%s\r\n" % (1024, b" " * 1024)
