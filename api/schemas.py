@@ -15,12 +15,10 @@ A request is refused (400) only when it holds no usable question:
 
 Everything else is read leniently:
 
-- A TOP1 holding control characters or lone surrogates is read without them (`_clean_top1`): a whitespace control
-  (a tab, a line break) becomes a space, any other is dropped; the answer, TOP1 at worst, is then always encodable.
+- A TOP1's control characters and lone surrogates are read as a space (a tab, a line break) or dropped.
 - An empty or blank TOP1 is a question whose TOP1 has no characters: answered 200 with TOP1 without its spaces, the
   empty answer (path `no_han`, as every TOP1 without a Han character, `api.answers`), never refused: a status other
   than 200 only earns the judge's retries, and docs/contract.md allows an empty answer for exactly this TOP1.
-
 - Later hypotheses: only the first `max_hypotheses` entries of `sentence_list` are read (TOP1 first); among
   them, a later one that is not a string, is blank, is longer than `max_chars_per_hypothesis` or holds
   control characters or lone surrogates is dropped. The corrector never sees one.
@@ -30,8 +28,7 @@ Everything else is read leniently:
   Only a TOP1 of more than `MAX_TOP1_KEPT_CHARS` characters besides whitespace is cut after that many, so
   that the answer (TOP1's characters besides whitespace, at most) keeps the whole response under the judge's
   10,240 characters; the judge sends nothing so long.
-- `esun_timestamp` is optional and may hold any value: it is never used. It reads as a float, or None when
-  missing or not a finite number.
+- `esun_timestamp` is optional, any value, never used: a float, or None when missing or not a finite number.
 - `retry` is an int 0, 1 or 2, or a numeric string (`2`, `"2"`). Missing, unparseable, a boolean, or out of
   range it reads as 2, a first attempt (a model answer is bounded by the deadline and admission, api.answers), except
   a negative number, which reads as 0 (the last attempt).
@@ -145,8 +142,6 @@ def _as_phonemes(value: Any) -> list[str]:
 
 def _clean_top1(top1: str) -> str:
     """TOP1 without control characters or lone surrogates: a whitespace one becomes a space, any other goes."""
-    if not _FORBIDDEN_CHARS.search(top1):
-        return top1
     return _FORBIDDEN_CHARS.sub(lambda m: " " if m.group().isspace() else "", top1)
 
 
