@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev install-gpu gpu-wheels tools image lint corpus train tune evaluate bench adapt standin
+.PHONY: run test install install-dev install-gpu gpu-wheels tools image lint corpus train tune evaluate bench adapt standin \
+	masked-lm
 
 # Python 3.11 or newer (transformers 5 and the pinned wheels need it). A .venv made by an older Python (a first try
 # with Ubuntu 22.04's 3.10, say) is rebuilt with $(PYTHON) instead of being reused broken.
@@ -100,17 +101,27 @@ tune: install-dev
 	$(PY) -m learn.tune --variant lm --write
 
 ## Adapt the shipped corrector to your recogniser's labelled lists (README, "Your own labelled lists"):
-## make adapt DATA=train_all.json [OUT=adapted/mine] [CKPT_DIR=checkpoints]  (DATA may name several files,
+## make adapt DATA=train_all.json [OUT=adapted/mine] [CKPT_DIR=checkpoints] [MLM_DIR=DIR]  (DATA may name several files,
 ## space-separated; a name holding spaces is quoted inside it: DATA="'my file.json' other.json"). adapted/ is a team's
 ## folders' home: git and the image's build leave it out (.gitignore, .dockerignore); WEIGHTS_DIR=adapted/mine serves one.
 adapt: OUT ?= adapted/mine
 adapt: export ADAPT_DATA = $(DATA)
 adapt: export ADAPT_OUT = $(OUT)
 adapt: export ADAPT_CKPT = $(CKPT_DIR)
+adapt: export ADAPT_MLM = $(MLM_DIR)
 adapt: install-dev
-	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE [OUT=DIR] [CKPT_DIR=DIR]" >&2; exit 2; }
+	@test -n "$$ADAPT_DATA" -a -n "$$ADAPT_OUT" || { echo "usage: make adapt DATA=FILE [OUT=DIR] [CKPT_DIR=DIR] [MLM_DIR=DIR]" >&2; exit 2; }
 	bash learn/install_irstlm.sh
-	$(PY) -m learn.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT")
+	$(PY) -m learn.adapt --data "$$ADAPT_DATA" --out "$$ADAPT_OUT" $(if $(CKPT_DIR),--ckpt-dir "$$ADAPT_CKPT") \
+	$(if $(MLM_DIR),--mlm-dir "$$ADAPT_MLM")
+
+## A small character masked LM of the corpus, saved as a Hugging Face folder (docs/model.md, "A team's masked LM"):
+## make masked-lm OUT=DIR [MINUTES=25]. It proves the MLM_DIR path with a model made here; a team brings its own.
+MINUTES ?= 25
+masked-lm: install-dev
+	@test -n "$(OUT)" || { echo "usage: make masked-lm OUT=DIR [MINUTES=25]" >&2; exit 2; }
+	test -f data/corpus/train.txt || $(PY) -m learn.data.corpus
+	$(PY) -m learn.masked_lm --out "$(OUT)" --minutes $(MINUTES)
 
 ## The stand-in labelled files adapt is measured on (docs/model.md): the one calibrated to real competition lists in
 ## data/standin-real/ (PROFILE=easy: the older, easier one, in data/standin/).

@@ -116,6 +116,9 @@ class Config:
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).
     lm_path: Path = field(default=DEFAULT_LM_PATH)
     stage: str = "full"
+    # A team's Hugging Face masked-LM folder (model/masked_lm.py), read from the folder alone; used where the served
+    # weights' second stage was fitted with it (make adapt ... MLM_DIR=DIR), ignored with a warning elsewhere.
+    mlm_dir: str = ""
     # server_uuid = sha256(captain_email + str(int(utc_now)) + server_uuid_salt), as the organiser's template.
     captain_email: str = ""
     server_uuid_salt: str = ""
@@ -260,6 +263,8 @@ def _validate(c: Config) -> None:
     # what the folder holds is checked at start-up, beside the device (model.contract.check_weights)
     if c.stage != "net" and not c.lm_path.is_file():
         raise ConfigError(f"lm_path must name an existing KenLM file, got {str(c.lm_path)!r}")
+    if c.mlm_dir and not Path(c.mlm_dir).expanduser().is_dir():
+        raise ConfigError(f"mlm_dir must name an existing masked-LM folder, got {c.mlm_dir!r}")
     _one_of(c, "log_level", LOG_LEVELS)
     if c.budget_s <= 0:
         raise ConfigError(

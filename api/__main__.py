@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from cli import exit_outside_venv
 from config import SECRET_FIELDS, Config, ConfigError
 from machine import check_device
-from model.contract import check_weights
+from model.contract import check_weights, ignored_masked_lm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,10 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(argv)
         check_device(config)
-        check_weights(config)
+        warning = ignored_masked_lm(config, check_weights(config))
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         from api import create_app
     except ModuleNotFoundError as missing:  # run by a Python outside the project's environment

@@ -142,7 +142,7 @@ def _process_init_kwargs(config: Config, target: str, folder: Path) -> dict[str,
             "kwargs": {"weights_dir": folder, "device": config.device,
                        "lm_path": config.lm_path if config.stage != "net" else None,
                        "stage": config.stage, "cpu_precision": config.cpu_precision,
-                       "cpu_runtime": config.cpu_runtime}}
+                       "cpu_runtime": config.cpu_runtime, "masked_lm_dir": config.mlm_dir or None}}
 
 
 def _swap_processes(engine: Engine, config: Config, folder: Path) -> None:
@@ -177,7 +177,8 @@ def _load_corrector(config: Config, folder: Path) -> Corrector:
 
     corrector = Corrector(weights_dir=folder, device=config.device, threads=config.threads_per_worker,
                           cpu_precision=config.cpu_precision, cpu_runtime=config.cpu_runtime,
-                          lm_path=config.lm_path if config.stage != "net" else None, stage=config.stage)
+                          lm_path=config.lm_path if config.stage != "net" else None, stage=config.stage,
+                          masked_lm_dir=config.mlm_dir or None)
     corrector.setup()
     return corrector
 

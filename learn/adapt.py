@@ -51,7 +51,7 @@ from rapidfuzz.distance import Levenshtein
 
 from config import Config
 from learn.adapt_data import nbests, read_files
-from learn.adapt_folder import adaptation_record, building, check_destination, run_key, swap_command
+from learn.adapt_folder import adaptation_record, building, check_destination, masked_lm_record, run_key, swap_command
 from learn.adapt_settings import AdaptSettings, parse_args
 from learn.data.labelled import Labelled, LabelledFormatError, Split, split_three
 from learn.domain_lm import DOMAIN_LM_ORDER, build_domain_lm, save_confusions
@@ -62,12 +62,13 @@ from learn.rule_trust import GATE_CLOSED, GATES, learn_confusions
 from learn.train import pick_threshold, save, shipped_start
 from learn.train_data import labelled_examples
 from learn.train_settings import TrainSettings
-from learn.tune import described_lists, dev_lists, fit_lists, pick_rule_pass
+from learn.tune import described_lists, dev_lists, fit_lists, fit_with_masked_lm, fitted_summary, pick_rule_pass
 from learn.written import portable
 from model.adaptation import CONFUSIONS_FILE, DOMAIN_LM_FILE, Adaptation, AdaptationError, Conventions, DomainLM
 from model.corrector import Corrector
 from model.features import Featurizer
 from model.lm import LanguageModel
+from model.masked_lm import MaskedLM, MaskedLMError, check_folder
 from model.network import CorrectorNet
 from model.rerank import RerankWeights
 from model.weights_meta import NETWORK_FILE, RERANK_STAGES, VOCAB_FILE, RerankStage, WeightsMeta
@@ -175,6 +176,11 @@ def run(settings: AdaptSettings, wall0: float, cpu0: float) -> int:
     check_destination(settings.out, settings.init_from)
     if not (settings.init_from / "model.safetensors").is_file():
         raise AdaptationError(f"--init-from {settings.init_from} holds no model.safetensors: name a weights folder")
+    if settings.mlm_dir is not None:
+        try:
+            check_folder(settings.mlm_dir)
+        except MaskedLMError as e:
+            raise AdaptationError(f"--mlm-dir: {e} (nothing was written)") from None
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise AdaptationError(f"--device cuda: torch {torch.__version__} sees no usable CUDA GPU (use --device cpu, "
                               f"or make install-gpu)")
@@ -222,11 +228,17 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
     adapted.setup()
     assert adapted.adaptation is not None  # the folder names its parts: setup loaded them
     print(f"    conventions: {adapted.adaptation.conventions.describe() or 'none clear'}")
+    masked_lm = None
+    if settings.mlm_dir is not None:
+        assert adapted.device is not None  # set up
+        masked_lm = MaskedLM(settings.mlm_dir, adapted.device)
+        print(f"    the masked LM {settings.mlm_dir}: {masked_lm.describe()}")
     print(f"4/6 refitting the second stage on {len(split.dev)} dev lists and, cross-fitted in {settings.folds} folds, "
           f"the {len(split.train)} train lists")
-    stages, gate, gated = refit(settings, adapted, split)
+    stages, gate, gated = refit(settings, adapted, split, masked_lm)
     save_confusions(gated, build / CONFUSIONS_FILE)  # with the gate fitted
-    meta = meta.replace(rerank=stages, adaptation=adaptation_record(build))
+    meta = meta.replace(rerank=stages, adaptation=adaptation_record(build),
+                        masked_lm=masked_lm_record(settings.mlm_dir) if stages["full"].weights.get("mlm") else None)
     meta.save(build)
 
     print(f"5/6 the held-out test split ({len(split.test)} lists)")
@@ -266,11 +278,12 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
     return provenance
 
 
-def refit(settings: AdaptSettings, adapted: Corrector, split: Split) -> tuple[dict[str, RerankStage], float,
-                                                                            Confusions]:
+def refit(settings: AdaptSettings, adapted: Corrector, split: Split,
+          masked_lm: MaskedLM | None = None) -> tuple[dict[str, RerankStage], float, Confusions]:
     """Fit the rules' gate and the second stage's two variants on the dev lists and the cross-fitted train lists:
     for each gate of `GATES`, the lists described with the rules it lets act, the stage fitted on them; the gate
-    with the lowest CER on those lists (the higher on a tie) is kept. Return the stages, the gate and the adapted
+    with the lowest CER on those lists (the higher on a tie) is kept. With `masked_lm`, the full stage weighs its
+    feature where that helps (`learn.tune.fit_with_masked_lm`). Return the stages, the gate and the adapted
     folder's confusions behind it (a new `Confusions`: the corrector's and the folds' are left as they are)."""
     assert adapted.adaptation is not None
     dev_nb, dev_truths = nbests(split.dev), [han_chars(it.truth) for it in split.dev]
@@ -283,21 +296,17 @@ def refit(settings: AdaptSettings, adapted: Corrector, split: Split) -> tuple[di
         folds = cross_fitted_folds(settings, split.train, adapted, Path(tmp))
         for gate in GATES:
             gated = _behind_gate(adapted.adaptation, gate)
-            lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=gated)
+            lists = dev_lists(adapted, dev_nb, dev_truths, use_net=True, adaptation=gated, masked_lm=masked_lm)
             for f in folds:
                 lists += dev_lists(adapted, f.lists, f.truths, use_net=True,
-                                   adaptation=_behind_gate(f.adaptation, gate))
-            stage, stage_figures = fit_lists(lists, "full", settings.max_worse, settings.max_right_changed,
-                                             priors["full"], settings.prior_lists)
+                                   adaptation=_behind_gate(f.adaptation, gate), masked_lm=masked_lm)
+            stage, stage_figures = (fit_lists if masked_lm is None else fit_with_masked_lm)(
+                lists, "full", settings.max_worse, settings.max_right_changed, priors["full"], settings.prior_lists)
             if settings.rule_pass:
                 stage, ruled = pick_rule_pass(lists, stage, settings.max_worse, settings.max_right_changed)
                 stage_figures |= ruled
             acting = sum(map(gated.confusions.acts, served.rules))
-            print(f"    gate {gate:g}: {acting} of {len(served)} rules act; the lists "
-                  f"fitted on: CER {stage_figures['top1_cer']:.2%} (TOP1) -> {stage_figures['cer']:.2%}, margin "
-                  f"{stage.margin:.2f}" + (f"; rule pass: trust >= {stage.rule_trust:g}, lead of trigram + "
-                                            f"{stage.rule_domain:g} x domain >= {stage.rule_margin:g}"
-                                            if stage.rule_trust else ""))
+            print(f"    gate {gate:g}: {acting} of {len(served)} rules act; {fitted_summary(stage, stage_figures)}")
             tried.append((gate, stage, stage_figures))
     gate, full, full_figures = min(reversed(tried), key=lambda t: t[2]["cer"])
     kept = _behind_gate(adapted.adaptation, gate)
@@ -334,7 +343,7 @@ def test_figures(settings: AdaptSettings, build: Path, split: Split) -> dict[str
     """Score TOP1, the shipped model, the adapted one and the reference rule memo (learned from the train split) on
     the held-out test split, with the candidates' ceiling; print the table."""
     test = split.test
-    adapted = Corrector(build, device=settings.device)
+    adapted = Corrector(build, device=settings.device, masked_lm_dir=settings.mlm_dir)
     adapted.setup()
     shipped = Corrector(settings.init_from, device=settings.device)
     shipped.setup()

@@ -21,7 +21,8 @@ from config import DEFAULT_WEIGHTS_DIR
 from learn.adapt_settings import AdaptSettings
 from model.adaptation import Adaptation, AdaptationError
 from model.contract import sha256
-from model.weights_meta import AdaptationRecord, PartFile, WeightsMeta, WeightsMetaError
+from model.masked_lm import check_folder
+from model.weights_meta import AdaptationRecord, MaskedLMRecord, PartFile, WeightsMeta, WeightsMetaError
 
 
 @contextmanager
@@ -52,6 +53,13 @@ def publish(build: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         build.rename(out)
+
+
+def masked_lm_record(folder: Path) -> MaskedLMRecord:
+    """What an adapted folder whose stage weighs a masked LM records of it: where it was, its weights file, and that
+    file's sha256 (what serving checks: `model.contract.check_masked_lm`)."""
+    weights = check_folder(folder)
+    return MaskedLMRecord(str(folder.resolve()), weights.name, sha256(weights))
 
 
 def swap_command(out: Path, link: str = "current") -> str:

@@ -46,6 +46,8 @@ class AdaptSettings:
     # fit the stage's rule pass (learn.tune.pick_rule_pass) beside its linear score
     rule_pass: bool = True
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # a team's masked LM (model.masked_lm): the stage weighs its feature where it helps, and the folder then needs it
+    mlm_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not (0 < self.dev_share < 1 and 0 < self.test_share < 1 and self.dev_share + self.test_share < 1):
@@ -91,6 +93,9 @@ def parse_args(argv: list[str] | None = None) -> AdaptSettings:
     ap.add_argument("--no-rule-pass", dest="rule_pass", action="store_false",
                     help="fit no rule pass beside the stage's linear score (learn.tune.pick_rule_pass)")
     ap.add_argument("--device", help="auto (CUDA when present), cpu or cuda")
+    ap.add_argument("--mlm-dir", type=Path,
+                    help="a Hugging Face masked-LM folder (MLM_DIR): the second stage weighs its feature where that "
+                         "lowers CER, and the folder written then serves only with that model")
     values = vars(ap.parse_args(argv))
     try:
         return AdaptSettings(**values | {"data": tuple(data_paths(values["data"]))})

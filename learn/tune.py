@@ -31,6 +31,7 @@ from learn.written import wrote
 from model.adaptation import Adaptation
 from model.corrector import Corrector
 from model.gate import Gate, context
+from model.masked_lm import MaskedLM
 from model.rerank import Features, Reranker, RerankWeights
 from model.weights_meta import RerankStage, WeightsMeta
 from preprocess.text import NBest
@@ -40,36 +41,39 @@ LM_ONLY = ("lm", "taiwan", "rank", "outside_nbest", "changes", "oov", "domain", 
 # Taiwan usage, by the network) is better, a sentence nobody offered or with more changes is worse. Our dev
 # text is mainland news, where Taiwan usage tells little; on Taiwan speech it is what keeps Taiwan words.
 SIGNS = {"lm": 1.0, "taiwan": 1.0, "net": 1.0, "outside_nbest": -1.0, "changes": -1.0, "domain": 1.0,
-         "confusion": 1.0}
+         "confusion": 1.0, "mlm": 1.0}
 
 
 def dev_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool,
-              adaptation: Adaptation | None = None) -> list[DevList]:
+              adaptation: Adaptation | None = None, masked_lm: MaskedLM | None = None) -> list[DevList]:
     """Describe every candidate of every list, with its errors (candidates and features of `adaptation`, when
-    given: an adapted stage is fitted on lists its adaptation was not learned from). A list the corrector answers
-    without the second stage (TOP1 without a Han character) is left out."""
-    return [d for d in described_lists(corrector, nbests, truths, use_net, adaptation) if d is not None]
+    given: an adapted stage is fitted on lists its adaptation was not learned from; the `mlm` feature scored by
+    `masked_lm`, when given, else 0). A list the corrector answers without the second stage (TOP1 without a Han
+    character) is left out."""
+    return [d for d in described_lists(corrector, nbests, truths, use_net, adaptation, masked_lm) if d is not None]
 
 
 def described_lists(corrector: Corrector, nbests: list[NBest], truths: list[str], use_net: bool,
-                    adaptation: Adaptation | None = None) -> list[DevList | None]:
+                    adaptation: Adaptation | None = None, masked_lm: MaskedLM | None = None) -> list[DevList | None]:
     """`dev_lists`, one entry per list in order: None where the second stage does not see the list."""
     out: list[DevList | None] = []
-    reranker = Reranker(corrector.lm, RerankWeights(), adaptation)
+    reranker = Reranker(corrector.lm, RerankWeights(), adaptation, masked_lm=masked_lm)
     for start in range(0, len(nbests), 64):
         chunk = nbests[start : start + 64]
         batch = corrector.batch(chunk)
         probs = corrector.predict(batch)
-        for k, example in enumerate(batch.examples):
+        seen = [k for k, example in enumerate(batch.examples) if example is not None]
+        examples = [batch.examples[k] for k in seen]
+        ps = [probs[k] if use_net else None for k in seen]
+        cands = [reranker.candidates(example, p) for example, p in zip(examples, ps, strict=True)]
+        described: dict[int, DevList] = {}
+        for k, example, p, cs, gains in zip(seen, examples, ps, cands, reranker.mlm_gains(examples, cands),
+                                            strict=True):
             truth = truths[start + k]
-            if example is None:
-                out.append(None)
-                continue
-            p = probs[k] if use_net else None
-            cands = reranker.candidates(example, p)
-            rows = np.stack([f.vector() for f in reranker.features(example, p, cands)])
-            out.append(DevList(rows, np.array([Levenshtein.distance(c.text, truth) for c in cands]), len(truth),
-                               context(example, rows, [c.choice for c in cands], Features.names())))
+            rows = np.stack([f.vector() for f in reranker.features(example, p, cs, gains)])
+            described[k] = DevList(rows, np.array([Levenshtein.distance(c.text, truth) for c in cs]), len(truth),
+                                   context(example, rows, [c.choice for c in cs], Features.names()))
+        out += [described.get(k) for k in range(len(chunk))]
     return out
 
 
@@ -94,6 +98,8 @@ def fit_weights(lists: list[DevList], mask: np.ndarray, l2: float = 1e-3, steps:
     sign = torch.tensor([SIGNS.get(n, 0.0) for n in names], dtype=torch.float64)
     v = torch.zeros(len(mask), dtype=torch.float64, requires_grad=True)
     p0 = torch.tensor(prior if prior is not None else np.zeros(len(mask)), dtype=torch.float64) * m
+    # the masked LM's weight is not drawn: no stage before weighed one, so a prior's 0 there is no opinion
+    drawn = torch.tensor([n != "mlm" for n in names], dtype=torch.float64)
     opt = torch.optim.LBFGS([v], max_iter=steps, line_search_fn="strong_wolfe")
 
     def weights() -> torch.Tensor:
@@ -108,7 +114,7 @@ def fit_weights(lists: list[DevList], mask: np.ndarray, l2: float = 1e-3, steps:
         good = torch.logsumexp(s.masked_fill(~gt, -1e9), 1)
         loss = (all_ - good).mean() + l2 * (w * w).sum()
         if prior is not None:
-            loss = loss + prior_lists / max(1, len(useful)) * ((w - p0) ** 2).sum()
+            loss = loss + prior_lists / max(1, len(useful)) * (((w - p0) * drawn) ** 2).sum()
         loss.backward()
         return loss
 
@@ -236,15 +242,56 @@ def fit(corrector: Corrector, nbests: list[NBest], truths: list[str], variant: s
 
 def fit_lists(lists: list[DevList], variant: str, max_worse: float, max_right_changed: float,
               prior: RerankWeights | None = None, prior_lists: float = 0.0,
-              groups: list[int] | None = None) -> tuple[RerankWeights, dict]:
-    """Fit one variant's weights and margin on described lists (the precision bounds kept in each of `groups`)."""
+              groups: list[int] | None = None, without: tuple[str, ...] = ("mlm",)) -> tuple[RerankWeights, dict]:
+    """Fit one variant's weights and margin on described lists (the precision bounds kept in each of `groups`; the
+    features named in `without` weighed 0: by default the masked LM's, which only lists a masked LM described hold,
+    and whose weight, once not 0, makes the folder need that model to serve)."""
     names = Features.names()
     allowed = names if variant == "full" else LM_ONLY
-    mask = np.array([n in allowed for n in names], dtype=np.float64)
+    mask = np.array([n in allowed and n not in without for n in names], dtype=np.float64)
     w = fit_weights(lists, mask, prior=prior.vector() if prior is not None else None, prior_lists=prior_lists)
     margin, figures = pick_margin(lists, w, max_worse, max_right_changed, groups)
     weights = replace(RerankWeights(**dict(zip(names, map(float, w), strict=True))), margin=margin)
     return weights, figures | {"lists": len(lists)}
+
+
+def fit_with_masked_lm(lists: list[DevList], variant: str, max_worse: float, max_right_changed: float,
+                       prior: RerankWeights | None = None, prior_lists: float = 0.0) -> tuple[RerankWeights, dict]:
+    """`fit_lists` on lists a masked LM described (`dev_lists(..., masked_lm=...)`), its feature weighed only where it
+    helps: the stage is fitted with and without it on each half of the lists (every other list) and scored on the other
+    half; the masked LM keeps a weight only where those two held-out halves together have fewer errors with it. Else
+    the stage is the one fitted without it (its weight exactly 0, so the folder serves without the model). The
+    figures say which, under "masked_lm"."""
+    errors = {"with": 0, "without": 0}
+    for held in (0, 1):
+        fitted_on, scored_on = lists[1 - held :: 2], lists[held::2]
+        for name, without in (("with", ()), ("without", ("mlm",))):
+            w, _ = fit_lists(fitted_on, variant, max_worse, max_right_changed, prior, prior_lists, without=without)
+            errors[name] += sum(_chosen_errors(d, w.vector(), w.margin) for d in scored_on)
+    total = max(1, sum(d.truth_len for d in lists))
+    record = {"cv_cer_with": errors["with"] / total, "cv_cer_without": errors["without"] / total,
+              "note": "2-fold cross-validated over the lists the stage is fitted on"}
+    if errors["with"] < errors["without"]:
+        kept = fit_lists(lists, variant, max_worse, max_right_changed, prior, prior_lists, without=())
+        if kept[0].mlm > 0:
+            return kept[0], kept[1] | {"masked_lm": record | {"weighed": True}}
+    weights, figures = fit_lists(lists, variant, max_worse, max_right_changed, prior, prior_lists)
+    return weights, figures | {"masked_lm": record | {"weighed": False}}
+
+
+def fitted_summary(stage: RerankWeights, figures: dict) -> str:
+    """One line on a stage fitted on lists: their CER before and after, its margin, whether it weighs the masked LM
+    (`fit_with_masked_lm`) and its rule pass."""
+    out = (f"the lists fitted on: CER {figures['top1_cer']:.2%} (TOP1) -> {figures['cer']:.2%}, margin "
+           f"{stage.margin:.2f}")
+    if "masked_lm" in figures:
+        m = figures["masked_lm"]
+        out += (f"; the masked LM {'weighed' if m['weighed'] else 'not weighed'} (2-fold CER {m['cv_cer_with']:.2%} "
+                f"with it, {m['cv_cer_without']:.2%} without)")
+    if stage.rule_trust:
+        out += (f"; rule pass: trust >= {stage.rule_trust:g}, lead of trigram + {stage.rule_domain:g} x domain >= "
+                f"{stage.rule_margin:g}")
+    return out
 
 
 def main() -> None:

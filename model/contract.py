@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from config import Config, ConfigError
-from model.weights_meta import WEIGHTS_FILES, FeatureColumns, WeightsMeta, WeightsMetaError
+from model.masked_lm import MaskedLMError, check_folder
+from model.weights_meta import WEIGHTS_FILES, FeatureColumns, MaskedLMRecord, WeightsMeta, WeightsMetaError
 
 # Scales that bring each column near [-1, 1] (their units in the names of the columns they divide).
 LOG_FREQ_SCALE = 16.0  # natural log of a character's corpus frequency
@@ -126,12 +127,47 @@ def check_weights_dir(weights_dir: Path) -> WeightsMeta:
 
 
 def check_weights(config: Config) -> WeightsMeta:
-    """Stop the start in one line (ConfigError naming `weights_dir`) when the configured weights folder would load
-    and give wrong answers, or fail late: the start-up's check, beside `config.check_device`. Return its config."""
+    """Stop the start in one line (ConfigError naming `weights_dir`, or `mlm_dir`) when the configured weights folder
+    would load and give wrong answers, or fail late: the start-up's check, beside `machine.check_device`. Return its
+    config. A masked LM (`mlm_dir`) is checked where the served stage weighs one: the folder it was fitted with."""
     try:
-        return check_weights_dir(config.weights_dir)
+        meta = check_weights_dir(config.weights_dir)
     except FeatureContractError as e:
         raise ConfigError(f"weights_dir: {e}") from None
+    fitted = meta.rerank.get(config.stage)
+    if fitted is not None and fitted.weights.get("mlm"):
+        try:
+            mlm_dir = Path(config.mlm_dir).expanduser() if config.mlm_dir else None
+            check_masked_lm(mlm_dir, meta.masked_lm, config.weights_dir)
+        except MaskedLMError as e:
+            raise ConfigError(f"mlm_dir: {e}") from None
+    return meta
+
+
+def ignored_masked_lm(config: Config, meta: WeightsMeta) -> str | None:
+    """The warning for an `mlm_dir` the served stage does not weigh (a folder fitted without it: the shipped one), or
+    None."""
+    fitted = meta.rerank.get(config.stage)
+    if not config.mlm_dir or (fitted is not None and fitted.weights.get("mlm")):
+        return None
+    return (f"MLM_DIR={config.mlm_dir} is ignored: the {config.stage!r} stage of {config.weights_dir} was fitted "
+            f"without a masked LM (make adapt ... MLM_DIR=DIR fits one that weighs it)")
+
+
+def check_masked_lm(folder: Path | None, record: MaskedLMRecord | None, weights_dir: Path) -> None:
+    """Refuse serving `weights_dir`, whose stage weighs the masked LM `record` names, with `folder` (None: no
+    MLM_DIR) unless `folder` holds that model's weights (same sha256); MaskedLMError in one line."""
+    if record is None:
+        raise MaskedLMError(f"{weights_dir} weighs a masked LM but does not say which (no masked_lm in its "
+                            f"config.json): re-run make adapt")
+    fitted = (f"{weights_dir} was fitted with the masked LM at {record.path} ({record.file}, sha256 "
+              f"{record.sha256[:12]})")
+    if folder is None:
+        raise MaskedLMError(f"{fitted}: set MLM_DIR to that folder (or serve a folder fitted without one)")
+    weights = check_folder(folder)
+    if sha256(weights) != record.sha256:
+        raise MaskedLMError(f"{fitted}, and MLM_DIR={folder} holds another ({weights.name}'s sha256 differs): set "
+                            f"MLM_DIR to the model it was fitted with")
 
 
 def sha256(path: Path) -> str:

@@ -44,10 +44,11 @@ from safetensors.torch import load_file
 
 from config import DEFAULT_LM_PATH, DEFAULT_WEIGHTS_DIR
 from model.adaptation import Adaptation
-from model.contract import check_features, sha256
+from model.contract import check_features, check_masked_lm, sha256
 from model.features import Example, Featurizer, Vocab, collate
 from model.gate import Gate
 from model.lm import LanguageModel, TaiwanLexicon, taiwan_lexicon_path
+from model.masked_lm import MaskedLM
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
 from model.runtime import OnnxNet, onnx_net
@@ -195,8 +196,10 @@ class Corrector:
 
     def __init__(self, weights_dir: Path | None = None, device: str = "auto", threads: int = 0,
                  lm_path: Path | None = DEFAULT_LM_PATH, stage: str = "full", cpu_precision: str = "int8",
-                 cpu_runtime: str = "torch") -> None:
+                 cpu_runtime: str = "torch", masked_lm_dir: Path | None = None) -> None:
         self.weights_dir = Path(weights_dir or DEFAULT_WEIGHTS_DIR)
+        # a team's masked LM (MLM_DIR): loaded only where the served stage weighs it (model.masked_lm)
+        self.masked_lm_dir = Path(masked_lm_dir) if masked_lm_dir else None
         self.device_name = device
         self.threads = threads
         self.cpu_precision = cpu_precision  # "int8" or "fp32": how the network runs on CPU (module docstring)
@@ -218,6 +221,7 @@ class Corrector:
         self.lm: LanguageModel | None = None
         self.adaptation: Adaptation | None = None  # what learn.adapt learned, when the folder holds it
         self.reranker: Reranker | None = None
+        self.masked_lm: MaskedLM | None = None
 
     def setup(self) -> None:
         """Load vocabulary, configuration and weights, then run a warm-up batch."""
@@ -294,7 +298,12 @@ class Corrector:
         if self.lm is None:
             raise ValueError(f"stage {self.stage!r} needs the language model, but no LM_PATH was given")
         gate = Gate.from_dict(fitted.gate) if fitted.gate is not None else None
-        return Reranker(self.lm, RerankWeights.from_dict(fitted.weights), self.adaptation, gate)
+        weights = RerankWeights.from_dict(fitted.weights)
+        if weights.mlm:  # the model it was fitted with, or a one-line refusal (a swap to it fails: the old one serves)
+            check_masked_lm(self.masked_lm_dir, self.meta.masked_lm, self.weights_dir)
+            assert self.masked_lm_dir is not None and self.device is not None  # checked just above; set up first
+            self.masked_lm = MaskedLM(self.masked_lm_dir, self.device)
+        return Reranker(self.lm, weights, self.adaptation, gate, self.masked_lm)
 
     def batch(self, items: list[NBest]) -> Batch:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
@@ -327,13 +336,15 @@ class Corrector:
 
         An item whose TOP1 has no Han character has no Example and is answered TOP1 as it is (the service never asks
         about one: it answers it itself, on its `no_han` path)."""
-        return [self._answer(example, probs.get(i)) if example is not None else top1_answer(item.sentences)
-                for i, (item, example) in enumerate(zip(items, batch.examples, strict=True))]
-
-    def _answer(self, example: Example, probs: np.ndarray) -> str:
+        asked = [i for i, example in enumerate(batch.examples) if example is not None]
+        examples = [batch.examples[i] for i in asked]
         if self.reranker is None:
-            return choose(example, probs, self.threshold)
-        return self.reranker.choose(example, probs if self.stage == "full" else None)
+            answers = [choose(example, probs[i], self.threshold) for i, example in zip(asked, examples, strict=True)]
+        else:  # the batch's lists together: a masked LM, when the stage weighs one, is asked once for all of them
+            answers = self.reranker.choose_all(examples, [probs.get(i) if self.stage == "full" else None
+                                                          for i in asked])
+        out = dict(zip(asked, answers, strict=True))
+        return [out[i] if i in out else top1_answer(item.sentences) for i, item in enumerate(items)]
 
     def predict_batch(self, items: list[NBest]) -> list[str]:
         """Correct a list of n-best lists: batch → predict → unbatch."""
@@ -352,7 +363,7 @@ class Corrector:
             if part is not None and hasattr(part, "__dict__"):
                 vars(part).clear()
         self.ready = False
-        self.lm = self.featurizer = self.reranker = self.adaptation = self.net = None
+        self.lm = self.featurizer = self.reranker = self.adaptation = self.net = self.masked_lm = None
 
     @property
     def info(self) -> dict:
@@ -368,6 +379,7 @@ class Corrector:
             "threshold": meta.threshold if meta is not None else None,
             "stage": self.stage if self.reranker is not None else "net",
             "language_model": str(self.lm.path) if self.lm is not None else None,
+            "masked_lm": self.masked_lm.describe() if self.masked_lm is not None else None,
             "trained": meta.trained if meta is not None else None,
             "adapted": meta.adaptation.provenance if meta is not None and meta.adaptation is not None else None,
             "evaluation": meta.evaluation if meta is not None else None,

@@ -30,6 +30,7 @@ from model.adaptation import Adaptation, Conventions
 from model.features import Example
 from model.gate import Gate, context
 from model.lm import LanguageModel
+from model.masked_lm import MaskedLM
 from model.weights_meta import RERANK_FIELDS
 from preprocess.align import align_to
 from preprocess.rules import RATE_FLOOR
@@ -54,6 +55,7 @@ class Features:
     oov: float  # words the trigram lacks, minus TOP1's
     domain: float  # the adapted domain LM's log10 probability, minus TOP1's (0 without adaptation)
     confusion: float  # evidence of its edits among the recogniser's learned confusions (0 without adaptation)
+    mlm: float  # a team's masked LM: ln p of its changed characters minus TOP1's (`model.masked_lm`; 0 without one)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -66,7 +68,7 @@ class Features:
 
 _FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Features))
 _LM, _DOMAIN, _CONFUSION = (_FEATURE_NAMES.index(n) for n in ("lm", "domain", "confusion"))
-if _FEATURE_NAMES != ("lm", "taiwan", "net", "rank", "outside_nbest", "changes", "oov", "domain", "confusion"):
+if _FEATURE_NAMES != ("lm", "taiwan", "net", "rank", "outside_nbest", "changes", "oov", "domain", "confusion", "mlm"):
     raise RuntimeError(f"Reranker.rows writes its columns in another order than Features' {_FEATURE_NAMES}")
 
 
@@ -83,6 +85,7 @@ class RerankWeights:
     oov: float = 0.0
     domain: float = 0.0
     confusion: float = 0.0
+    mlm: float = 0.0
     margin: float = math.inf
     net_only: bool = False  # the network's own threshold decides; no sentence-level stage
     # the rule pass (an adapted folder's, fitted by learn.tune.pick_rule_pass; 0: none): where the linear score keeps
@@ -206,22 +209,37 @@ class Reranker:
     """Choose one sentence per n-best list; the language model is loaded once and shared."""
 
     def __init__(self, lm: LanguageModel | None, weights: RerankWeights, adaptation: Adaptation | None = None,
-                 gate: Gate | None = None) -> None:
+                 gate: Gate | None = None, masked_lm: MaskedLM | None = None) -> None:
         self.lm = lm
         self.weights = weights
         self.adaptation = adaptation
         self.gate = gate
+        self.masked_lm = masked_lm  # scores the `mlm` feature when given (else it is 0)
         self._w = weights.vector()
 
     def candidates(self, example: Example, probs: np.ndarray | None) -> list[Candidate]:
         """The sentences this reranker chooses among for one list."""
         return candidates(example, probs, adaptation=self.adaptation)
 
-    def features(self, example: Example, probs: np.ndarray | None, cands: list[Candidate]) -> list[Features]:
-        """Describe each candidate against TOP1."""
-        return [Features(*row) for row in self.rows(example, probs, cands)]
+    def mlm_gains(self, examples: list[Example], cands: list[list[Candidate]]) -> list[list[float] | None]:
+        """Each list's candidates' `mlm` feature, asked of the masked LM in one go for the whole batch and only for
+        lists with a candidate other than TOP1; None for a list it is not asked about (and for all without one)."""
+        out: list[list[float] | None] = [None] * len(examples)
+        if self.masked_lm is None:
+            return out
+        asked = [k for k, c in enumerate(cands) if len(c) > 1]
+        got = self.masked_lm.gains([examples[k].top1 for k in asked], [[c.choice for c in cands[k]] for k in asked])
+        for k, gains in zip(asked, got, strict=True):
+            out[k] = gains
+        return out
 
-    def rows(self, example: Example, probs: np.ndarray | None, cands: list[Candidate]) -> list[tuple[float, ...]]:
+    def features(self, example: Example, probs: np.ndarray | None, cands: list[Candidate],
+                 mlm: list[float] | None = None) -> list[Features]:
+        """Describe each candidate against TOP1 (`mlm`: their masked-LM gains, from `mlm_gains`)."""
+        return [Features(*row) for row in self.rows(example, probs, cands, mlm)]
+
+    def rows(self, example: Example, probs: np.ndarray | None, cands: list[Candidate],
+             mlm: list[float] | None = None) -> list[tuple[float, ...]]:
         """Each candidate's features as a tuple in `Features.names()` order (the hot path: no object per row)."""
         lm = self.lm
         top1 = example.top1
@@ -229,7 +247,7 @@ class Reranker:
         adapted = self.adaptation
         domain_base = adapted.domain_lm.score(top1) if adapted is not None else 0.0
         out = []
-        for c in cands:
+        for k, c in enumerate(cands):
             net = 0.0
             changed = [i for i, (seg, char) in enumerate(zip(c.choice, top1, strict=True)) if seg != char]
             if probs is not None:
@@ -245,18 +263,28 @@ class Reranker:
                 float(s.oov - base.oov) if s and base else 0.0,  # oov
                 adapted.domain_lm.score(c.text) - domain_base if adapted is not None else 0.0,  # domain
                 adapted.confusions.evidence(top1, c.text) if adapted is not None else 0.0,  # confusion
+                mlm[k] if mlm is not None else 0.0,  # mlm
             ))
         return out
 
     def choose(self, example: Example, probs: np.ndarray | None) -> str:
         """Return the best sentence other than TOP1 when its score beats TOP1's by the margin, else TOP1."""
-        cands = self.candidates(example, probs)
+        return self.choose_all([example], [probs])[0]
+
+    def choose_all(self, examples: list[Example], probs: list[np.ndarray | None]) -> list[str]:
+        """`choose` for a batch's lists, the masked LM (when there is one) asked once for all of them."""
+        cands = [self.candidates(example, p) for example, p in zip(examples, probs, strict=True)]
+        gains = self.mlm_gains(examples, cands)
+        return [self._choose(*args) for args in zip(examples, probs, cands, gains, strict=True)]
+
+    def _choose(self, example: Example, probs: np.ndarray | None, cands: list[Candidate],
+                mlm: list[float] | None) -> str:
         if len(cands) == 1:
             return example.top1
         if self.lm is None and not self._w.any():
             return example.top1
         # one dot product per row, as Features.vector() @ w computes it (a matrix product may sum in another order)
-        rows = np.array(self.rows(example, probs, cands), dtype=np.float64)
+        rows = np.array(self.rows(example, probs, cands, mlm), dtype=np.float64)
         scores = [float(row @ self._w) for row in rows]
         # the best sentence other than TOP1, against TOP1: a fitted margin may be negative (on TOP1-alone lists every
         # other sentence pays the same outside_nbest penalty, which the margin then takes back in part)

@@ -33,8 +33,8 @@ WEIGHTS_FILES = (CONFIG_FILE, VOCAB_FILE, NETWORK_FILE)  # what every weights fo
 # The second stage's fitted variants: every stage but "net", the network alone.
 RERANK_STAGES = tuple(stage for stage in STAGES if stage != "net")
 # a stage's weights: `model.rerank.RerankWeights`'s fields (it checks that they are these, in this order)
-RERANK_FIELDS = ("lm", "taiwan", "net", "rank", "outside_nbest", "changes", "oov", "domain", "confusion", "margin",
-                 "net_only", "rule_trust", "rule_domain", "rule_margin")
+RERANK_FIELDS = ("lm", "taiwan", "net", "rank", "outside_nbest", "changes", "oov", "domain", "confusion", "mlm",
+                 "margin", "net_only", "rule_trust", "rule_domain", "rule_margin")
 # the abstain gate's features (`model.gate` computes them; a stage's "gate" weighs them by these names)
 GATE_FEATURES = (
     "lead",  # the linear score's lead over TOP1
@@ -114,6 +114,16 @@ class AdaptationRecord:
 
 
 @dataclass(frozen=True)
+class MaskedLMRecord:
+    """The masked LM (`MLM_DIR`, `model.masked_lm`) a folder's second stage was fitted with: where it was, its weights
+    file and that file's sha256 (what is checked: the same model may lie elsewhere on the serving machine)."""
+
+    path: str
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class WeightsMeta:
     """A weights folder's config.json: what the network is, how it answers, and where it came from."""
 
@@ -126,6 +136,7 @@ class WeightsMeta:
     evaluation: dict[str, Any] | None = None  # learn.evaluate --write's figures, per set
     adaptation: AdaptationRecord | None = None  # learn.adapt's files and provenance
     rerank: dict[str, RerankStage] = field(default_factory=dict)  # by stage (RERANK_STAGES)
+    masked_lm: MaskedLMRecord | None = None  # the masked LM a stage weighs (its `mlm` weight not 0), when one does
 
     @classmethod
     def load(cls, folder: Path) -> WeightsMeta:
@@ -156,6 +167,8 @@ class WeightsMeta:
             out["evaluation"] = self.evaluation
         if self.adaptation is not None:
             out["adaptation"] = self.adaptation.to_dict()
+        if self.masked_lm is not None:
+            out["masked_lm"] = dataclasses.asdict(self.masked_lm)
         return out | {"rerank": {stage: fitted.to_dict() for stage, fitted in self.rerank.items()}}
 
     def save(self, folder: Path) -> Path:
@@ -257,7 +270,19 @@ class _Reader:
                            name=name, version=version, trained=self.free(raw.get("trained"), "trained"),
                            evaluation=self.free(raw.get("evaluation"), "evaluation"),
                            adaptation=self.adaptation(raw["adaptation"]) if "adaptation" in raw else None,
-                           rerank=self.rerank(raw.get("rerank", {})))
+                           rerank=self.rerank(raw.get("rerank", {})),
+                           masked_lm=self.masked_lm(raw["masked_lm"]) if raw.get("masked_lm") is not None else None)
+
+    def masked_lm(self, raw: Any) -> MaskedLMRecord:
+        raw = self.obj(raw, "masked_lm", ("path", "file", "sha256"))
+        return MaskedLMRecord(self.text(raw["path"], "masked_lm.path"), self.text(raw["file"], "masked_lm.file"),
+                              self.digest(raw["sha256"], "masked_lm.sha256"))
+
+    def digest(self, raw: Any, name: str) -> str:
+        digest = self.text(raw, name)
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise self.fail(name, "64 lowercase hex digits", digest)
+        return digest
 
     def net(self, raw: Any) -> NetShape:
         sizes = tuple(f.name for f in dataclasses.fields(NetShape) if f.name != "dropout")
@@ -307,9 +332,6 @@ class _Reader:
             file_name = self.text(entry["name"], f"{name}.name")
             if not file_name or Path(file_name).name != file_name:
                 raise self.fail(f"{name}.name", "a file name inside the folder", file_name)
-            digest = self.text(entry["sha256"], f"{name}.sha256")
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                raise self.fail(f"{name}.sha256", "64 lowercase hex digits", digest)
-            parts[part] = PartFile(file_name, digest)
+            parts[part] = PartFile(file_name, self.digest(entry["sha256"], f"{name}.sha256"))
         provenance = self.free(raw["provenance"], "adaptation.provenance") if "provenance" in raw else None
         return AdaptationRecord(parts, provenance)

@@ -31,16 +31,16 @@ if _REPO_ROOT not in sys.path:
 
 from config import Config, ConfigError  # noqa: E402
 from machine import check_device, check_workers  # noqa: E402
-from model.contract import check_weights  # noqa: E402
+from model.contract import check_weights, ignored_masked_lm  # noqa: E402
 from sidecar.shared_dir import make_shared_dir  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
 try:
     _config = Config.from_env()
     # Before any fork: a worker count the machine's memory cannot hold stops here (a warning for more than its cores).
-    _workers_warning = check_workers(_config)
+    _warnings = [check_workers(_config)]
     check_device(_config)
-    check_weights(_config)
+    _warnings.append(ignored_masked_lm(_config, check_weights(_config)))
     if _config.workers > 1 and not _config.shared_dir:
         # Made here, at the config's first reading and after every check (a refused start leaves no folder), so that
         # every worker's Config.from_env reads the same folder.
@@ -53,10 +53,10 @@ except ConfigError as exc:
 
     print(json_line(time.time(), "ERROR", "config", f"config error: {exc}", {}), file=sys.stderr)
     sys.exit(2)
-if _workers_warning:
+for _warning in filter(None, _warnings):
     from sidecar.log_writer import json_line
 
-    print(json_line(time.time(), "WARNING", "config", _workers_warning, {}), file=sys.stderr)
+    print(json_line(time.time(), "WARNING", "config", _warning, {}), file=sys.stderr)
 
 bind = f"{_config.host}:{_config.port}"
 workers = _config.workers

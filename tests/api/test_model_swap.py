@@ -286,6 +286,27 @@ def test_a_file_that_is_not_a_model_is_refused_and_the_old_model_keeps_answering
     assert line.levelno == logging.ERROR and "SafetensorError" in line.fields["error"]
 
 
+@pytest.mark.real_model
+def test_a_folder_fitted_with_a_masked_lm_the_server_lacks_is_refused_and_the_old_model_keeps_answering(
+        make_swap_app, make_body, weights, tmp_path, caplog):
+    """MLM_DIR is not set: the real corrector's setup refuses the folder in one line before anything changes."""
+    from api.app import _load_corrector
+    from tests.model.tiny_mlm import tiny_masked_lm, weighing_folder
+
+    app = make_swap_app(build=lambda folder: build_fake(folder) if folder.name == "a" else _load_corrector(
+        Config(device="cpu"), folder))
+    folder = weighing_folder(tmp_path / "weighs_mlm", tiny_masked_lm(tmp_path / "mlm"))
+    caplog.set_level(logging.INFO, logger="api.swap")
+
+    repoint(weights, folder)
+    assert swapper_of(app).check() == FAILED
+
+    assert answer(app, make_body, esun_uuid="after-the-failure").startswith(MARKS["a"])
+    [line] = [r for r in caplog.records if r.name == "api.swap"]
+    assert "MaskedLMError" in line.fields["error"] and "set MLM_DIR" in line.fields["error"]
+    assert "\n" not in line.fields["error"]
+
+
 def test_a_retry_gets_its_first_attempts_answer_after_the_swap_and_a_new_question_the_new_model(
         make_swap_app, make_body, weights, tmp_path, request_paths):
     app = make_swap_app()

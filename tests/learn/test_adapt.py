@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from rapidfuzz.distance import Levenshtein
 
 from config import Config, ConfigError
 from learn.adapt import MIN_LISTS, main
@@ -17,9 +18,9 @@ from learn.adapt_folder import run_key, swap_command
 from learn.adapt_settings import data_paths, parse_args
 from learn.data.labelled import Labelled, write_labelled
 from model.adaptation import DOMAIN_LM_FILE, AdaptationError, DomainLM
-from model.contract import check_weights
+from model.contract import check_weights, sha256
 from model.corrector import Corrector
-from preprocess.text import NBest
+from preprocess.text import NBest, han_chars
 from tests.deploy.procs import free_port, gunicorn
 
 pytestmark = pytest.mark.real_model
@@ -101,6 +102,84 @@ def test_adapt_builds_a_domain_lm_the_second_stage_uses(tmp_path):
     feats = dict(zip((c.text for c in cands), reranker.features(example, None, cands), strict=True))
     assert feats["我住在臺北"].domain > 0 and feats["我住在臺北"].confusion > 0
     assert reranker.weights.domain >= 0 and reranker.weights.confusion > 0
+
+
+def _deep_truth_rows() -> list[Labelled]:
+    """Lists whose truth is the third hypothesis and TOP1 and the second hypothesis other places: the trigram cannot
+    tell the places apart, the ranks favour the wrong ones, and each place is written wrong as often as right."""
+    rows = []
+    for t, template in enumerate(TEMPLATES):
+        for p, place in enumerate(PLACES):
+            top1, second = (template.format(PLACES[(p + d) % len(PLACES)]) for d in (1, 2))
+            truth = template.format(place)
+            rows.append(Labelled(f"d{t}{p}", truth.replace(" ", ""), NBest((top1, second, truth))))
+    return rows
+
+
+class OracleMaskedLM:
+    """A masked LM that knows the test file's truths: a candidate's gain is how many errors it takes off TOP1's."""
+
+    def __init__(self, folder: Path, device: object) -> None:
+        self.folder = folder
+        self.truths = {han_chars(it.nbest.top1): han_chars(it.truth) for it in _deep_truth_rows()}
+
+    def gains(self, top1s: list[str], choices: list[list[tuple[str, ...]]]) -> list[list[float]]:
+        def gain(top1: str, choice: tuple[str, ...]) -> float:
+            truth = self.truths.get(top1, top1)  # a list of another file (the warm-up's): no preference
+            return float(Levenshtein.distance(top1, truth) - Levenshtein.distance("".join(choice), truth))
+
+        return [[gain(top1, c) for c in cands] for top1, cands in zip(top1s, choices, strict=True)]
+
+    def describe(self) -> dict[str, str]:
+        return {"path": str(self.folder)}
+
+
+def test_adapt_with_a_masked_lm_that_helps_weighs_it_and_the_folder_serves_only_with_that_model(
+        tmp_path, monkeypatch, capsys):
+    from learn import adapt
+    from tests.model.tiny_mlm import tiny_masked_lm
+
+    mlm = tiny_masked_lm(tmp_path / "mlm")  # served at the test split and after: a random model, as a team's might be
+    monkeypatch.setattr(adapt, "MaskedLM", OracleMaskedLM)  # what the stage is fitted with: one that helps
+    monkeypatch.setattr("model.corrector.MaskedLM", OracleMaskedLM)  # and what answers the test split
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_deep_truth_rows(), data)
+    out = tmp_path / "adapted"
+    assert main(["--data", str(data), "--out", str(out), "--epochs", "0", "--dev-share", "0.4", "--test-share", "0.2",
+                 "--device", "cpu", "--mlm-dir", str(mlm)]) == 0
+    assert "the masked LM weighed (2-fold CER" in capsys.readouterr().out
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert meta["rerank"]["full"]["weights"]["mlm"] > 0
+    assert meta["masked_lm"] == {"path": str(mlm.resolve()), "file": "model.safetensors",
+                                 "sha256": sha256(mlm / "model.safetensors")}
+    with pytest.raises(ConfigError, match="^mlm_dir: .* set MLM_DIR to that folder"):
+        check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))
+    check_weights(Config.from_env({"WEIGHTS_DIR": str(out), "MLM_DIR": str(mlm)}))
+
+
+def test_adapt_with_a_masked_lm_that_does_not_help_writes_a_folder_that_needs_none(tmp_path, capsys):
+    from tests.model.tiny_mlm import tiny_masked_lm
+
+    mlm = tiny_masked_lm(tmp_path / "mlm")
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone=True), data)
+    out = tmp_path / "adapted"
+    assert main(["--data", str(data), "--out", str(out), "--epochs", "0", "--dev-share", "0.4", "--test-share", "0.2",
+                 "--device", "cpu", "--mlm-dir", str(mlm)]) == 0
+    meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    if meta["rerank"]["full"]["weights"].get("mlm"):
+        pytest.fail(f"a random masked LM was weighed: {meta['rerank']['full']['dev']['masked_lm']}")
+    assert "masked_lm" not in meta and "the masked LM not weighed" in capsys.readouterr().out
+    check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))  # served without MLM_DIR
+
+
+def test_adapt_refuses_a_masked_lm_folder_that_is_none_in_one_line_writing_nothing(tmp_path, capsys):
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone=True), data)
+    assert main(["--data", str(data), "--out", str(tmp_path / "out"), "--mlm-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("adapt: --mlm-dir: ") and "is not a folder" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.building-*"))
 
 
 def test_adapt_names_and_counts_malformed_rows(tmp_path, capsys):

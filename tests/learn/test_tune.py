@@ -58,6 +58,41 @@ def test_the_rule_pass_is_fitted_within_the_precision_bounds_or_left_off():
     assert pick_rule_pass(worse, stage, max_worse=0.005, max_right_changed=0.005)[0].rule_trust == 0.0
 
 
+def _mlm_lists(informative: bool, n: int = 400, seed: int = 0) -> list[DevList]:
+    """Lists of TOP1 and two other sentences, the right one (when TOP1 is wrong) told by the trigram half the time;
+    the masked LM's column tells it every time (`informative`), or is noise."""
+    rng = np.random.default_rng(seed)
+    names = Features.names()
+    out = []
+    for k in range(n):
+        feats = np.zeros((3, len(names)))
+        right = 1 + int(rng.integers(2))
+        errors = np.array([1, 1, 1])
+        if k % 3:  # TOP1 wrong, one of the others right
+            errors[right] = 0
+        feats[1:, names.index("lm")] = rng.normal(0, 1, 2)
+        if k % 2 and k % 3:
+            feats[right, names.index("lm")] += 3.0
+        feats[1:, names.index("mlm")] = rng.normal(0, 1, 2)
+        if informative and k % 3:
+            feats[right, names.index("mlm")] += 4.0
+        out.append(DevList(feats, errors, 10))
+    return out
+
+
+def test_the_masked_lm_is_weighed_only_where_it_lowers_the_held_out_halves_cer():
+    weights, figures = tune.fit_with_masked_lm(_mlm_lists(informative=True), "full", 0.01, 0.01)
+    assert figures["masked_lm"]["weighed"] and weights.mlm > 0
+    assert figures["masked_lm"]["cv_cer_with"] < figures["masked_lm"]["cv_cer_without"]
+    weights, figures = tune.fit_with_masked_lm(_mlm_lists(informative=False), "full", 0.01, 0.01)
+    assert not figures["masked_lm"]["weighed"] and weights.mlm == 0.0  # exactly 0: the folder needs no model
+
+
+def test_a_stage_fitted_without_a_masked_lm_weighs_none_though_its_lists_hold_the_column():
+    weights, _ = tune.fit_lists(_mlm_lists(informative=True), "full", 0.01, 0.01)
+    assert weights.mlm == 0.0
+
+
 def test_a_margin_keeps_the_precision_bounds_in_each_group_not_only_on_average():
     feats = np.zeros((2, len(RerankWeights().vector())))
     w = np.zeros(len(RerankWeights().vector()))

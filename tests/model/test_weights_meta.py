@@ -107,6 +107,9 @@ def test_a_folder_trained_at_427ba62_without_a_second_stage_loads(tmp_path):
     ({"adaptation": {"files": {"confusions": {"name": "c.json", "sha256": "XY"}}}},
      "adaptation.files.confusions.sha256 must be 64 lowercase hex digits, got 'XY'"),
     ({"thresold": 0.9}, "thresold is not a field this code knows"),
+    ({"masked_lm": {"path": "/m", "file": "model.safetensors"}}, "masked_lm.sha256 is missing"),
+    ({"masked_lm": {"path": "/m", "file": "model.safetensors", "sha256": "XY"}},
+     "masked_lm.sha256 must be 64 lowercase hex digits, got 'XY'"),
 ])
 def test_weights_meta_names_the_bad_field_in_one_line(tmp_path, fields, message):
     with pytest.raises(WeightsMetaError) as raised:
@@ -114,6 +117,15 @@ def test_weights_meta_names_the_bad_field_in_one_line(tmp_path, fields, message)
 
     assert str(raised.value).startswith(f"{tmp_path / 'weights' / CONFIG_FILE}: {message}")
     assert "\n" not in str(raised.value)
+
+
+def test_the_masked_lm_a_folder_was_fitted_with_is_read_and_written_back_as_it_was(tmp_path):
+    record = {"path": "/models/macbert", "file": "model.safetensors", "sha256": "ab" * 32}
+    folder = _shipped_with(tmp_path, masked_lm=record)
+    meta = WeightsMeta.load(folder)
+    assert meta.masked_lm is not None and meta.masked_lm.sha256 == "ab" * 32
+    meta.save(folder)
+    assert json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["masked_lm"] == record
 
 
 def test_a_wrong_typed_field_stops_start_up_in_one_line_naming_it(tmp_path):
