@@ -70,8 +70,9 @@ def adapt_fold(fold: Path, adapt_args: list[str], reuse: bool) -> float:
     return time.monotonic() - t0
 
 
-def score_fold(fold: Path, limits: bool) -> dict[str, Any]:
-    """Score TOP1, the shipped model, the adapted one and the rule memo on the fold's test file."""
+def score_fold(fold: Path, limits: bool, mlm_dir: Path | None = None) -> dict[str, Any]:
+    """Score TOP1, the shipped model, the adapted one (with `mlm_dir`'s masked LM, where it weighs one) and the rule
+    memo on the fold's test file."""
     train = read_labelled_lenient(fold / "train.jsonl").items
     test = read_labelled_lenient(fold / "test.jsonl").items
     lists, truths = nbests(test), [han_chars(it.truth) for it in test]
@@ -79,7 +80,7 @@ def score_fold(fold: Path, limits: bool) -> dict[str, Any]:
     longest = Config().max_top1_chars
     shipped = Corrector(device="cpu")
     shipped.setup()
-    adapted = Corrector(fold / "adapted", device="cpu")
+    adapted = Corrector(fold / "adapted", device="cpu", masked_lm_dir=mlm_dir)
     adapted.setup()
     for name, corrector in (("shipped", shipped), ("adapted", adapted)):
         figures[name] = asdict(cer_score(lists, truths, served_answers(corrector, lists, longest)))
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true", help="keep a fold's adapted folder already written")
     ap.add_argument("--limits", action="store_true", help="also diagnose what limits the adapted model (learn.limits)")
     ap.add_argument("--adapt-arg", action="append", default=[], help="a flag passed on to learn.adapt")
+    ap.add_argument("--mlm-dir", type=Path, help="a masked-LM folder (MLM_DIR): each fold adapted with it (learn.adapt "
+                    "--mlm-dir) and its folder scored with it")
     args = ap.parse_args(argv)
     if args.folds < 2:
         ap.error(f"--folds must be at least 2, got {args.folds}")
@@ -149,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, fold in enumerate(dirs):
         if args.only and k not in args.only:
             continue
-        wall = adapt_fold(fold, args.adapt_arg, args.reuse)
-        result = score_fold(fold, args.limits) | {"fold": k, "adapt_wall_s": round(wall, 1)}
+        adapt_args = [*args.adapt_arg, *(["--mlm-dir", str(args.mlm_dir)] if args.mlm_dir else [])]
+        wall = adapt_fold(fold, adapt_args, args.reuse)
+        result = score_fold(fold, args.limits, args.mlm_dir) | {"fold": k, "adapt_wall_s": round(wall, 1)}
         (fold / "scores.json").write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
         m = result["models"]["adapted"]
         print(f"fold {k}: {result['lists']} lists, TOP1 {m['top1_cer']:.2%} -> adapted {m['answer_cer']:.2%}, "
@@ -159,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
     total = pooled(results)
     report = {"data": str(args.data), "folds": args.folds, "seed": args.seed, "adapt_args": args.adapt_arg,
+              "mlm_dir": str(args.mlm_dir) if args.mlm_dir else None,
               "per_fold": results, "pooled": total}
     (args.out / "crossval.json").write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     text = f"## cross-validated, {args.folds} folds (seed {args.seed}), {len(items)} lists\n" + markdown(results, total)

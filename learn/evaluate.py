@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="lists per set (default: 3,000 per simulated set, all of a --data file)")
     ap.add_argument("--stage", choices=(*ABLATION, "all"), default="full", help="all: the ablation table")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--mlm-dir", type=Path, help="the masked LM (MLM_DIR) a --weights folder was fitted with")
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     ap.add_argument("--write", action="store_true", help="store the figures in the weights' config.json")
     args = ap.parse_args(argv)
@@ -203,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from model.contract import FeatureContractError, check_weights_dir
+    from model.masked_lm import MaskedLMError
 
     try:
         if not args.weights.is_dir():
@@ -214,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     longest = Config().max_top1_chars  # a longer TOP1 is answered as itself, as the service answers it
     for stage in ABLATION if args.stage == "all" else (args.stage,):
-        corrector = Corrector(args.weights, device=args.device, stage=stage)
-        corrector.setup()
+        corrector = Corrector(args.weights, device=args.device, stage=stage, masked_lm_dir=args.mlm_dir)
+        try:
+            corrector.setup()
+        except MaskedLMError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         results[stage] = evaluate(sets, lambda d, c=corrector: (served_answers(c, d.nbests, longest),
                                                                 timings(c, d.nbests)))
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"

@@ -255,13 +255,18 @@ def fit_lists(lists: list[DevList], variant: str, max_worse: float, max_right_ch
     return weights, figures | {"lists": len(lists)}
 
 
+# the share of the held-out halves' errors the masked LM must take off to be weighed (`fit_with_masked_lm`)
+MLM_MIN_GAIN = 0.005
+
+
 def fit_with_masked_lm(lists: list[DevList], variant: str, max_worse: float, max_right_changed: float,
                        prior: RerankWeights | None = None, prior_lists: float = 0.0) -> tuple[RerankWeights, dict]:
     """`fit_lists` on lists a masked LM described (`dev_lists(..., masked_lm=...)`), its feature weighed only where it
     helps: the stage is fitted with and without it on each half of the lists (every other list) and scored on the other
-    half; the masked LM keeps a weight only where those two held-out halves together have fewer errors with it. Else
-    the stage is the one fitted without it (its weight exactly 0, so the folder serves without the model). The
-    figures say which, under "masked_lm"."""
+    half; the masked LM keeps a weight only where those two held-out halves together have at least MLM_MIN_GAIN fewer
+    errors with it (a model that knows nothing of the language, a random one, moves a few close calls either way and
+    must cost nothing). Else the stage is the one fitted without it (its weight exactly 0, so the folder serves without
+    the model). The figures say which, under "masked_lm"."""
     errors = {"with": 0, "without": 0}
     for held in (0, 1):
         fitted_on, scored_on = lists[1 - held :: 2], lists[held::2]
@@ -271,7 +276,7 @@ def fit_with_masked_lm(lists: list[DevList], variant: str, max_worse: float, max
     total = max(1, sum(d.truth_len for d in lists))
     record = {"cv_cer_with": errors["with"] / total, "cv_cer_without": errors["without"] / total,
               "note": "2-fold cross-validated over the lists the stage is fitted on"}
-    if errors["with"] < errors["without"]:
+    if errors["with"] < (1 - MLM_MIN_GAIN) * errors["without"]:
         kept = fit_lists(lists, variant, max_worse, max_right_changed, prior, prior_lists, without=())
         if kept[0].mlm > 0:
             return kept[0], kept[1] | {"masked_lm": record | {"weighed": True}}

@@ -3,20 +3,30 @@
 `model.features` computes the columns in this order and `model.network` reads them by name; training records
 the names in the weights' `config.json` (`features`; the file is read and written by `model.weights_meta`), and
 loading checks them, so a reordered, added or removed column stops start-up with one line instead of giving wrong
-answers. `check_weights_dir` is the check of a whole folder; `check_weights` is the start-up's, run beside
-`config.check_device` wherever the service starts (server/gunicorn_conf.py, `python -m api`, `api.create_app`). Pure:
-no numpy, no torch, so that gunicorn's master can check a weights folder before anything heavy is imported.
+answers. `check_weights_dir` is the check of a whole folder (its files, its network file whole: `check_network_file`,
+its config and an adapted folder's parts), at start and at a swap alike; `check_weights` is the start-up's, run beside
+`machine.check_device` wherever the service starts (server/gunicorn_conf.py, `python -m api`, `api.create_app`), which
+also checks the masked LM (`MLM_DIR`) a folder was fitted with (`check_masked_lm`). Pure: no numpy, no torch, so that
+gunicorn's master can check a weights folder before anything heavy is imported.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import NamedTuple
 
 from config import Config, ConfigError
 from model.masked_lm import MaskedLMError, check_folder
-from model.weights_meta import WEIGHTS_FILES, FeatureColumns, MaskedLMRecord, WeightsMeta, WeightsMetaError
+from model.weights_meta import (
+    NETWORK_FILE,
+    WEIGHTS_FILES,
+    FeatureColumns,
+    MaskedLMRecord,
+    WeightsMeta,
+    WeightsMetaError,
+)
 
 # Scales that bring each column near [-1, 1] (their units in the names of the columns they divide).
 LOG_FREQ_SCALE = 16.0  # natural log of a character's corpus frequency
@@ -105,6 +115,7 @@ def check_weights_dir(weights_dir: Path) -> WeightsMeta:
     missing = [name for name in WEIGHTS_FILES if not (weights_dir / name).is_file()]
     if missing:
         raise IncompleteWeightsError(f"{weights_dir} is incomplete: {', '.join(missing)} missing")
+    check_network_file(weights_dir / NETWORK_FILE)
     try:
         meta = WeightsMeta.load(weights_dir)
     except WeightsMetaError as e:
@@ -124,6 +135,26 @@ def check_weights_dir(weights_dir: Path) -> WeightsMeta:
             raise IncompleteWeightsError(f"{weights_dir} is inconsistent: {entry.name} is not the {part} this "
                                          f"folder was adapted with (sha256 differs; re-run python -m learn.adapt)")
     return meta
+
+
+def check_network_file(path: Path) -> None:
+    """Refuse a network file that is no whole safetensors file, before torch reads it: its header (8 bytes of length,
+    then JSON) must be whole and name tensors whose bytes end where the file does. A file cut short (a copy that
+    stopped) is found here, at start and at a swap alike, instead of by every worker's loader, which would answer
+    TOP1 for ever (raises IncompleteWeightsError)."""
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 or length > size - 8:
+                raise ValueError(f"its header says {length} bytes, the file holds {size}")
+            header = json.loads(f.read(length))
+        ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise IncompleteWeightsError(f"{path} is no whole safetensors file (cut short?): {e}") from None
+    if 8 + length + max(ends, default=0) != size:
+        raise IncompleteWeightsError(f"{path} is cut short or padded: its tensors end at byte "
+                                     f"{8 + length + max(ends, default=0)}, the file at {size} (copy it again)")
 
 
 def check_weights(config: Config) -> WeightsMeta:

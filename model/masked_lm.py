@@ -172,6 +172,7 @@ class MaskedLM:
                    asks: list[list[list[tuple[int, str]]]]) -> dict[tuple[int, str], float]:
         """Run every masked sentence (`keys`: list, start, end, masks) and read the log-probabilities each side of
         `asks` needs at its masks."""
+        import numpy as np
         import torch
 
         inputs = []
@@ -189,22 +190,27 @@ class MaskedLM:
         with torch.inference_mode():
             for lo in range(0, len(order), MAX_ROWS):
                 chunk = order[lo : lo + MAX_ROWS]
-                width = max(len(inputs[r]) for r in chunk)
-                ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
-                attention = torch.zeros((len(chunk), width), dtype=torch.long)
+                lengths = np.array([len(inputs[r]) for r in chunk])
+                ids = np.full((len(chunk), int(lengths.max())), self.pad_id, dtype=np.int64)
                 for j, r in enumerate(chunk):
-                    ids[j, : len(inputs[r])] = torch.tensor(inputs[r])
-                    attention[j, : len(inputs[r])] = 1
+                    ids[j, : lengths[j]] = inputs[r]
                 masked = ids == self.mask_id
-                logits = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device)).logits
-                at_masks = torch.log_softmax(logits[masked.to(self.device)].float(), dim=-1).cpu()  # [M, V]
-                first = 0
-                for j, r in enumerate(chunk):
-                    n = int(masked[j].sum())
-                    for chars in wanted.get(r, ()):
-                        targets = torch.tensor([self._id(c) for c in chars])
-                        scores[r, chars] = float(at_masks[first + torch.arange(n), targets].sum())
-                    first += n
+                first = np.cumsum(masked.sum(axis=1)) - masked.sum(axis=1)  # each row's first mask among the chunk's
+                # every (row, characters) asked, flattened: the mask each character sits at, its token, its pair
+                pairs = [(r, chars) for j, r in enumerate(chunk) for chars in wanted.get(r, ())]
+                starts = [first[j] for j, r in enumerate(chunk) for _ in wanted.get(r, ())]
+                at = [start + q for (_, chars), start in zip(pairs, starts, strict=True) for q in range(len(chars))]
+                token = [self._id(c) for _, chars in pairs for c in chars]
+                pair = [p for p, (_, chars) in enumerate(pairs) for _ in chars]
+                attention = torch.from_numpy(np.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+                logits = self.model(input_ids=torch.from_numpy(ids).to(self.device),
+                                    attention_mask=attention.to(self.device)).logits
+                at_masks = logits[torch.from_numpy(masked).to(self.device)].float()  # [M, V]
+                at_index = torch.tensor(at, device=self.device)
+                logp = at_masks[at_index, torch.tensor(token, device=self.device)] - \
+                    torch.logsumexp(at_masks, dim=-1)[at_index]
+                sums = np.bincount(pair, weights=logp.cpu().double().numpy(), minlength=len(pairs))
+                scores.update(zip(pairs, sums.tolist(), strict=True))
         return scores
 
     def describe(self) -> dict[str, object]:

@@ -268,8 +268,8 @@ def test_a_broken_folder_is_refused_and_the_old_model_keeps_answering(make_swap_
 @pytest.mark.real_model
 def test_a_file_that_is_not_a_model_is_refused_and_the_old_model_keeps_answering(make_swap_app, make_body, weights,
                                                                                   tmp_path, caplog):
-    """The contract reads only config.json: a network file that is no network is found by the real corrector's
-    setup, which the swap runs before anything changes."""
+    """A network file that is no safetensors file is found by the folder's check (model.contract.check_network_file),
+    which the swap runs, as the start does, before anything is built."""
     from api.app import _load_corrector
 
     app = make_swap_app(build=lambda folder: build_fake(folder) if folder.name == "a" else _load_corrector(
@@ -283,7 +283,8 @@ def test_a_file_that_is_not_a_model_is_refused_and_the_old_model_keeps_answering
     assert answer(app, make_body, esun_uuid="after-the-failure").startswith(MARKS["a"])
     assert app.test_client().get("/readyz").status_code == 200
     [line] = [r for r in caplog.records if r.name == "api.swap"]
-    assert line.levelno == logging.ERROR and "SafetensorError" in line.fields["error"]
+    # the start's check finds it, before the real corrector's setup would
+    assert line.levelno == logging.ERROR and "is no whole safetensors file" in line.fields["error"]
 
 
 @pytest.mark.real_model

@@ -92,3 +92,27 @@ def test_server_start_stops_in_one_line_on_weights_of_other_features(tmp_path, c
     message = run.stderr if command[0] == sys.executable else json.loads(run.stderr)["msg"]  # make run: JSON
     assert run.stderr.count("\n") == 1 and message.startswith("config error: weights_dir: ")
 
+
+
+def _cut_short(tmp_path: Path, keep: int) -> Path:
+    out = tmp_path / "cut"
+    shutil.copytree(DEFAULT_WEIGHTS_DIR, out)
+    network = out / "model.safetensors"
+    network.write_bytes(network.read_bytes()[:keep])
+    return out
+
+
+@pytest.mark.parametrize("keep", [4, 1000, 10_000_000], ids=["no-header", "header-cut", "tensors-cut"])
+def test_a_network_file_cut_short_is_refused_before_anything_loads_it(tmp_path, keep):
+    with pytest.raises(FeatureContractError, match="cut short") as caught:
+        check_weights_dir(_cut_short(tmp_path, keep))
+    assert "model.safetensors" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_server_start_stops_in_one_line_on_a_network_file_cut_short(tmp_path):
+    weights = _cut_short(tmp_path, 10_000_000)
+    command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "server/gunicorn_conf.py", "api:create_app()"]
+    run = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "PORT": "0", "WEIGHTS_DIR": str(weights)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert json.loads(run.stderr)["msg"].startswith(f"config error: weights_dir: {weights / 'model.safetensors'}")
