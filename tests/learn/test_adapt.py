@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,28 @@ def test_adapt_refuses_a_masked_lm_folder_that_is_none_in_one_line_writing_nothi
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("adapt: --mlm-dir: ") and "is not a folder" in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.building-*"))
+
+
+def test_sigterm_to_make_adapt_leaves_no_building_folder_and_says_so_in_one_line(tmp_path):
+    """What `timeout`, `docker stop` and a CI cancel send reaches the run through make and unwinds it as Ctrl-C."""
+    data = tmp_path / "labelled.jsonl"
+    write_labelled(_rows(top1_alone=False), data)
+    out = tmp_path / "adapted"
+    make = subprocess.Popen(["make", "--no-print-directory", "-o", ".venv/.installed", "-o", ".venv/.installed-dev",
+                             "adapt", f"DATA={data}", f"OUT={out}"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".adapted.building-*")) and time.monotonic() < deadline and make.poll() is None:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".adapted.building-*")), "the run never started building its folder"
+    os.kill(make.pid, signal.SIGTERM)  # make alone, as `timeout` does: make passes it on to its recipe
+    _, err = make.communicate(timeout=120)
+
+    assert make.returncode != 0
+    assert not list(tmp_path.glob(".adapted.building-*")) and not out.exists()
+    said = [line for line in err.splitlines() if line.startswith("adapt: ")]
+    assert said == [f"adapt: terminated (SIGTERM); {out} was not written and nothing of the run is left beside it"]
+    assert "Traceback" not in err
 
 
 def test_adapt_names_and_counts_malformed_rows(tmp_path, capsys):
