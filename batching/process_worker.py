@@ -129,5 +129,5 @@ class GuardedWorker(StreamWorker):
                 break
         answers = run_guarded(self._predict, [message[3] for message in batch])
         self._response_queue.put((tuple(message[1] for message in batch), answers))
-        self._heap.after_batch()  # the answers are sent: give back what the batch freed (batching.heap)
+        self._heap.after_batch()  # the answers are sent: give back what the batch freed (sidecar.heap)
         return len(batch)

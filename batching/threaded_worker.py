@@ -132,7 +132,7 @@ class BatchWorker(ThreadedWorker):
         finally:
             self.running_since = None
             self._last_batch_end = time.monotonic()
-        self._heap.after_batch()  # the answers are out: give back what the batch freed (batching.heap)
+        self._heap.after_batch()  # the answers are out: give back what the batch freed (sidecar.heap)
         return len(batch)
 
     def _collect(self, timeout: float) -> bool:

@@ -32,6 +32,7 @@ from learn.data.labelled import Labelled, read_labelled_lenient, write_labelled
 from learn.evaluate import cer_score, served_answers
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo
 from model.corrector import Corrector
+from model.weights_meta import CONFIG_FILE
 from preprocess.text import han_chars, strip_spaces, top1_answer
 
 FOLDS = 5
@@ -59,7 +60,7 @@ def write_folds(items: list[Labelled], out: Path, folds: int, seed: int) -> list
 def adapt_fold(fold: Path, adapt_args: list[str], reuse: bool) -> float:
     """Run `learn.adapt` on the fold's train file into `fold/adapted` (log in `fold/adapt.log`); its wall time."""
     folder = fold / "adapted"
-    if reuse and (folder / "config.json").is_file():
+    if reuse and (folder / CONFIG_FILE).is_file():
         return 0.0
     t0 = time.monotonic()
     cmd = [sys.executable, "-m", "learn.adapt", "--data", str(fold / "train.jsonl"), "--out", str(folder), *adapt_args]

@@ -28,6 +28,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from model.weights_meta import CONFIG_FILE  # the name Hugging Face gives a model's config too
+
 log = logging.getLogger(__name__)
 
 # what a masked-LM folder holds: one weights file (safetensors, or the older pickle), one tokenizer description
@@ -59,7 +61,7 @@ def check_folder(folder: Path) -> Path:
     if not folder.is_dir():
         raise MaskedLMError(f"{folder} is not a folder")
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     except OSError as e:
         raise MaskedLMError(f"{folder} holds no readable config.json ({e.strerror or e}): is it a Hugging Face "
                             f"model folder?") from None

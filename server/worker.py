@@ -1,6 +1,6 @@
 """gunicorn's gthread worker, reading each request whole in its event loop before a thread serves it.
 
-server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Three additions to gthread:
+server/gunicorn_conf.py names `ReadingThreadWorker` as `worker_class`. Four additions to gthread:
 
 - **Slow clients never hold a thread.** gthread hands a connection to a thread as soon as it is accepted (or a
   kept-alive one turns readable), and the thread blocks reading the request: as many stalled clients as threads

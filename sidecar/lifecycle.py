@@ -1,4 +1,5 @@
-"""One start and one stop per process for what it runs beside the request path (sidecar).
+"""Where a process starts what it runs beside the request path (the log writer), and where it stops that and the
+rest of the sidecar in order (the closers it is handed, the shared folder a master made, then the log writer).
 
 gunicorn's master starts in `on_starting` and stops in `on_exit`; each worker starts after its fork
 (`server.worker.ReadingThreadWorker.init_process`) and stops in `worker_exit` (server/gunicorn_conf.py);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, in at most 8 minutes: bash testing/gpu_check.sh [OUT_DIR]
+# The GPU check, in at most 8 minutes: [MLM_DIR=DIR] bash testing/gpu_check.sh [OUT_DIR]
 # On a GPU machine with torch and transformers: the wheels in .whl/ (make gpu-wheels, made on a machine with a
 # network) are installed first when present. Then testing.bench (section gpu) serves the shipped model as `make run` does,
 # DEVICE=cuda then DEVICE=cpu, under 64 and 256 closed-loop clients, samples the GPU's use, times a batch's hooks,
@@ -15,4 +15,10 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
 export PYTHONUNBUFFERED=1
-timeout 470 "$PY" -m testing.bench --sections gpu,hooks --rounds 20 --out "$out" --markdown docs/benchmarks.md --duration 30
+# MLM_DIR (a masked-LM folder copied beside the wheels): also what it costs a batch of 64 on the GPU (testing.mlm_cost)
+bench_s=470
+[ -n "${MLM_DIR:-}" ] && bench_s=380
+timeout $bench_s "$PY" -m testing.bench --sections gpu,hooks --rounds 20 --out "$out" --markdown docs/benchmarks.md --duration 30
+if [ -n "${MLM_DIR:-}" ]; then
+  timeout 80 "$PY" -m testing.mlm_cost --mlm-dir "$MLM_DIR" --device cuda --out "$out/mlm" || echo "testing.mlm_cost failed"
+fi

@@ -2,8 +2,9 @@
 `python -m testing.mlm_cost --mlm-dir DIR [--weights FOLDER] [--device cpu] [--out docs/bench/issue59]`.
 
 Times `predict_batch` on batches of 64 simulated lists (the `test`, `reviews` and `decoded` sets interleaved, as
-`testing.ab --mode time` builds them; `make corpus` first) with the masked LM asked, and the same corrector with it
-left out (its feature 0), alternating batch by batch so that both see the same machine; and the masked LM's own call
+`testing.ab --mode time` builds them, after `make corpus`; else the corrector's warm-up lists) with the masked LM
+asked, and the same corrector with it left out (its feature 0), alternating batch by batch so that both see the same
+machine; and the masked LM's own call
 (`Reranker.mlm_gains`) with the rows it ran. `--weights` is a folder whose stage weighs the masked LM (one `make adapt
 ... MLM_DIR=DIR` wrote); without it, a temporary copy of the shipped folder whose stage weighs it by 1 (what it costs,
 not what it answers). Prints a table; writes `mlm_cost.json` and `mlm_cost.png` to `--out`.
@@ -41,11 +42,16 @@ def weighing_copy(mlm_dir: Path, into: Path) -> Path:
     return folder
 
 
-def lists(limit: int) -> list:
+def lists(limit: int, corrector: object) -> list:
+    """The simulated sets' lists, interleaved; where `make corpus` was not run (a GPU machine without a network), the
+    corrector's own warm-up lists (frequent Taiwan words, three hypotheses a list), repeated."""
     import random
 
     from learn.evaluate import simulated_set
 
+    if not (REPO_ROOT / "data" / "corpus" / "test.txt").is_file():
+        warm = corrector._warm_up_lists()
+        return (warm * (1 + len(SETS) * limit // len(warm)))[: len(SETS) * limit]
     out = []
     for name in SETS:
         out += simulated_set(REPO_ROOT / "data" / "corpus", name, limit).nbests
@@ -65,7 +71,7 @@ def measure(weights: Path, mlm_dir: Path, device: str, batches: int, threads: in
     reranker = corrector.reranker
     assert reranker is not None and reranker.masked_lm is not None  # the folder weighs it: setup loaded it
     masked_lm = reranker.masked_lm
-    items = lists(64 * (batches + 4) // len(SETS) + 1)
+    items = lists(64 * (batches + 4) // len(SETS) + 1, corrector)
     times: dict[str, list[float]] = {"with": [], "without": [], "mlm_call": []}
     rows: list[int] = []
     for k in range(batches + 4):
@@ -129,9 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: torch's default)")
     ap.add_argument("--out", type=Path, default=Path("out/mlm_cost"))
     args = ap.parse_args(argv)
-    if not (REPO_ROOT / "data" / "corpus" / "test.txt").is_file():
-        print("mlm_cost: data/corpus is missing: run make corpus first", file=sys.stderr)
-        return 2
     from model.masked_lm import MaskedLMError
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -72,7 +72,7 @@ def _answered_files(build: Callable[[], Flask], body: Callable[..., dict[str, An
 
 
 def test_the_page_counts_the_files_its_table_lists():
-    """Regression: the page said 32 files in all while its table listed 33 (batching/heap.py added to a row)."""
+    """Regression: the page said 32 files in all while its table listed 33 (the heap module added to a row)."""
     section = PAGE.read_text(encoding="utf-8").split("## The files a model answer passes through", 1)[1]
     [count] = re.findall(r"(\d+) files in all", section)
     assert int(count) == len(documented_files())
