@@ -302,7 +302,7 @@ class Corrector:
         if weights.mlm:  # the model it was fitted with, or a one-line refusal (a swap to it fails: the old one serves)
             check_masked_lm(self.masked_lm_dir, self.meta.masked_lm, self.weights_dir)
             assert self.masked_lm_dir is not None and self.device is not None  # checked just above; set up first
-            self.masked_lm = MaskedLM(self.masked_lm_dir, self.device)
+            self.masked_lm = MaskedLM(self.masked_lm_dir, self.device, self.cpu_precision)
         return Reranker(self.lm, weights, self.adaptation, gate, self.masked_lm)
 
     def batch(self, items: list[NBest]) -> Batch:

@@ -23,7 +23,8 @@ def folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def mlm(folder) -> MaskedLM:
-    return MaskedLM(folder, "cpu")
+    """In fp32, so that a gain is the reference's to the last digits whatever the batch."""
+    return MaskedLM(folder, "cpu", cpu_precision="fp32")
 
 
 def _log_p(mlm: MaskedLM, left: str, chars: str, right: str) -> float:
@@ -86,6 +87,17 @@ def test_equal_length_changes_of_one_span_share_one_masked_sentence_across_candi
 def test_lists_whose_candidates_are_all_top1_run_no_forward_pass(mlm, monkeypatch):
     monkeypatch.setattr(mlm.model, "forward", lambda *a, **k: pytest.fail("the model was run"))
     assert mlm.gains(["你好"], [[("你", "好")]]) == [[0.0]]
+
+
+def test_in_int8_a_gain_is_the_fp32_ones_within_a_few_thousandths_whatever_the_batch(folder, mlm):
+    int8 = MaskedLM(folder, "cpu")
+    assert int8.precision == "int8" and mlm.precision == "fp32"
+    cands = [tuple(TOP1), _choice(TOP1, p4="股", p5="市"), _choice(TOP1, p4=""), _choice(TOP1, p0="渴", p8="在")]
+    car, stock = "車是已逐漸回溫", "今天股價上漲"
+    lists = [TOP1, car, stock], [cands, [tuple(car), _choice(car, p1="市")], [tuple(stock), _choice(stock, p2="故")]]
+    exact = [g for gains in mlm.gains(*lists) for g in gains]
+    assert [g for gains in int8.gains(*lists) for g in gains] == pytest.approx(exact, abs=0.02)
+    assert int8.gains([TOP1], [cands])[0] == pytest.approx(exact[: len(cands)], abs=0.02)
 
 
 def test_a_sentence_longer_than_the_models_positions_gains_nothing(mlm):
