@@ -359,7 +359,7 @@ class Corrector:
         only a full collection would free, and the served objects are frozen (`api.loading.freeze_set_up`), which
         no collection frees. Emptying those parts' attributes breaks the cycles. Shared parts (the vocabulary, the
         Taiwan lexicon) are only let go of."""
-        for part in (self.lm, self.featurizer, self.reranker, self.adaptation):
+        for part in (self.lm, self.featurizer, self.reranker, self.adaptation, self.masked_lm):
             if part is not None and hasattr(part, "__dict__"):
                 vars(part).clear()
         self.ready = False

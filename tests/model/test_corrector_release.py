@@ -31,6 +31,27 @@ def test_a_released_corrector_is_freed_by_reference_counting_although_frozen():
         gc.unfreeze()
 
 
+@pytest.mark.real_model
+def test_a_released_corrector_frees_its_masked_lm_although_frozen(tmp_path: Path):
+    """The masked LM's output projection holds a hook bound to it (model.masked_lm): a cycle no frozen collection
+    would free, broken by release."""
+    from tests.model.tiny_mlm import tiny_masked_lm, weighing_folder
+
+    mlm = tiny_masked_lm(tmp_path / "mlm")
+    corrector = Corrector(weighing_folder(tmp_path / "weighs", mlm), device="cpu", masked_lm_dir=mlm)
+    corrector.setup()
+    assert corrector.masked_lm is not None
+    parts = {"masked_lm": weakref.ref(corrector.masked_lm), "model": weakref.ref(corrector.masked_lm.model)}
+    gc.collect()
+    gc.freeze()
+    try:
+        corrector.release()
+        del corrector
+        assert {name: ref() is None for name, ref in parts.items()} == dict.fromkeys(parts, True)
+    finally:
+        gc.unfreeze()
+
+
 def test_forget_shared_drops_what_was_read_for_other_vocabularies_only(tmp_path: Path):
     """Keeps the served folder's reads and the master's (preloaded before the fork), drops the rest."""
     other = tmp_path / "other"
