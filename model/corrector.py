@@ -51,7 +51,7 @@ from model.lm import LanguageModel, TaiwanLexicon, taiwan_lexicon_path
 from model.masked_lm import MaskedLM
 from model.network import CorrectorNet, NetConfig
 from model.rerank import Reranker, RerankWeights
-from model.runtime import OnnxNet, onnx_net
+from model.runtime import OnnxNet, onnx_net, quantized
 from model.weights_meta import DEFAULT_NAME, NETWORK_FILE, VOCAB_FILE, WeightsMeta
 from preprocess.confusion import ConfusionSet
 from preprocess.text import NBest, top1_answer
@@ -120,20 +120,6 @@ def traced(net: torch.nn.Module, example: dict[str, torch.Tensor]) -> torch.nn.M
             return torch.jit.trace(net, tuple(example[k] for k in NET_INPUTS), check_trace=False)
     except (RuntimeError, TypeError, ValueError) as exc:
         log.warning("the network could not be traced (%s): it runs eagerly", exc)
-        return net
-
-
-def quantized(net: torch.nn.Module) -> torch.nn.Module:
-    """Return `net` with its linear layers in int8 (dynamic quantization), or `net` itself where torch cannot."""
-    try:
-        with warnings.catch_warnings():
-            # torch announces that this API moves to torchao; it is what torch itself ships today.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)  # a new module
-    except (AttributeError, RuntimeError) as exc:  # a torch without it, or without a quantized engine here
-        log.warning("int8 on CPU is not available (%s): the network runs in fp32", exc)
         return net
 
 

@@ -142,7 +142,7 @@ class MaskedLM:
         # of a forward pass): its input cut down by a hook where the model names it (`get_output_embeddings`)
         self.precision = "fp16" if self.device.type == "cuda" else "fp32"
         if self.device.type == "cpu" and cpu_precision == "int8":  # as the corrector's network (model.corrector):
-            from model.corrector import quantized  # twice as fast; a gain moves by a few thousandths with the batch
+            from model.runtime import quantized  # twice as fast; a gain moves by a few thousandths with the batch
 
             self.model = quantized(self.model)  # a new module: the hook goes on its projection
             self.precision = "int8"

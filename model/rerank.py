@@ -109,7 +109,12 @@ class RerankWeights:
         return 1 + best if lead[best] >= self.rule_margin else None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as config.json records them; `mlm` only where a masked LM is weighed (a stage fitted without one
+        reads as it always has, and as one older code reads)."""
+        out = asdict(self)
+        if not self.mlm:
+            del out["mlm"]
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict) -> RerankWeights:

@@ -1,4 +1,5 @@
-"""The network on CPU in ONNX Runtime: exported at set-up into memory, called as the torch module is.
+"""What runs a module on CPU: the network in ONNX Runtime (`onnx_net`), and torch's int8 of any module's linear
+layers (`quantized`: the network's in torch, and a team's masked LM's, `model.masked_lm`).
 
 `onnx_net(net, example, threads, int8)` exports the fp32 network (`model.network.CorrectorNet`) with torch's
 TorchScript-based ONNX exporter on one example batch (batch and length dynamic; every other dimension is fixed by
@@ -121,3 +122,17 @@ def onnx_net(net: torch.nn.Module, example: dict[str, torch.Tensor], inputs: tup
         log.warning("the network could not be run by ONNX Runtime (%s: %s): torch runs it",
                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
         return None
+
+
+def quantized(net: torch.nn.Module) -> torch.nn.Module:
+    """Return `net` with its linear layers in int8 (dynamic quantization), or `net` itself where torch cannot."""
+    try:
+        with warnings.catch_warnings():
+            # torch announces that this API moves to torchao; it is what torch itself ships today.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)  # a new module
+    except (AttributeError, RuntimeError) as exc:  # a torch without it, or without a quantized engine here
+        log.warning("int8 on CPU is not available (%s): the network runs in fp32", exc)
+        return net

@@ -121,7 +121,7 @@ def _deep_truth_rows() -> list[Labelled]:
 class OracleMaskedLM:
     """A masked LM that knows the test file's truths: a candidate's gain is how many errors it takes off TOP1's."""
 
-    def __init__(self, folder: Path, device: object) -> None:
+    def __init__(self, folder: Path, device: object, cpu_precision: str = "int8") -> None:
         self.folder = folder
         self.truths = {han_chars(it.nbest.top1): han_chars(it.truth) for it in _deep_truth_rows()}
 

@@ -7,9 +7,9 @@ import math
 import torch
 
 from model.contract import CANDIDATE_FEATURES
-from model.corrector import quantized
 from model.features import MAX_CANDIDATES, MAX_SEGMENT, N_CAND_FEATS, N_POS_FEATS, PAD
 from model.network import CorrectorNet, FeatureProjection, NetConfig
+from model.runtime import quantized
 
 KEEP = CANDIDATE_FEATURES.index("keep")
 VOTE_SHARE = CANDIDATE_FEATURES.index("vote_share")
