@@ -110,7 +110,7 @@ class Config:
     cpu_runtime: str = "torch"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
     # How often each worker looks where weights_dir leads (a symlink: `ln -sfn new current` swaps the model in under
-    # traffic, api/swap.py); 0: never, the folder read at start is served until a restart.
+    # traffic, hosting/swap.py); 0: never, the folder read at start is served until a restart.
     weights_poll_s: float = 1.0
     # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).

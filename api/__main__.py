@@ -53,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from api import create_app
     except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
         exit_outside_venv(missing, "api", instead="make run")
+    from api.state import EXTENSION_KEY
     from sidecar import lifecycle
 
     app = create_app(config)
@@ -60,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         app.run(host=config.host, port=config.port, threaded=True, use_reloader=False)
     finally:
-        lifecycle.stop()  # the queued log lines written
+        # What gunicorn's worker_exit closes, in the same order (AppState.closing), then the queued log lines.
+        lifecycle.stop(*app.extensions[EXTENSION_KEY].closing())
     return 0
 
 

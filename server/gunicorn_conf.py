@@ -35,6 +35,8 @@ from model.contract import check_weights, ignored_masked_lm  # noqa: E402
 from sidecar.shared_dir import make_shared_dir  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
+
+
 try:
     _config = Config.from_env()
     # Before any fork: a worker count the machine's memory cannot hold stops here (a warning for more than its cores).
@@ -113,7 +115,7 @@ def on_starting(server: Any) -> None:
     """Import and warm up in the master, before the port opens, what each worker would otherwise do first.
 
     Then a worker, the first or one replacing a dead one, answers within milliseconds of its fork, while the
-    model loads on a thread of it (api.loading); importing torch there would also stall its answers (an import
+    model loads on a thread of it (hosting.loading); importing torch there would also stall its answers (an import
     holds the GIL for up to half a second at a time). The shipped model's modules are imported only for the
     shipped app (`api:...`): apps around fakes start without torch.
     """
@@ -157,16 +159,14 @@ def stop_if_port_taken(server: Any) -> None:
 
 
 def worker_exit(server: object, worker: object) -> None:
-    """Stop the batcher's worker thread, then land the cache's queued shared writes, then the queued log lines, when
-    the worker stops (sidecar.lifecycle.stop)."""
+    """Close the app's objects in their order (the model host, the cache's queued shared writes, the metrics' spool:
+    `api.state.AppState.closing`, as `python -m api` does), then write the queued log lines, when the worker stops
+    (sidecar.lifecycle.stop)."""
     from server.worker import ReadingThreadWorker
     from sidecar import lifecycle
 
     state = worker.state if isinstance(worker, ReadingThreadWorker) else None
-    closing = () if state is None else (
-        *((state.swapper.close,) if state.swapper is not None else ()),
-        state.engine.close, state.cache.close, state.metrics.close)
-    lifecycle.stop(*closing)
+    lifecycle.stop(*(() if state is None else state.closing()))
 
 
 def on_exit(server: object) -> None:
