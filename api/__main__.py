@@ -47,8 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    for line in (warning, *Config.misspelled(os.environ)):
+        if line:
+            print(f"warning: {line}", file=sys.stderr)
     try:
         from api import create_app
     except ModuleNotFoundError as missing:  # run by a Python outside the project's environment

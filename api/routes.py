@@ -115,11 +115,11 @@ def register_routes(app: Flask) -> SpecTree:
     add("/readyz", readyz, "GET", resp=Response(HTTP_200=schemas.ReadyBody, HTTP_503=schemas.ReadyBody),
         tags=["ops"])
     add("/", index, "GET", resp=Response(HTTP_200=schemas.InfoBody), tags=["ops"])
+    # Prometheus text, not JSON: documented without a schema (text/plain; version=0.0.4).
+    add("/metrics", metrics_view, "GET", resp=Response("HTTP_200"), tags=["ops"])
     spec.register(app)  # /docs/openapi.json, /docs/swagger/, /docs/redoc/, ...
     app.add_url_rule("/openapi.json", "spec_json", lambda: spec.spec)
     app.add_url_rule("/docs", "docs_index", docs, strict_slashes=False)  # /docs/ too
-    # Prometheus text, not JSON: served outside the OpenAPI document.
-    app.add_url_rule("/metrics", "metrics", metrics_view)
     return spec
 
 

@@ -14,6 +14,7 @@ child process, and the preload touches no device).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import importlib
 import math
@@ -32,21 +33,29 @@ if _REPO_ROOT not in sys.path:
 from config import Config, ConfigError  # noqa: E402
 from machine import check_device, check_workers  # noqa: E402
 from model.contract import check_weights, ignored_masked_lm  # noqa: E402
-from sidecar.shared_dir import make_shared_dir  # noqa: E402
+from sidecar.shared_dir import make_shared_dir, remove_shared_dir  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
+
+
+def _remove_made_shared_dir(master_pid: int) -> None:
+    if os.getpid() == master_pid:
+        remove_shared_dir(_made_shared_dir)
 
 
 try:
     _config = Config.from_env()
     # Before any fork: a worker count the machine's memory cannot hold stops here (a warning for more than its cores).
-    _warnings = [check_workers(_config)]
+    _warnings = [check_workers(_config), *Config.misspelled(os.environ)]
     check_device(_config)
     _warnings.append(ignored_masked_lm(_config, check_weights(_config)))
     if _config.workers > 1 and not _config.shared_dir:
         # Made here, at the config's first reading and after every check (a refused start leaves no folder), so that
         # every worker's Config.from_env reads the same folder.
         _made_shared_dir = os.environ["SHARED_DIR"] = make_shared_dir()
+        # A start that fails after this (the port in use, an app that does not import) never reaches on_exit. The
+        # master's pid: a worker forked from it runs the interpreter's exit handlers too, and must not remove it.
+        atexit.register(_remove_made_shared_dir, os.getpid())
         _config = Config.from_env()
 except ConfigError as exc:
     # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
