@@ -95,6 +95,7 @@ class _Watching:
     """The lifecycle both hosts share: the watcher, started after the model and stopped before the engine."""
 
     _engine: Engine
+    _swaps_in = ""  # what GET / says swaps: this worker, or its worker processes
     swapper: ModelSwapper | None = None
 
     @property
@@ -114,8 +115,6 @@ class _Watching:
         if self.swapper is not None:
             self.swapper.close()
         self._engine.close(timeout)
-
-    _swaps_in = ""
 
 
 class InProcessHost(_Watching):
