@@ -58,12 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sidecar import lifecycle
 
     app = create_app(config)
-    lifecycle.start()  # as in gunicorn's processes: no log line waits for stderr
+    state = app.extensions[EXTENSION_KEY]
+    lifecycle.start(*state.starting())  # as in gunicorn's processes: no log line waits for stderr
     try:
         app.run(host=config.host, port=config.port, threaded=True, use_reloader=False)
     finally:
         # What gunicorn's worker_exit closes, in the same order (AppState.closing), then the queued log lines.
-        lifecycle.stop(*app.extensions[EXTENSION_KEY].closing())
+        lifecycle.stop(*state.closing())
     return 0
 
 

@@ -65,8 +65,6 @@ def create_app(
         # server_uuid is sha256(captain_email + str(int(utc_now)) + salt): without the email it names no team.
         log.warning("CAPTAIN_EMAIL is not set: server_uuid will not identify the team")
     log.info("app ready", extra={"fields": {"config": config.summary()}})
-    if metrics.spool is not None:
-        metrics.spool.start()
     host.start()  # last: the model's loading competes for the GIL with whatever this thread still does
     return app
 

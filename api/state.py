@@ -42,6 +42,11 @@ class AppState:
     def engine(self) -> Engine:
         return self.host.engine
 
+    def starting(self) -> tuple[Callable[[], None], ...]:
+        """What to start beside the requests once the app is built (`sidecar.lifecycle.start` calls them): the
+        metrics' spool, when the workers share a folder. The model's loading is the host's (`create_app` starts it)."""
+        return () if self.metrics.spool is None else (self.metrics.spool.start,)
+
     def closing(self) -> tuple[Callable[[], None], ...]:
         """What to close when the process stops, in order: the host (its watcher, then its engine: no question left
         on the model), then the cache (its queued shared writes landed), then the metrics' spool

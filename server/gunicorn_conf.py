@@ -167,6 +167,16 @@ def stop_if_port_taken(server: Any) -> None:
             sys.exit(1)
 
 
+def post_worker_init(worker: object) -> None:
+    """Start what the app runs beside its requests (its metrics spool: `api.state.AppState.starting`, as
+    `python -m api` does), once the worker has built it (sidecar.lifecycle.start)."""
+    from server.worker import ReadingThreadWorker
+    from sidecar import lifecycle
+
+    state = worker.state if isinstance(worker, ReadingThreadWorker) else None
+    lifecycle.start(*(() if state is None else state.starting()))
+
+
 def worker_exit(server: object, worker: object) -> None:
     """Close the app's objects in their order (the model host, the cache's queued shared writes, the metrics' spool:
     `api.state.AppState.closing`, as `python -m api` does), then write the queued log lines, when the worker stops
