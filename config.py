@@ -110,7 +110,7 @@ class Config:
     cpu_runtime: str = "torch"
     weights_dir: Path = field(default=DEFAULT_WEIGHTS_DIR)
     # How often each worker looks where weights_dir leads (a symlink: `ln -sfn new current` swaps the model in under
-    # traffic, api/swap.py); 0: never, the folder read at start is served until a restart.
+    # traffic, hosting/swap.py); 0: never, the folder read at start is served until a restart.
     weights_poll_s: float = 1.0
     # The word trigram (KenLM binary) of the second stage, and which stages answer: full (network, then
     # whole sentences reranked with the LM), lm (LM rescoring of the n-best alone), net (the network alone).
@@ -175,6 +175,15 @@ class Config:
         raw = {name: environ[name.upper()] for name in _field_types() if name.upper() in environ}
         return cls().with_overrides(raw)
 
+    @staticmethod
+    def misspelled(environ: Mapping[str, str] = os.environ) -> list[str]:
+        """One warning line for each environment variable one edit away from a setting's name that is not a setting
+        (`MAX_BATCH_SIZ=8`): read by no one, it would be silently ignored."""
+        names = {name.upper() for name in _field_types()} | set(REMOVED_SETTINGS)
+        return [f"{var} is not a setting (ignored): did you mean {near}?" for var in sorted(environ)
+                if var not in names and len(var) > 3
+                for near in sorted(n for n in names if _one_edit_apart(var, n))[:1]]
+
     def with_overrides(self, raw: Mapping[str, str]) -> Config:
         """Return a copy with some settings replaced by values given as strings (env or CLI)."""
         types = _field_types()
@@ -215,6 +224,27 @@ def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     except (OSError, ValueError):  # no cgroup v2 here, or a file not in its format
         pass
     return max(1, cores)
+
+
+def _where_a_link_leads(path: Path) -> str:
+    """What a dangling symlink says (empty for anything else): its target, read from the link's own folder."""
+    if not path.is_symlink():
+        return ""
+    target = os.readlink(path)
+    return (f", a symlink to {target!r}, which leads to {os.path.realpath(path)!r}: no such folder (a relative "
+            f"target is read from the link's folder, {str(path.parent)!r})")
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether one insertion, deletion, substitution or swap of two neighbours turns `a` into `b` (`a` != `b`)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) > len(b):
+        a, b = b, a
+    i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
+    if len(a) < len(b):
+        return a[i:] == b[i + 1:]
+    return a[i + 1:] == b[i + 1:] or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1])
 
 
 def _field_types() -> dict[str, type]:
@@ -259,7 +289,8 @@ def _validate(c: Config) -> None:
     _one_of(c, "cpu_precision", CPU_PRECISIONS)
     _one_of(c, "cpu_runtime", CPU_RUNTIMES)
     if not c.weights_dir.is_dir():
-        raise ConfigError(f"weights_dir must name an existing weights folder, got {str(c.weights_dir)!r}")
+        raise ConfigError(f"weights_dir must name an existing weights folder, got {str(c.weights_dir)!r}"
+                          + _where_a_link_leads(c.weights_dir))
     # what the folder holds is checked at start-up, beside the device (model.contract.check_weights)
     if c.stage != "net" and not c.lm_path.is_file():
         raise ConfigError(f"lm_path must name an existing KenLM file, got {str(c.lm_path)!r}")

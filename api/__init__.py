@@ -1,5 +1,7 @@
-"""HTTP and JSON only: the app factory, routes, request/response schemas, errors, and the one policy that decides
-every /inference answer (api.answers, its paths named in api.paths)."""
+"""HTTP and JSON: the app factory, routes, request/response schemas, errors, admission, the metrics' series, the request
+log, and the one policy that decides every /inference answer (api.answers, its paths named in api.paths). The model
+is asked through its host (`hosting`), which builds, loads, swaps and closes it: nothing here starts the model's
+threads or processes, or freezes the garbage collector."""
 
 from __future__ import annotations
 

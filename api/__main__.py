@@ -47,20 +47,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    for line in (warning, *Config.misspelled(os.environ)):
+        if line:
+            print(f"warning: {line}", file=sys.stderr)
     try:
         from api import create_app
     except ModuleNotFoundError as missing:  # run by a Python outside the project's environment
         exit_outside_venv(missing, "api", instead="make run")
+    from api.state import EXTENSION_KEY
     from sidecar import lifecycle
 
     app = create_app(config)
-    lifecycle.start()  # as in gunicorn's processes: no log line waits for stderr
+    state = app.extensions[EXTENSION_KEY]
+    lifecycle.start(*state.starting())  # as in gunicorn's processes: no log line waits for stderr
     try:
         app.run(host=config.host, port=config.port, threaded=True, use_reloader=False)
     finally:
-        lifecycle.stop()  # the queued log lines written
+        # What gunicorn's worker_exit closes, in the same order (AppState.closing), then the queued log lines.
+        lifecycle.stop(*state.closing())
     return 0
 
 

@@ -43,8 +43,6 @@ from typing import Any
 import orjson
 
 from api.admission import Admission
-from api.interfaces import Corrector, Engine, Prediction
-from api.loading import corrector_loading, corrector_trouble
 from api.logs import log_request
 from api.metrics import Metrics
 from api.paths import AnswerPath
@@ -52,6 +50,8 @@ from api.schemas import Question, build_response, read_at_door
 from batching import DeadlineExceeded, Overloaded
 from cache import LayeredResultCache
 from config import Config
+from hosting.interfaces import Corrector, Engine, Prediction
+from hosting.loading import corrector_loading, corrector_trouble
 from preprocess.text import han_chars, has_han, strip_spaces, top1_answer
 
 logger = logging.getLogger("api")

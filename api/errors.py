@@ -7,10 +7,11 @@ what reaches here is a request the service cannot read, a wrong URL or method, o
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import ClassVar
 
-from flask import Flask, Response, g, jsonify, request
+from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger("api.errors")
@@ -48,9 +49,16 @@ class PayloadTooLarge(ApiError):
     code = "payload_too_large"
 
 
+def error_body(code: str, detail: str) -> bytes:
+    """The bytes of every error body, the app's and the event loop's refusals alike (`server.framing`): Flask's own
+    JSON format (keys sorted, compact, UTF-8, a final newline)."""
+    return json.dumps({"error": code, "detail": detail}, ensure_ascii=False, separators=(",", ":"),
+                      sort_keys=True).encode() + b"\n"
+
+
 def error_response(status: int, code: str, detail: str) -> tuple[Response, int]:
     """Build the JSON error answer every handler returns."""
-    return jsonify(error=code, detail=detail), status
+    return Response(error_body(code, detail), status, mimetype="application/json"), status
 
 
 def register_error_handlers(app: Flask) -> None:
@@ -71,8 +79,11 @@ def _on_http_exception(exc: HTTPException) -> tuple[Response, int] | HTTPExcepti
     if status < 400:
         return exc  # redirects and the like pass through unchanged
     code = _HTTP_CODES.get(status, f"http_{status}")
-    log.info("rejected request", extra={"fields": _fields(status=status, detail=exc.description)})
-    response, status = error_response(status, code, exc.description or code)
+    detail = exc.description or code
+    if status == 413 and current_app.config.get("MAX_CONTENT_LENGTH"):  # werkzeug's own text names no limit
+        detail = f"body must be under {current_app.config['MAX_CONTENT_LENGTH'] - 1} bytes"  # as api.routes says
+    log.info("rejected request", extra={"fields": _fields(status=status, detail=detail)})
+    response, status = error_response(status, code, detail)
     # Keep headers the status relies on (Allow for 405), drop werkzeug's HTML content type.
     for name, value in exc.get_headers():
         if name.lower() != "content-type":

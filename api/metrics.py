@@ -34,9 +34,11 @@ from prometheus_client.registry import Collector
 from api.accept import budget_start
 from api.admission import Admission
 from api.errors import REFUSAL_CODES
-from api.interfaces import Engine
 from api.paths import REJECTED, AnswerPath
 from batching import BatchReport
+from hosting.host import ModelHost
+from hosting.interfaces import Engine
+from hosting.swap import ModelSwapper
 from sidecar import log_writer
 from sidecar.log_writer import LogWriter
 from sidecar.metrics_spool import MetricsSpool
@@ -186,6 +188,12 @@ class Metrics:
         """Expose the batching engine's readiness and its replaced workers, read at each scrape."""
         self.registry.register(_EngineCollector(engine))
 
+    def watch_host(self, host: ModelHost) -> None:
+        """Expose the host's engine, and the swaps of its watcher and the folder served (when it watches one)."""
+        self.watch_engine(host.engine)
+        if host.swapper is not None:
+            self.registry.register(_SwapCollector(host.swapper))
+
     def render(self) -> bytes:
         """Return every series in the Prometheus text format: this process's, or every worker's with a spool."""
         if self.spool is not None:
@@ -280,6 +288,27 @@ class _EngineCollector(Collector):
                                   "process engine, each death replaces the whole set).", value=stats.restarts)
         for name, text in BATCHER_COUNTERS.items():
             yield CounterMetricFamily(f"{NAMESPACE}_batcher_{name}", text, value=getattr(stats, name))
+
+
+class _SwapCollector(Collector):
+    """The watcher's series: swaps by result, and the folder served with the time since when (`hosting.swap`)."""
+
+    def __init__(self, swapper: ModelSwapper) -> None:
+        self._swapper = swapper
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        swaps = CounterMetricFamily(f"{NAMESPACE}_model_swaps", "Weights folders swapped in (done), or that failed "
+                                    "and changed nothing (failed), on either engine.", labels=["result"])
+        for result, count in self._swapper.counts().items():
+            swaps.add_metric([result], count)
+        served = GaugeMetricFamily(f"{NAMESPACE}_model_served_since_seconds", "Unix time since which this worker "
+                                   "serves the weights folder of its labels (its config's name, its network's "
+                                   "sha256; adapted: the sha256 prefixes of the files its adaptation learned from).",
+                                   labels=["folder", "name", "sha256", "adapted"])
+        now = self._swapper.served
+        if now is not None:
+            served.add_metric([str(now.folder), now.name, now.sha256, now.adapted_from], now.since)
+        yield from (swaps, served)
 
 
 class _GcCollector(Collector):

@@ -21,12 +21,11 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api import schemas
 from api.accept import budget_start
 from api.errors import PayloadTooLarge
-from api.interfaces import Engine
-from api.loading import corrector_trouble
 from api.logs import log_writer_trouble
 from api.metrics import metrics_view
 from api.state import app_state
 from config import REPO_ROOT
+from hosting.interfaces import Engine
 
 
 def inference() -> dict[str, Any]:
@@ -62,7 +61,7 @@ def readyz() -> tuple[dict[str, Any], int]:
     its log (the log writer not stuck: answers go on, their lines dropped)."""
     state = app_state()
     reasons = []
-    if (trouble := corrector_trouble(state.corrector)) is not None:
+    if (trouble := state.host.trouble()) is not None:
         reasons.append(trouble)
     if not state.engine.alive():
         reasons.append(engine_trouble(state.engine))
@@ -80,11 +79,11 @@ def engine_trouble(engine: Engine) -> str:
 
 
 def index() -> dict[str, Any]:
-    """Describe the service: name, version, model, the weights folder this worker serves (api.swap) and settings."""
+    """Describe the service: name, version, model, the weights folder this worker serves (hosting.swap) and settings."""
     state = app_state()
     name, version = _project()
     model = state.engine.describe() if state.corrector is None else state.corrector.info
-    serving = state.swapper.describe() if state.swapper is not None else None
+    serving = state.host.describe()
     return {"name": name, "version": version, "model": _json_safe(model),
             "serving": _json_safe(serving) if serving is not None else None, "config": state.config.summary()}
 
@@ -116,11 +115,11 @@ def register_routes(app: Flask) -> SpecTree:
     add("/readyz", readyz, "GET", resp=Response(HTTP_200=schemas.ReadyBody, HTTP_503=schemas.ReadyBody),
         tags=["ops"])
     add("/", index, "GET", resp=Response(HTTP_200=schemas.InfoBody), tags=["ops"])
+    # Prometheus text, not JSON: documented without a schema (text/plain; version=0.0.4).
+    add("/metrics", metrics_view, "GET", resp=Response("HTTP_200"), tags=["ops"])
     spec.register(app)  # /docs/openapi.json, /docs/swagger/, /docs/redoc/, ...
     app.add_url_rule("/openapi.json", "spec_json", lambda: spec.spec)
     app.add_url_rule("/docs", "docs_index", docs, strict_slashes=False)  # /docs/ too
-    # Prometheus text, not JSON: served outside the OpenAPI document.
-    app.add_url_rule("/metrics", "metrics", metrics_view)
     return spec
 
 

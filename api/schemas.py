@@ -307,7 +307,7 @@ class InfoBody(BaseModel):
     name: str
     version: str
     model: dict[str, Any]
-    serving: dict[str, Any] | None = None  # the weights folder this worker serves, since when (api.swap)
+    serving: dict[str, Any] | None = None  # the weights folder this worker serves, since when (hosting.swap)
     config: dict[str, Any]
 
 

@@ -34,14 +34,14 @@ Contract:
 - Failure. If ``predict`` raises, returns a result count that differs from its input count, or returns results that
   cannot be pickled, every item of that batch (and only that batch) fails with ``BatchFailed``; the worker goes on.
   If a worker process dies (even killed with SIGKILL while it held a shared queue's lock), the monitor replaces
-  every worker on fresh queues (``_Streamer.replace_all``) and fails every item in flight with ``BatchFailed`` at
+  every worker on fresh queues (``WorkerSet.replace_all``) and fails every item in flight with ``BatchFailed`` at
   once; ``alive()`` is false until the new set has built its models. An item no worker answers otherwise fails
   ``late_grace_s`` after its deadline.
 - Thread safety. ``submit``, ``stats``, ``alive`` and ``close`` may be called from any thread. Futures are resolved on
   the collector, monitor or closing thread, so done-callbacks run there and must be quick. A future is marked running
   once its item is queued, so ``cancel()`` returns False and never discards an answer.
 - Model swap. ``swap_model(init_kwargs)`` replaces the worker processes one at a time by ones built with the new
-  arguments, each once its replacement is ready, so the others answer meanwhile (``batching.process_swap``).
+  arguments, each once its replacement is ready, so the others answer meanwhile (``batching.process_set``).
 - Shutdown. ``close`` refuses new items (``BatcherClosed``), lets items in flight finish until its timeout, fails the
   rest with ``BatcherClosed``, asks the workers to stop, and terminates those that do not within the timeout.
 - Pickling. Items, init arguments and results cross process boundaries: they must pickle, and the model class must be
@@ -58,12 +58,13 @@ from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
 from service_streamer.managed_model import ManagedModel
-from service_streamer.service_streamer import Streamer, mp
+from service_streamer.service_streamer import Streamer
 
 from batching import core
 from batching.core import Core, Job, failure, settle, validate_limits
 from batching.errors import BatcherError, BatcherStats, BatchFailed, BatchReport
-from batching.process_worker import EXPIRED, FAILED, Answer, GuardedWorker, ImportedModel, run_guarded
+from batching.process_set import WorkerSet
+from batching.process_worker import EXPIRED, FAILED, Answer, ImportedModel, run_guarded
 
 __all__ = ["ImportedModel", "ProcessBatcher", "run_guarded"]  # the worker side re-exported: one import for users
 
@@ -71,130 +72,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
-
-
-class _Streamer(Streamer):
-    """service-streamer's Streamer with a guarded worker, one replaceable process per slot, and a collector that
-    hands each batch's answers to a callback instead of the library's futures.
-
-    Streamer.__init__ builds a plain StreamWorker and starts its processes at once, so it cannot be given another
-    worker; this __init__ repeats its few lines with GuardedWorker.
-    """
-
-    def __init__(self, worker_args: tuple[Any, ...], worker_num: int, cuda_devices: Sequence[str] | None,
-                 deliver: Callable[[tuple[int, ...], list[Answer]], None], name: str) -> None:
-        super(Streamer, self).__init__()  # _BaseStreamer's: ids, _future_cache, collector thread
-        self.worker_num = worker_num
-        self.cuda_devices = list(cuda_devices) if cuda_devices else None
-        self._name = name
-        self._worker_args = worker_args
-        self._new_queues()
-        self._worker_ps: list[Any] = [None] * worker_num
-        self._worker_ready_events: list[Any] = [None] * worker_num
-        self._worker_destroy_events: list[Any] = [None] * worker_num
-        self._deliver = deliver
-        self._collector_stop = threading.Event()
-        for slot in range(worker_num):
-            self.start_worker(slot)
-        self.back_thread.name = f"{name}-collect"
-        self._delay_setup()
-
-    def _new_queues(self) -> None:
-        """Give the workers to come a fresh pair of queues (the collector and `queue` read the attributes anew)."""
-        self._input_queue = mp.Queue()
-        self._output_queue = mp.Queue()
-        model_class, max_batch_size, max_wait_s, init_args, init_kwargs = self._worker_args
-        self._worker = GuardedWorker(model_class, max_batch_size, max_wait_s, self._input_queue,
-                                      self._output_queue, init_args, init_kwargs)
-
-    def replace_all(self) -> None:
-        """Stop every worker and start a fresh set on fresh queues.
-
-        The workers share one input queue, and a reader waits in `Queue.get` holding the queue's read lock (a
-        multiprocessing lock); a writer holds the output queue's write lock while it sends. A process killed there
-        (SIGKILL, the OOM killer) takes the lock with it, and every other worker then waits on it forever. So no
-        queue a dead process may have held is used again: the survivors are killed (whatever they held is failed
-        by the caller), the old queues are left to the garbage collector (closing the output queue under the
-        collector's timed `get` would break it), and a new generation starts.
-        """
-        for event in self._worker_destroy_events:
-            event.set()
-        for process in self._worker_ps:
-            if process.is_alive():
-                process.kill()
-        for process in self._worker_ps:
-            process.join(2.0)
-        self._input_queue.cancel_join_thread()  # items queued for the old generation must not block exit
-        self._new_queues()
-        for slot in range(self.worker_num):
-            self.start_worker(slot)
-
-    def start_worker(self, slot: int) -> None:
-        """Start a fresh worker process in this slot, on the slot's device."""
-        gpu_id = self.cuda_devices[slot % len(self.cuda_devices)] if self.cuda_devices else None
-        ready, destroy = mp.Event(), mp.Event()
-        process = mp.Process(target=self._worker.run_forever, args=(gpu_id, ready, destroy),
-                             name=f"{self._name}-worker-{slot}", daemon=True)
-        process.start()
-        self._worker_ps[slot] = process
-        self._worker_ready_events[slot] = ready
-        self._worker_destroy_events[slot] = destroy
-
-    def dead_slots(self) -> list[tuple[int, int | None]]:
-        """Return (slot, exit code) of every worker process that has exited."""
-        return [(slot, p.exitcode) for slot, p in enumerate(self._worker_ps) if not p.is_alive()]
-
-    def ready_count(self) -> int:
-        """Count the worker processes alive with their model built."""
-        return sum(1 for p, ready in zip(self._worker_ps, self._worker_ready_events, strict=True)
-                   if p.is_alive() and ready.is_set())
-
-    def worker_pids(self) -> list[int | None]:
-        return [p.pid for p in self._worker_ps]
-
-    def queue(self, payload: tuple[float, Any]) -> int:
-        """Send one (deadline, item) to the workers; return its task id. Callers serialise this (the library's
-        _input reads and bumps _task_id unlocked)."""
-        task_id = self._input([payload])
-        self._future_cache.pop(task_id, None)  # answers go to the batcher's jobs, never to the library's futures
-        return task_id
-
-    def collector_alive(self) -> bool:
-        return self.back_thread.is_alive()
-
-    def _loop_collect_result(self) -> None:
-        """Hand each batch's answers to deliver until stopped (the library's loop raised KeyError on a forgotten
-        task)."""
-        while not self._collector_stop.is_set():
-            message = self._recv_response(timeout=core.POLL_S)
-            if message is None:
-                continue
-            try:
-                self._deliver(*message)
-            except Exception:
-                logger.exception("delivering a worker's answers failed")
-
-    def stop(self, timeout: float) -> None:
-        """Ask every worker to stop, terminate those still running at timeout, and stop the collector."""
-        until = time.monotonic() + timeout
-        for event in self._worker_destroy_events:
-            event.set()
-        for process in self._worker_ps:
-            process.join(max(0.0, until - time.monotonic()))
-        for process in self._worker_ps:
-            if process.is_alive():
-                logger.warning("worker %s did not stop in time; terminating it", process.pid)
-                process.terminate()
-                process.join(1.0)
-            if process.is_alive():
-                process.kill()
-                process.join(1.0)
-        self._collector_stop.set()
-        if self.back_thread is not threading.current_thread():
-            self.back_thread.join(max(until - time.monotonic(), 4 * core.POLL_S))
-        for q in (self._input_queue, self._output_queue):
-            q.cancel_join_thread()  # items left for dead workers must not block the interpreter's exit
-            q.close()
 
 
 class ProcessBatcher(Generic[T, R]):
@@ -232,7 +109,7 @@ class ProcessBatcher(Generic[T, R]):
                              "max_batch_size": max_batch_size, "max_wait_s": max_wait_s,
                              "max_in_flight": max_in_flight}
         worker_args = (model_class, max_batch_size, max_wait_s, tuple(model_init_args), dict(model_init_kwargs or {}))
-        self._streamer = _Streamer(worker_args, worker_num, devices, self._deliver, name)
+        self._streamer = WorkerSet(worker_args, worker_num, devices, self._deliver, name)
         self._answering = False  # a worker has its model built (see loading); False while a generation loads
         self._swapping = threading.Lock()  # a model swap and the monitor's replacement of a dead set, one at a time
         try:
@@ -283,11 +160,10 @@ class ProcessBatcher(Generic[T, R]):
 
     def swap_model(self, model_init_kwargs: dict[str, Any], ready_timeout_s: float = 300.0) -> None:
         """Serve the model `model_init_kwargs` builds: each worker process replaced in turn, the others answering
-        meanwhile (`batching.process_swap`); raises BatcherError, the model served before kept, when it fails."""
-        from batching.process_swap import swap_slots
-
+        meanwhile (`batching.process_set.WorkerSet.swap`); raises BatcherError, the model served before kept, when
+        it fails."""
         with self._swapping:
-            swap_slots(self._streamer, model_init_kwargs, ready_timeout_s)
+            self._streamer.swap(model_init_kwargs, ready_timeout_s)
             self._description["init"] = dict(model_init_kwargs)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -370,7 +246,7 @@ class ProcessBatcher(Generic[T, R]):
     def _replace_dead(self, dead: list[tuple[int, int | None]]) -> None:
         """A worker died: start a new set on fresh queues and fail every item in flight."""
         self._answering = False
-        self._streamer.replace_all()  # see _Streamer.replace_all: a dead process may hold a queue's lock
+        self._streamer.replace_all()  # see WorkerSet.replace_all: a dead process may hold a queue's lock
         self._answering = False  # a caller may have seen the old generation ready meanwhile
         self._core.tally.restarted()
         dropped = 0

@@ -156,7 +156,7 @@ def _lexicon() -> TaiwanLexicon:
 
 
 def forget_shared(keep: Path) -> int:
-    """Drop the vocabularies and confusion sets read for folders no longer served (after a swap, `api.swap`), but
+    """Drop the vocabularies and confusion sets read for folders no longer served (after a swap, `hosting.host`), but
     `keep`'s and those gunicorn's master read before the fork: the master holds those, so dropping them here would
     free nothing (the pages this process touched are its own copies either way). Return how many were dropped."""
     kept = _vocab_key(keep)
@@ -339,10 +339,10 @@ class Corrector:
 
     def release(self) -> None:
         """Drop what `setup()` built, so that reference counting frees it at once; call it only when no batch runs
-        on this corrector (`api.swap` does, after another took its place).
+        on this corrector (`hosting.host` does, after another took its place).
 
         The language model's score cache holds its own bound method, and the featurizer's memos theirs: cycles that
-        only a full collection would free, and the served objects are frozen (`api.loading.freeze_set_up`), which
+        only a full collection would free, and the served objects are frozen (`hosting.loading.freeze_set_up`), which
         no collection frees. Emptying those parts' attributes breaks the cycles. Shared parts (the vocabulary, the
         Taiwan lexicon) are only let go of."""
         for part in (self.lm, self.featurizer, self.reranker, self.adaptation, self.masked_lm):

@@ -170,7 +170,7 @@ class Featurizer:
 
     def _char_ids(self, seg: str) -> tuple[int, ...]:
         """A segment's character ids, padded to MAX_SEGMENT: a tuple, which the cyclic GC stops tracking once memoised
-        (`_segment`; `api.loading.freeze_set_up`)."""
+        (`_segment`; `hosting.loading.freeze_set_up`)."""
         if not seg:
             return (EMPTY,) + (PAD,) * (MAX_SEGMENT - 1)
         ids = tuple(self.vocab.char_id.get(c, UNK) for c in seg)

@@ -133,7 +133,7 @@ class LanguageModel:
         # window of MAX_WORD characters -> the words (of `_words`) that end at its last character; emptied with it
         self._windows: dict[str, tuple[tuple[int, tuple[float, bool]], ...]] = {}
         # the scores as plain tuples of numbers and strings, which Python's cyclic GC stops tracking: 200,000 LMScore
-        # objects were most of what a served process's full collections scanned (`api.loading.freeze_set_up`)
+        # objects were most of what a served process's full collections scanned (`hosting.loading.freeze_set_up`)
         self._scored = lru_cache(maxsize=MAX_CACHED_SCORES)(self._score_fields)
 
     @staticmethod

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import enum
 import html
-import json
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -32,7 +31,7 @@ from typing import Any
 
 import httptools
 
-from api.errors import REFUSAL_CODES
+from api.errors import REFUSAL_CODES, error_body
 
 # A request's head (request line and headers) may be this long; nginx's default buffers hold as much
 # (large_client_header_buffers 4 8k). The judge's heads are a few hundred bytes.
@@ -165,8 +164,7 @@ class RequestReader:
     @staticmethod
     def refusal_response(refusal: Refusal) -> bytes:
         """The app's JSON error body for `refusal`, closing the connection."""
-        body = json.dumps({"error": refusal.code, "detail": refusal.detail}).encode()
-        return RequestReader.response(refusal.status, body, keep_alive=False)
+        return RequestReader.response(refusal.status, error_body(refusal.code, refusal.detail), keep_alive=False)
 
     # --- llhttp's callbacks ----------------------------------------------------------------------------------
 

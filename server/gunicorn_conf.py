@@ -14,6 +14,7 @@ child process, and the preload touches no device).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import importlib
 import math
@@ -32,19 +33,29 @@ if _REPO_ROOT not in sys.path:
 from config import Config, ConfigError  # noqa: E402
 from machine import check_device, check_workers  # noqa: E402
 from model.contract import check_weights, ignored_masked_lm  # noqa: E402
-from sidecar.shared_dir import make_shared_dir  # noqa: E402
+from sidecar.shared_dir import make_shared_dir, remove_shared_dir  # noqa: E402
 
 _made_shared_dir = ""  # the folder this master made for its workers, removed at exit (on_exit)
+
+
+def _remove_made_shared_dir(master_pid: int) -> None:
+    if os.getpid() == master_pid:
+        remove_shared_dir(_made_shared_dir)
+
+
 try:
     _config = Config.from_env()
     # Before any fork: a worker count the machine's memory cannot hold stops here (a warning for more than its cores).
-    _warnings = [check_workers(_config)]
+    _warnings = [check_workers(_config), *Config.misspelled(os.environ)]
     check_device(_config)
     _warnings.append(ignored_masked_lm(_config, check_weights(_config)))
     if _config.workers > 1 and not _config.shared_dir:
         # Made here, at the config's first reading and after every check (a refused start leaves no folder), so that
         # every worker's Config.from_env reads the same folder.
         _made_shared_dir = os.environ["SHARED_DIR"] = make_shared_dir()
+        # A start that fails after this (the port in use, an app that does not import) never reaches on_exit. The
+        # master's pid: a worker forked from it runs the interpreter's exit handlers too, and must not remove it.
+        atexit.register(_remove_made_shared_dir, os.getpid())
         _config = Config.from_env()
 except ConfigError as exc:
     # gunicorn reports any exception from this file as "Failed to read config file" and a traceback, but lets
@@ -113,7 +124,7 @@ def on_starting(server: Any) -> None:
     """Import and warm up in the master, before the port opens, what each worker would otherwise do first.
 
     Then a worker, the first or one replacing a dead one, answers within milliseconds of its fork, while the
-    model loads on a thread of it (api.loading); importing torch there would also stall its answers (an import
+    model loads on a thread of it (hosting.loading); importing torch there would also stall its answers (an import
     holds the GIL for up to half a second at a time). The shipped model's modules are imported only for the
     shipped app (`api:...`): apps around fakes start without torch.
     """
@@ -156,17 +167,25 @@ def stop_if_port_taken(server: Any) -> None:
             sys.exit(1)
 
 
-def worker_exit(server: object, worker: object) -> None:
-    """Stop the batcher's worker thread, then land the cache's queued shared writes, then the queued log lines, when
-    the worker stops (sidecar.lifecycle.stop)."""
+def post_worker_init(worker: object) -> None:
+    """Start what the app runs beside its requests (its metrics spool: `api.state.AppState.starting`, as
+    `python -m api` does), once the worker has built it (sidecar.lifecycle.start)."""
     from server.worker import ReadingThreadWorker
     from sidecar import lifecycle
 
     state = worker.state if isinstance(worker, ReadingThreadWorker) else None
-    closing = () if state is None else (
-        *((state.swapper.close,) if state.swapper is not None else ()),
-        state.engine.close, state.cache.close, state.metrics.close)
-    lifecycle.stop(*closing)
+    lifecycle.start(*(() if state is None else state.starting()))
+
+
+def worker_exit(server: object, worker: object) -> None:
+    """Close the app's objects in their order (the model host, the cache's queued shared writes, the metrics' spool:
+    `api.state.AppState.closing`, as `python -m api` does), then write the queued log lines, when the worker stops
+    (sidecar.lifecycle.stop)."""
+    from server.worker import ReadingThreadWorker
+    from sidecar import lifecycle
+
+    state = worker.state if isinstance(worker, ReadingThreadWorker) else None
+    lifecycle.stop(*(() if state is None else state.closing()))
 
 
 def on_exit(server: object) -> None:

@@ -3,8 +3,9 @@ rest of the sidecar in order (the closers it is handed, the shared folder a mast
 
 gunicorn's master starts in `on_starting` and stops in `on_exit`; each worker starts after its fork
 (`server.worker.ReadingThreadWorker.init_process`) and stops in `worker_exit` (server/gunicorn_conf.py);
-`python -m api` starts before serving and stops when it ends. The metrics spool is started by the app that owns it
-(api.create_app, in the process that serves) and stopped here, among the closers a worker hands `stop`.
+`python -m api` starts before serving and stops when it ends. What the app built to run beside its requests (the
+metrics spool, `api.state.AppState.starting`) is started here once the app is built (gunicorn's `post_worker_init`,
+`python -m api`) and stopped among the closers a worker hands `stop`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from sidecar.log_writer import LOG_WRITER
 from sidecar.shared_dir import remove_shared_dir
 
 
-def start() -> None:
+def start(*starting: Callable[[], None]) -> None:
     """Start the process's log writer thread: from now on no log line of the process waits for stderr (once per
-    process; a process forked from a started one starts its own with its first line)."""
+    process; a process forked from a started one starts its own with its first line); then each of `starting` in
+    turn (an app's metrics spool)."""
     LOG_WRITER.start()
+    for begin in starting:
+        begin()
 
 
 def stop(*closing: Callable[[], None], shared_dir: str = "") -> None:

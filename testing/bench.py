@@ -26,11 +26,12 @@ with cli.dev_requirements("testing.bench"):
     from learn.written import wrote
     from preprocess.text import NBest, strip_spaces
     from testing import device, load, report
-    from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Shot, Target, fresh_payload, payload_templates
+    from testing.load import CLIENT_TIMEOUT_S, JUDGE_TIMEOUT_S, Target, fresh_payload, payload_templates
     from testing.plots import draw_bench
     from testing.report import count_paths, markdown, measure_closed, measure_open, run_record, summarise
     from testing.samples import pool_shape, real_bodies, request_bodies, simulated_bodies
     from testing.server import FAKE_APP, REPO_ROOT, missing_weights, sampling, start_server
+    from testing.shots import Shot
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SECTIONS = ("a", "b", "c", "f", "gates", "gpu", "hooks")

@@ -8,8 +8,8 @@ with cli.dev_requirements("testing.concurrent_requests"):
     import requests
     from requests.adapters import HTTPAdapter
 
-    from testing.load import Shot
     from testing.samples import REAL_REQUESTS, check_answer, request_bodies
+    from testing.shots import Shot
 
 import argparse  # noqa: E402
 import sys  # noqa: E402

@@ -160,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             data = simulated_set(Path("data/corpus"), name, args.limit or 3000)
             sets[name] = [Labelled(f"{name}-{k}", t, nb) for k, (nb, t) in enumerate(zip(data.nbests, data.truths,
                                                                                          strict=True))]
-    except (LabelledFormatError, OSError, ValueError) as e:
+    except OSError as e:  # str(e) is "[Errno 2] ..." where the error names no file: say which one
+        ap.exit(2, f"{ap.prog}: error: cannot read {e.filename or 'a labelled file'}: {e.strerror or e}\n")
+    except (LabelledFormatError, ValueError) as e:
         ap.exit(2, f"{e}\n")
     results, unanswered, never_connected, asked = {}, 0, 0, 0
     for name, items in sets.items():

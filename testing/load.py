@@ -5,11 +5,13 @@ with keep-alive connections and no thread, task or stream per request: the serve
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import json
 import math
 import random
+import sys
 import threading
 import time
 import uuid
@@ -19,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from testing.samples import check_answer
+from testing.shots import LoadRun, Shot
 
 JUDGE_TIMEOUT_S = 1.0
 # Clients wait longer than the judge, to see how late a late answer is.
@@ -43,42 +46,6 @@ try:
 except ImportError:
     _loop_factory = None
 LOOP_NAME = "asyncio" if _loop_factory is None else "uvloop"
-
-
-@dataclass(frozen=True)
-class Shot:
-    """One request: when it was due (wall clock; latency counts from it, lag included), how long it took, its status
-    (0: no answer), its problem (None: valid), the generator's lag, its esun_uuid, (`report.tag_paths`) its path,
-    which body it sent (`question`: its index in the run's templates) and (`answers=True`) the answer."""
-
-    due: float
-    latency_s: float
-    status: int
-    problem: str | None
-    lag_s: float = 0.0
-    esun_uuid: str = ""
-    path: str | None = None
-    question: int = -1
-    answer: str | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.problem is None
-
-    @property
-    def done(self) -> float:
-        return self.due + self.latency_s
-
-
-@dataclass
-class LoadRun:
-    """What a driver brings back: the shots due in its measured window (wall clock, the warm-up left out) and the
-    generator's own figures (its name, its CPU as a share of one core, its connections)."""
-
-    shots: list[Shot]
-    start: float
-    end: float
-    generator: dict[str, Any]
 
 
 def payload_templates(bodies: list[dict[str, Any]]) -> list[str]:
@@ -396,3 +363,19 @@ def run(driver: Coroutine[Any, Any, LoadRun]) -> LoadRun:
     done.generator |= {"generator_cpu_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
                        "generator_cpu_s": round(cpu_s, 3), "generator_wall_s": round(wall_s, 2)}
     return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Say what this module is and which tools run it: it is a library, driven by the tools' own flags."""
+    parser = argparse.ArgumentParser(
+        prog="python -m testing.load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="A library, not a tool: load runs start from testing.bench (closed and open loops, gates, factors), "
+               "testing.ab (two commits compared), testing.soak (hours), testing.swap_load (a model swap under load) "
+               "and testing.device; each takes --help.")
+    parser.parse_args(argv)
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

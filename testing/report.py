@@ -25,8 +25,9 @@ import psutil
 from api.metrics import BATCHER_COUNTERS
 from api.paths import AnswerPath
 from testing import cli, load
-from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, LoadRun, Shot, percentile
+from testing.load import CONNECTION_PROBLEM, JUDGE_TIMEOUT_S, percentile
 from testing.server import APP, FAKE_APP, REPO_ROOT, ServerProcess, get_json, scrape, start_server
+from testing.shots import LoadRun, Shot
 
 # The request log's paths answered with TOP1 (api.paths.AnswerPath.fallback): never to pass for the model's latency.
 FALLBACK_PATHS = tuple(path.value for path in AnswerPath if path.fallback)

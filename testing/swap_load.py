@@ -28,10 +28,11 @@ from config import DEFAULT_WEIGHTS_DIR
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, WeightsMeta
 from preprocess.text import top1_answer
 from testing import cli, load
-from testing.load import JUDGE_TIMEOUT_S, Shot, payload_templates, percentile
+from testing.load import JUDGE_TIMEOUT_S, payload_templates, percentile
 from testing.report import paths_by_uuid, write_json
 from testing.samples import request_bodies
 from testing.server import get_json, metric_samples, sampling, start_server
+from testing.shots import Shot
 
 QUESTIONS = 200  # few enough that each phase asks again what the one before asked
 SWAP_TIMEOUT_S = 240.0

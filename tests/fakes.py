@@ -35,8 +35,8 @@ from typing import Any
 from flask import Flask, Response
 
 from api import create_app
-from api.loading import LoadingCorrector
 from config import Config
+from hosting.loading import LoadingCorrector
 from preprocess.text import NBest, han_chars
 
 

@@ -99,6 +99,32 @@ def test_a_weights_dir_that_does_not_exist_is_one_clear_error(tmp_path):
         Config.from_env({"WEIGHTS_DIR": str(tmp_path / "nowhere")})
 
 
+def test_a_weights_dir_link_that_dangles_is_refused_saying_where_it_leads(tmp_path):
+    """Issue 62: `ln -sfn model/weights adapted/current` dangles (a relative target is read from adapted/); the
+    refusal said neither that it is a link nor where it leads."""
+    (tmp_path / "adapted").mkdir()
+    (tmp_path / "adapted" / "current").symlink_to("model/weights")
+
+    with pytest.raises(ConfigError) as refused:
+        Config.from_env({"WEIGHTS_DIR": str(tmp_path / "adapted" / "current")})
+
+    assert "a symlink to 'model/weights'" in str(refused.value)
+    assert f"which leads to {str(tmp_path / 'adapted' / 'model' / 'weights')!r}" in str(refused.value)
+
+
+@pytest.mark.parametrize(("var", "setting"), [("MAX_BATCH_SIZ", "MAX_BATCH_SIZE"), ("WEB_WORKRES", "WEB_WORKERS"),
+                                              ("PROT", "PORT"), ("MAX_BATCH_SIZEE", "MAX_BATCH_SIZE")])
+def test_an_environment_variable_one_edit_from_a_setting_gets_one_warning_line(var, setting):
+    """Issue 62: `MAX_BATCH_SIZ=8` was silently ignored."""
+    assert Config.misspelled({var: "8", "MAX_BATCH_SIZE": "8", "PATH": "/bin", "HOME": "/root"}) == [
+        f"{var} is not a setting (ignored): did you mean {setting}?"]
+
+
+def test_settings_and_unrelated_environment_variables_get_no_warning():
+    assert Config.misspelled({"MAX_BATCH_SIZE": "8", "PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8",
+                              "HOSTNAME": "box", "PYTHONPATH": "."}) == []
+
+
 @pytest.mark.parametrize("url", ["redis://localhost:6379/0", "rediss://:pw@cache.example:6380/1",
                                  "unix:///run/redis.sock?db=0"])
 def test_a_redis_url_redis_can_read_is_taken(url):

@@ -16,7 +16,7 @@ import pytest
 from config import REPO_ROOT
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-PACKAGES = ("api", "batching", "cache", "learn", "model", "preprocess", "server", "sidecar", "testing")
+PACKAGES = ("api", "batching", "cache", "hosting", "learn", "model", "preprocess", "server", "sidecar", "testing")
 BOTTOM = ("config.py", "cli.py", "machine.py")
 
 

@@ -132,3 +132,31 @@ def test_app_warns_when_captain_email_is_missing(make_app, config, caplog):
     caplog.set_level(logging.WARNING, logger="api.app")
     make_app(config=dataclasses.replace(config, captain_email=""))
     assert any("CAPTAIN_EMAIL" in r.getMessage() for r in caplog.records)
+
+
+def test_python_m_api_warns_of_a_misspelled_setting_and_closes_as_gunicorn_does(monkeypatch, capsys, config):
+    """Issue 62: `python -m api` never closed the batcher, the cache writer or the watcher (only gunicorn's
+    worker_exit did), and `MAX_BATCH_SIZ=8` was silently ignored."""
+    from flask import Flask
+
+    import api.app
+    from api.__main__ import main
+    from api.state import EXTENSION_KEY
+    from tests.fakes import FakeCorrector
+
+    built: list[Flask] = []
+    create_app = api.app.create_app
+
+    def fake_app(_config: object) -> Flask:
+        built.append(create_app(config, corrector=FakeCorrector()))
+        return built[0]
+
+    monkeypatch.setattr(api.app, "create_app", fake_app)
+    monkeypatch.setattr(Flask, "run", lambda *args, **kwargs: None)  # serves nothing: main goes on to its close
+    monkeypatch.setenv("MAX_BATCH_SIZ", "8")
+
+    assert main([]) == 0
+
+    assert capsys.readouterr().err.count("warning: MAX_BATCH_SIZ is not a setting (ignored)") == 1
+    state = built[0].extensions[EXTENSION_KEY]
+    assert not state.engine.alive()  # closed by AppState.closing, as worker_exit closes it

@@ -64,6 +64,13 @@ def test_openapi_documents_inference_from_the_validating_schemas(client):
     assert {"/healthz", "/readyz", "/"} <= set(spec["paths"])
 
 
+def test_openapi_lists_metrics_among_the_ops_routes(client):
+    """Issue 62: /openapi.json lacked /metrics."""
+    operation = client.get("/openapi.json").get_json()["paths"]["/metrics"]["get"]
+    assert operation["tags"] == ["ops"] and "200" in operation["responses"]
+    assert client.get("/metrics").content_type.startswith("text/plain")
+
+
 @pytest.mark.parametrize("path", ["/docs", "/docs/"])
 def test_docs_serves_a_browsable_page_of_the_spec(client, path):
     """/docs/ was a 404 while /docs worked (issue 41)."""

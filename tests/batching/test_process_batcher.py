@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import api.app
+import hosting.build
 from api import create_app
 from api.state import EXTENSION_KEY
 from batching import BatcherClosed, BatcherError, BatchFailed, BatchReport, DeadlineExceeded, Overloaded
@@ -214,7 +214,7 @@ def test_process_batcher_close_fails_items_left_and_refuses_new_ones():
 
 
 def test_create_app_serves_from_worker_processes_when_batcher_workers_above_one(config, monkeypatch, make_body):
-    monkeypatch.setattr(api.app, "CORRECTOR_TARGET", "tests.deploy.fake_models:PicklableCorrector")
+    monkeypatch.setattr(hosting.build, "CORRECTOR_TARGET", "tests.deploy.fake_models:PicklableCorrector")
     app = create_app(dataclasses.replace(config, batcher_workers=2))
     try:
         client = app.test_client()
@@ -241,7 +241,7 @@ def test_the_process_engine_loads_where_the_link_leads_and_swaps_its_processes_w
 
     from config import DEFAULT_WEIGHTS_DIR
 
-    monkeypatch.setattr(api.app, "CORRECTOR_TARGET", "tests.deploy.fake_models:PicklableCorrector")
+    monkeypatch.setattr(hosting.build, "CORRECTOR_TARGET", "tests.deploy.fake_models:PicklableCorrector")
     for name in ("a", "b", "broken"):
         (tmp_path / name).mkdir()
         for part in DEFAULT_WEIGHTS_DIR.iterdir():
@@ -252,24 +252,24 @@ def test_the_process_engine_loads_where_the_link_leads_and_swaps_its_processes_w
                                          weights_poll_s=0.0))
     state = app.extensions[EXTENSION_KEY]
     client = app.test_client()
-    caplog.set_level(logging.INFO, logger="api.swap")
+    caplog.set_level(logging.INFO, logger="hosting.swap")
     try:
         assert state.engine.describe()["init"]["kwargs"]["weights_dir"] == tmp_path / "a"
         pids = state.engine.worker_pids()
         for name, result in (("broken", "failed"), ("b", "done")):
             (tmp_path / "current").unlink()
             (tmp_path / "current").symlink_to(tmp_path / name)
-            assert state.swapper.check() == result
+            assert state.host.swapper.check() == result
 
         assert state.engine.describe()["init"]["kwargs"]["weights_dir"] == tmp_path / "b"
         assert not set(pids) & set(state.engine.worker_pids())
         assert client.post("/inference", json=make_body()).get_json()["answer"] == "改喂你好密碼我要進去"
         serving = client.get("/").get_json()["serving"]
-        assert serving["folder"] == str(tmp_path / "b") and serving["swaps"] == {"done": 1, "failed": 1, "refused": 0}
-        assert [r.fields["event"] for r in caplog.records if r.name == "api.swap"] == ["model_swap_failed",
+        assert serving["folder"] == str(tmp_path / "b") and serving["swaps"] == {"done": 1, "failed": 1}
+        assert [r.fields["event"] for r in caplog.records if r.name == "hosting.swap"] == ["model_swap_failed",
                                                                                        "model_swapped"]
     finally:
-        state.swapper.close()
+        state.host.swapper.close()
         state.engine.close(timeout=2)
 
 
@@ -305,7 +305,7 @@ def test_while_the_process_engine_replaces_its_workers_questions_answer_model_lo
     import os
     import signal
 
-    monkeypatch.setattr(api.app, "CORRECTOR_TARGET", "tests.deploy.fake_models:SlowSetupCorrector")
+    monkeypatch.setattr(hosting.build, "CORRECTOR_TARGET", "tests.deploy.fake_models:SlowSetupCorrector")
     app = create_app(dataclasses.replace(config, batcher_workers=2))
     engine = app.extensions[EXTENSION_KEY].engine
     try:

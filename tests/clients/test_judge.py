@@ -203,3 +203,15 @@ def _wait_until_idle(app: Flask, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while registry.get_sample_value("esun_requests_in_flight") and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def test_judge_with_a_missing_file_names_it_in_one_line(tmp_path, capsys):
+    """Issue 62: a missing --data file printed a bare `[Errno 2]` line."""
+    missing = tmp_path / "no_such.jsonl"
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--data", str(missing)])
+
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1
+    assert str(missing) in err and "No such file or directory" in err

@@ -121,3 +121,17 @@ def test_a_server_that_never_accepts_times_out_each_request_including_its_connec
     assert shots and all(s.status == 0 and s.problem.startswith("timeout: ") for s in shots)
     assert any(s.problem == "timeout: no connection in time" for s in shots)  # the listen queue was full
     assert run.generator["connections_opened"] < len(shots)
+
+
+def test_load_help_says_what_the_module_is_and_which_tools_run_it():
+    """Issue 62: `python -m testing.load --help` printed nothing."""
+    import subprocess
+    import sys
+
+    from testing.server import REPO_ROOT
+
+    run = subprocess.run([sys.executable, "-m", "testing.load", "--help"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60)
+
+    assert run.returncode == 0 and run.stderr == ""
+    assert "load-generator core" in run.stdout and "testing.bench" in run.stdout

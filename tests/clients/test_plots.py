@@ -16,9 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from testing import plots  # noqa: E402
-from testing.load import Shot  # noqa: E402
 from testing.report import FALLBACK_PATHS, kind_latency, tag_paths  # noqa: E402
 from testing.server import REPO_ROOT  # noqa: E402
+from testing.shots import Shot  # noqa: E402
 
 ADDRESS = re.compile(r"https?://|localhost|\d+\.\d+\.\d+\.\d+|:\d{4,5}\b")
 

@@ -64,7 +64,8 @@ class PicklableCorrector:
     MARK = "改"
 
     def __init__(self, weights_dir: Path | None = None, device: str = "auto", lm_path: Path | None = None,
-                 stage: str = "full", cpu_precision: str = "int8", cpu_runtime: str = "torch") -> None:
+                 stage: str = "full", cpu_precision: str = "int8", cpu_runtime: str = "torch",
+                 masked_lm_dir: Path | None = None) -> None:
         self.ready = False
 
     def setup(self) -> None:

@@ -1,4 +1,4 @@
-"""gunicorn for real while the model loads (api.loading): at boot, and when a worker is SIGKILLed under load.
+"""gunicorn for real while the model loads (hosting.loading): at boot, and when a worker is SIGKILLed under load.
 
 The app is tests/fakes.py's `create_slow_loading_app()`: a fake corrector that takes LOAD_DELAY_S to load
 on a thread, as the real one does. Regression for both tests: the model was loaded before the worker served,

@@ -1,5 +1,5 @@
-"""model.corrector.Corrector.release and forget_shared: a corrector swapped out (api.swap) is freed at once, although
-its objects were frozen (gc.freeze), and so is what was read for a folder no longer served."""
+"""model.corrector.Corrector.release and forget_shared: a corrector swapped out (hosting.host) is freed at once,
+although its objects were frozen (gc.freeze), and so is what was read for a folder no longer served."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_a_released_corrector_is_freed_by_reference_counting_although_frozen():
     corrector.setup()
     parts = {name: weakref.ref(getattr(corrector, name)) for name in ("lm", "featurizer", "reranker", "net")}
     gc.collect()
-    gc.freeze()  # as a served corrector is (api.loading.freeze_set_up): no collection frees these again
+    gc.freeze()  # as a served corrector is (hosting.loading.freeze_set_up): no collection frees these again
     try:
         corrector.release()
         del corrector

@@ -89,7 +89,7 @@ def test_word_suffixes_holds_every_ending_of_two_to_six_characters():
 
 def test_lm_caches_scores_as_values_the_cyclic_gc_stops_tracking(lm):
     """A served process holds 200,000 cached scores: as LMScore objects they were most of what each full collection
-    scanned; as tuples of numbers and strings the GC untracks them (api.loading.freeze_set_up)."""
+    scanned; as tuples of numbers and strings the GC untracks them (hosting.loading.freeze_set_up)."""
     import gc
 
     sentence = "這句話只在這個測試裡打分"  # scored here first: an earlier test's score may sit in a frozen generation

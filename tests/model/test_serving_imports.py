@@ -38,7 +38,7 @@ def test_the_app_and_the_gunicorn_worker_load_without_learn():
 
 
 # The project's own top-level modules a served app may load, and of preprocess/ the pure text functions it runs.
-SERVED_PACKAGES = ["api", "batching", "cache", "config", "model", "preprocess", "server", "sidecar"]
+SERVED_PACKAGES = ["api", "batching", "cache", "config", "hosting", "model", "preprocess", "server", "sidecar"]
 SERVED_PREPROCESS = ["preprocess.align", "preprocess.confusion", "preprocess.phones", "preprocess.rules",
                      "preprocess.text"]
 

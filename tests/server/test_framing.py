@@ -124,6 +124,25 @@ def test_a_refusal_is_a_closing_json_answer_like_the_apps_errors():
     assert json.loads(body) == {"error": "payload_too_large", "detail": "body must be under 1000 bytes"}
 
 
+@pytest.mark.parametrize("over", [1, 500], ids=["one_byte_over_the_views_check", "werkzeugs_limit"])
+def test_the_event_loops_413_body_is_byte_for_byte_the_apps(over):
+    """Issue 62: the 413 a newcomer met (the event loop's) was formatted unlike every other error body (the app's:
+    Flask's compact, sorted JSON), and the app's own 413 said werkzeug's "exceeds the capacity limit", no limit."""
+    import dataclasses
+
+    from api import create_app
+    from config import Config
+    from tests.fakes import FakeCorrector
+
+    app = create_app(dataclasses.replace(Config(device="cpu"), max_body_bytes=MAX_BODY), corrector=FakeCorrector())
+    body = b"{" + b" " * (MAX_BODY + over - 2) + b"}"
+    answer = app.test_client().post("/inference", data=body, content_type="application/json")
+    refusal = reader().feed(head(f"Content-Length: {MAX_BODY + 1}"))
+
+    assert answer.status_code == 413
+    assert reader().refusal_response(refusal).partition(b"\r\n\r\n")[2] == answer.data
+
+
 @pytest.mark.parametrize(("request_line", "fields", "keep_alive"), [
     ("POST /inference HTTP/1.1", (), True),
     ("POST /inference?x=1 HTTP/1.1", ("Connection: keep-alive, Close",), False),

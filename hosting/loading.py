@@ -8,9 +8,9 @@ corrector from the start instead: while `build()` runs it is not ready, so quest
 has returned a set-up corrector, it answers through it. A failed build is logged and leaves it unready for good
 (TOP1 answers, `/readyz` 503 naming the error) until the process is restarted or another folder is swapped in.
 
-`replace()` puts another set-up corrector in its place (`api.swap`, which builds it beside the old one): it waits for
-the batch running on the old corrector to end, so that every batch runs wholly on one corrector, and returns the old
-one, then used by no batch.
+`replace()` puts another set-up corrector in its place (`hosting.host.InProcessHost.swap`, which builds it beside
+the old one): it waits for the batch running on the old corrector to end, so that every batch runs wholly on one
+corrector, and returns the old one, then used by no batch.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from api.interfaces import Corrector
+from hosting.interfaces import Corrector
 from preprocess.text import NBest
 
-log = logging.getLogger("api.loading")
+log = logging.getLogger("hosting.loading")
 LOADING_SWITCH_INTERVAL_S = 0.0005
 
 

@@ -1,4 +1,4 @@
-"""The app serves while its corrector loads (api.loading): /healthz at once, /readyz 503 with the reason, TOP1
+"""The app serves while its corrector loads (hosting.loading): /healthz at once, /readyz 503 with the reason, TOP1
 answers (path model_loading), then the model's answers once it is loaded; a failed load is TOP1 for good."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from api.loading import LoadingCorrector, ModelNotLoaded
+from hosting.loading import LoadingCorrector, ModelNotLoaded
 from preprocess.text import NBest, top1_answer
 from tests.api.test_ops_routes import metric
 
@@ -107,7 +107,7 @@ def test_failed_load_answers_top1_and_readyz_names_the_error(make_app, config, c
     body = make_body()
     assert client.post("/inference", json=body).get_json()["answer"] == top1_answer(body["sentence_list"])
     assert request_paths() == ["error"]
-    assert any(r.name == "api.loading" and r.exc_info for r in caplog.records)
+    assert any(r.name == "hosting.loading" and r.exc_info for r in caplog.records)
     assert client.get("/").get_json()["model"]["state"] == "failed"
 
 

@@ -1,9 +1,9 @@
 """What crosses the service's layers, named in one place: the corrector's protocol, the engine's, and their data.
 
-Here in `api/`, not in `batching/` or `model/`, because the API is the one layer that meets both: it wraps the
+Here in `hosting/`, not in `batching/` or `model/`, because the host is the one room that meets both: it wraps the
 corrector (`model.corrector.Corrector`, or a fake in tests) into the engine's plain `list -> list` batch
-function, and asks the engine (`batching.Batcher` or `batching.process.ProcessBatcher`) for answers. Neither of
-those imports this module: they satisfy the protocols by their shape, so the batch layer still knows nothing
+function, and the API asks the engine (`batching.Batcher` or `batching.process.ProcessBatcher`) for answers. Neither
+of those imports this module: they satisfy the protocols by their shape, so the batch layer still knows nothing
 about models and the model nothing about HTTP. Every member either protocol has is listed, so no caller guesses
 with `getattr`.
 """

@@ -1,5 +1,5 @@
 """The threaded engine switches models between batches: a batch runs wholly on the model it started on, a swap
-waits for it, and every batch started after the swap runs on the new model (api.loading.LoadingCorrector.replace,
+waits for it, and every batch started after the swap runs on the new model (hosting.loading.LoadingCorrector.replace,
 under the real Batcher)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import threading
 import time
 from concurrent.futures import Future
 
-from api.interfaces import Prediction, batch_fn
-from api.loading import LoadingCorrector
 from batching import Batcher
+from hosting.interfaces import Prediction, batch_fn
+from hosting.loading import LoadingCorrector
 from preprocess.text import NBest
 from tests.fakes import FakeCorrector
 

@@ -1,6 +1,7 @@
-"""api.swap: WEIGHTS_DIR as a symlink repointed under traffic. The folder it leads to is checked, built and warmed
-beside the served model, then swapped in; a folder that fails changes nothing (the old model answers, /readyz 200,
-one log line, a counter); a retry keeps its first attempt's answer; the process engine refuses in one line."""
+"""hosting.swap and the in-process host: WEIGHTS_DIR as a symlink repointed under traffic. The folder it leads to is
+checked, built and warmed beside the served model, then swapped in; a folder that fails changes nothing (the old model
+answers, /readyz 200, one log line, a counter); a retry keeps its first attempt's answer. The process engine's swap:
+tests/batching/test_process_batcher.py."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api import create_app
 from api.state import EXTENSION_KEY
-from api.swap import DONE, FAILED, REFUSED, ModelSwapper, resolve
 from config import DEFAULT_WEIGHTS_DIR, Config
+from hosting.swap import DONE, FAILED, ModelSwapper
 from model.contract import sha256
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE
 from preprocess.text import NBest, han_chars
@@ -115,19 +116,19 @@ def make_swap_app(config: Config, weights: Path) -> Iterator[Callable[..., Flask
         state = app.extensions[EXTENSION_KEY]
         assert state.corrector.wait(timeout=10) and state.corrector.ready
         deadline = time.monotonic() + 5
-        while state.swapper.served is None and time.monotonic() < deadline:  # recorded on its thread
+        while state.host.swapper.served is None and time.monotonic() < deadline:  # recorded on its thread
             time.sleep(0.01)
         return app
 
     yield make
     for app in apps:
         state = app.extensions[EXTENSION_KEY]
-        state.swapper.close()
+        state.host.swapper.close()
         state.engine.close(timeout=2.0)
 
 
 def swapper_of(app: Flask) -> ModelSwapper:
-    swapper = app.extensions[EXTENSION_KEY].swapper
+    swapper = app.extensions[EXTENSION_KEY].host.swapper
     assert swapper is not None
     return swapper
 
@@ -159,7 +160,7 @@ def test_the_folder_the_link_leads_to_is_swapped_in_and_every_new_question_gets_
     serving = client.get("/").get_json()["serving"]
     assert serving["folder"] == str(tmp_path / "b") and serving["weights_dir"] == str(weights)
     assert serving["sha256"] == sha256(DEFAULT_WEIGHTS_DIR / NETWORK_FILE)
-    assert serving["swaps"] == {"done": 1, "failed": 0, "refused": 0}
+    assert serving["swaps"] == {"done": 1, "failed": 0}
     assert metric(client, "esun_model_swaps_total", result="done") == 1
     assert served_folders(client) == [str(tmp_path / "b")]
     assert client.get("/readyz").status_code == 200
@@ -219,7 +220,7 @@ def test_a_batch_that_outlasts_the_swaps_wait_keeps_its_corrector_unreleased_and
     stuck = threading.Thread(target=loader.predict_batch, args=([NBest(("卡 住",))],))
     stuck.start()
     assert old.started.wait(5)
-    swapper_of(app)._batch_wait_s = 0.1
+    app.extensions[EXTENSION_KEY].host.batch_wait_s = 0.1
     shipped_copy(tmp_path / "b")
     repoint(weights, tmp_path / "b")
 
@@ -236,7 +237,7 @@ def test_the_link_leading_where_it_did_changes_nothing(make_swap_app):
     corrector = app.extensions[EXTENSION_KEY].corrector
 
     assert swapper_of(app).check() is None
-    assert swapper_of(app).counts() == {"done": 0, "failed": 0, "refused": 0}
+    assert swapper_of(app).counts() == {"done": 0, "failed": 0}
     assert app.extensions[EXTENSION_KEY].corrector is corrector
 
 
@@ -247,7 +248,7 @@ def test_a_broken_folder_is_refused_and_the_old_model_keeps_answering(make_swap_
     app = make_swap_app()
     client = app.test_client()
     folder = broken(tmp_path / "broken")
-    caplog.set_level(logging.INFO, logger="api.swap")
+    caplog.set_level(logging.INFO, logger="hosting.swap")
 
     repoint(weights, folder)
     assert swapper_of(app).check() == FAILED
@@ -257,12 +258,12 @@ def test_a_broken_folder_is_refused_and_the_old_model_keeps_answering(make_swap_
     assert client.get("/").get_json()["serving"]["folder"] == str(tmp_path / "a")
     assert served_folders(client) == [str(tmp_path / "a")]
     assert metric(client, "esun_model_swaps_total", result="failed") == 1
-    [line] = [r for r in caplog.records if r.name == "api.swap"]
+    [line] = [r for r in caplog.records if r.name == "hosting.swap"]
     assert line.levelno == logging.ERROR and line.fields["folder"] == str(folder) and line.exc_info is None
     assert "\n" not in line.getMessage() + line.fields["error"]
     # not tried again while the link leads there; tried again once it leads elsewhere and back
     assert swapper_of(app).check() is None
-    assert [r for r in caplog.records if r.name == "api.swap"] == [line]
+    assert [r for r in caplog.records if r.name == "hosting.swap"] == [line]
 
 
 @pytest.mark.real_model
@@ -270,19 +271,19 @@ def test_a_file_that_is_not_a_model_is_refused_and_the_old_model_keeps_answering
                                                                                   tmp_path, caplog):
     """A network file that is no safetensors file is found by the folder's check (model.contract.check_network_file),
     which the swap runs, as the start does, before anything is built."""
-    from api.app import _load_corrector
+    from hosting.build import load_corrector
 
-    app = make_swap_app(build=lambda folder: build_fake(folder) if folder.name == "a" else _load_corrector(
+    app = make_swap_app(build=lambda folder: build_fake(folder) if folder.name == "a" else load_corrector(
         Config(device="cpu", stage="net"), folder))
     folder = not_a_model(tmp_path / "not_a_model")
-    caplog.set_level(logging.INFO, logger="api.swap")
+    caplog.set_level(logging.INFO, logger="hosting.swap")
 
     repoint(weights, folder)
     assert swapper_of(app).check() == FAILED
 
     assert answer(app, make_body, esun_uuid="after-the-failure").startswith(MARKS["a"])
     assert app.test_client().get("/readyz").status_code == 200
-    [line] = [r for r in caplog.records if r.name == "api.swap"]
+    [line] = [r for r in caplog.records if r.name == "hosting.swap"]
     # the start's check finds it, before the real corrector's setup would
     assert line.levelno == logging.ERROR and "is no whole safetensors file" in line.fields["error"]
 
@@ -291,19 +292,19 @@ def test_a_file_that_is_not_a_model_is_refused_and_the_old_model_keeps_answering
 def test_a_folder_fitted_with_a_masked_lm_the_server_lacks_is_refused_and_the_old_model_keeps_answering(
         make_swap_app, make_body, weights, tmp_path, caplog):
     """MLM_DIR is not set: the real corrector's setup refuses the folder in one line before anything changes."""
-    from api.app import _load_corrector
+    from hosting.build import load_corrector
     from tests.model.tiny_mlm import tiny_masked_lm, weighing_folder
 
-    app = make_swap_app(build=lambda folder: build_fake(folder) if folder.name == "a" else _load_corrector(
+    app = make_swap_app(build=lambda folder: build_fake(folder) if folder.name == "a" else load_corrector(
         Config(device="cpu"), folder))
     folder = weighing_folder(tmp_path / "weighs_mlm", tiny_masked_lm(tmp_path / "mlm"))
-    caplog.set_level(logging.INFO, logger="api.swap")
+    caplog.set_level(logging.INFO, logger="hosting.swap")
 
     repoint(weights, folder)
     assert swapper_of(app).check() == FAILED
 
     assert answer(app, make_body, esun_uuid="after-the-failure").startswith(MARKS["a"])
-    [line] = [r for r in caplog.records if r.name == "api.swap"]
+    [line] = [r for r in caplog.records if r.name == "hosting.swap"]
     assert "MaskedLMError" in line.fields["error"] and "set MLM_DIR" in line.fields["error"]
     assert "\n" not in line.fields["error"]
 
@@ -360,18 +361,18 @@ def test_no_question_is_answered_model_loading_while_the_new_folder_loads(make_s
     assert answer(app, make_body, esun_uuid="after").startswith(MARKS["b"])
 
 
-def test_the_process_engine_refuses_a_new_folder_in_one_log_line(weights, tmp_path, caplog):
-    swapper = ModelSwapper(weights, resolve(weights), loader=None, build=None, poll_s=0.0)
-    shipped_copy(tmp_path / "b")
-    caplog.set_level(logging.INFO, logger="api.swap")
+def test_a_link_repointed_to_a_folder_that_does_not_exist_is_refused_saying_so(make_swap_app, weights, tmp_path,
+                                                                              caplog):
+    """Issue 62: a swap to a dangling link said "incomplete: config.json, vocab.json, model.safetensors missing"."""
+    app = make_swap_app()
+    caplog.set_level(logging.INFO, logger="hosting.swap")
 
-    repoint(weights, tmp_path / "b")
+    repoint(weights, tmp_path / "no_such_run")
+    assert swapper_of(app).check() == FAILED
 
-    assert swapper.check() == REFUSED
-    assert swapper.check() is None  # one line per new target, not one a poll
-    [line] = [r for r in caplog.records if r.name == "api.swap"]
-    assert line.levelno == logging.WARNING and "restart" in line.getMessage()
-    assert swapper.folder == tmp_path / "a" and swapper.counts()["refused"] == 1
+    [line] = [r for r in caplog.records if r.name == "hosting.swap"]
+    assert line.fields["error"] == f"{weights} leads to {tmp_path / 'no_such_run'}, which does not exist"
+    assert swapper_of(app).folder == tmp_path / "a"
 
 
 def test_the_folder_served_is_the_one_the_link_led_to_at_start_not_the_link(make_swap_app, weights, tmp_path):

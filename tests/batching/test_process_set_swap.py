@@ -1,5 +1,6 @@
-"""The process engine swaps its model one worker process at a time (batching.process_swap): the others answer
-meanwhile, every question asked after the swap gets the new model, and a model that fails to build changes nothing."""
+"""The process engine swaps its model one worker process at a time (batching.process_set.WorkerSet.swap): the others
+answer meanwhile, every question asked after the swap gets the new model, and a model that fails to build
+changes nothing."""
 
 from __future__ import annotations
 
