@@ -27,17 +27,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SETS = ("test", "reviews", "decoded")
 
 
-def weighing_copy(mlm_dir: Path, into: Path) -> Path:
-    """The shipped folder, copied, its full stage weighing the masked LM in `mlm_dir` by 1."""
+def weighing_copy(mlm_dir: Path, folder: Path, weight: float = 1.0) -> Path:
+    """The shipped folder copied into `folder` (new), its full stage weighing the masked LM in `mlm_dir` by `weight`
+    and recording it as `make adapt ... MLM_DIR=` does; return `folder`."""
     from config import DEFAULT_WEIGHTS_DIR
     from learn.adapt_folder import masked_lm_record
     from model.weights_meta import RerankStage, WeightsMeta
 
-    folder = into / "weighs_mlm"
     shutil.copytree(DEFAULT_WEIGHTS_DIR, folder)
     meta = WeightsMeta.load(folder)
     full = meta.rerank["full"]
-    meta = meta.with_stage("full", RerankStage({**full.weights, "mlm": 1.0}, full.dev, full.gate))
+    meta = meta.with_stage("full", RerankStage({**full.weights, "mlm": weight}, full.dev, full.gate))
     meta.replace(masked_lm=masked_lm_record(mlm_dir)).save(folder)
     return folder
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            weights = args.weights or weighing_copy(args.mlm_dir, Path(tmp))
+            weights = args.weights or weighing_copy(args.mlm_dir, Path(tmp) / "weighs_mlm")
             result = measure(weights, args.mlm_dir, args.device, args.batches, args.threads)
         except MaskedLMError as e:
             print(f"mlm_cost: {e}", file=sys.stderr)

@@ -16,19 +16,26 @@ from model.corrector import Corrector, forget_shared
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE
 
 
+def _freed_when_released_frozen(held: list[Corrector], parts: dict[str, weakref.ref]) -> dict[str, bool]:
+    """Freeze every object (as a served corrector is: hosting.loading.freeze_set_up, which no collection frees
+    again), release the one corrector `held` holds and drop it; which of `parts` reference counting freed."""
+    gc.collect()
+    gc.freeze()
+    try:
+        held.pop().release()
+        return {name: ref() is None for name, ref in parts.items()}
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.real_model
 def test_a_released_corrector_is_freed_by_reference_counting_although_frozen():
     corrector = Corrector(device="cpu", stage="full")
     corrector.setup()
     parts = {name: weakref.ref(getattr(corrector, name)) for name in ("lm", "featurizer", "reranker", "net")}
-    gc.collect()
-    gc.freeze()  # as a served corrector is (hosting.loading.freeze_set_up): no collection frees these again
-    try:
-        corrector.release()
-        del corrector
-        assert {name: ref() is None for name, ref in parts.items()} == dict.fromkeys(parts, True)
-    finally:
-        gc.unfreeze()
+    held = [corrector]
+    del corrector  # the helper drops the last reference
+    assert _freed_when_released_frozen(held, parts) == dict.fromkeys(parts, True)
 
 
 @pytest.mark.real_model
@@ -42,14 +49,9 @@ def test_a_released_corrector_frees_its_masked_lm_although_frozen(tmp_path: Path
     corrector.setup()
     assert corrector.masked_lm is not None
     parts = {"masked_lm": weakref.ref(corrector.masked_lm), "model": weakref.ref(corrector.masked_lm.model)}
-    gc.collect()
-    gc.freeze()
-    try:
-        corrector.release()
-        del corrector
-        assert {name: ref() is None for name, ref in parts.items()} == dict.fromkeys(parts, True)
-    finally:
-        gc.unfreeze()
+    held = [corrector]
+    del corrector  # the helper drops the last reference
+    assert _freed_when_released_frozen(held, parts) == dict.fromkeys(parts, True)
 
 
 def test_forget_shared_drops_what_was_read_for_other_vocabularies_only(tmp_path: Path):

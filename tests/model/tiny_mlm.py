@@ -24,17 +24,9 @@ def tiny_masked_lm(folder: Path, seed: int = 0, hidden: int = 16) -> Path:
     return folder
 
 
+
 def weighing_folder(folder: Path, masked_lm: Path, weight: float = 1.0) -> Path:
-    """The shipped weights copied into `folder`, their full stage weighing the masked LM in `masked_lm` (its record
-    written as `make adapt ... MLM_DIR=` writes it); return the folder."""
-    import shutil
+    """The shipped weights copied into `folder`, their full stage weighing the masked LM in `masked_lm`."""
+    from testing.mlm_cost import weighing_copy
 
-    from learn.adapt_folder import masked_lm_record
-    from model.weights_meta import WeightsMeta
-
-    shutil.copytree(DEFAULT_WEIGHTS_DIR, folder)
-    meta = WeightsMeta.load(folder)
-    full = meta.rerank["full"]
-    meta = meta.with_stage("full", type(full)({**full.weights, "mlm": weight}, full.dev, full.gate))
-    meta.replace(masked_lm=masked_lm_record(masked_lm)).save(folder)
-    return folder
+    return weighing_copy(masked_lm, folder, weight)
