@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from learn.data.decode_sim import BOS, EOS, CharBigram
+from learn.data.focused import Stretches
 from learn.data.real_profile import (
     FILLER_SWAPS,
     NAMED_REWRITES,
@@ -129,6 +130,22 @@ class RealRecogniser:
         if cls == "variant":
             return VARIANT_FORMS.get(said)
         raise ValueError(f"no such class {cls}")
+
+    def heard_otherwise(self, cls: str, truth: str, start: int, end: int, rng: random.Random) -> str | None:
+        """How a lower hypothesis hears truth[start:end] (issue 60): half the time a corpus word sounding so (a fluent
+        recogniser's drawn by its LM's liking), else its own writing, else sound-alike characters by rank."""
+        said = truth[start:end]
+        words = self.sound_alike_words(cls, said, most=12)
+        if words and rng.random() < 0.5:
+            if self.config.p_fluent and self.sentence_cost is not None:
+                costs = [self.sentence_cost(truth[:start] + w + truth[end:]) for w, _ in words]
+                return rng.choices([w for w, _ in words], [math.exp(min(costs) - c) for c in costs])[0]
+            return rng.choices([w for w, _ in words], [c for _, c in words])[0]
+        got = self.written_as(cls, said, rng)
+        alts = [self._alternatives(c, "homophone") for c in said]
+        if got is None and all(alts):
+            got = "".join(a[min(int(rng.expovariate(0.5)), len(a) - 1)] for a in alts)
+        return got
 
     def other_word(self, said: str, rng: random.Random) -> str | None:
         """A corpus word of `said`'s length that sounds neither the same nor near, by frequency (or None)."""
@@ -350,14 +367,17 @@ class RealRecogniser:
         cfg = self.config
         truth = "".join(words)
         ends = list(itertools.accumulate(map(len, words)))
-        top1 = self.top1_edits(truth, rng, list(zip([0, *ends[:-1]], ends, strict=True)))
+        bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+        top1 = self.top1_edits(truth, rng, bounds)
         hyps = [render(words, top1)]
         seen = {hyps[0].replace(" ", ""), truth}
         listed_at = rng.randint(2, cfg.n_best) if top1 and rng.random() < cfg.p_truth_listed else None
+        stretches = Stretches.draw(truth, bounds, top1, rng) if cfg.focused else None
         for _ in range(60):
             if len(hyps) >= cfg.n_best - (listed_at is not None):
                 break
-            hyp = render(words, self.other_edits(truth, top1, rng))
+            edits = stretches.edits(self.heard_otherwise, rng) if stretches else self.other_edits(truth, top1, rng)
+            hyp = render(words, edits)
             if hyp.replace(" ", "") not in seen:
                 seen.add(hyp.replace(" ", ""))
                 hyps.append(hyp)

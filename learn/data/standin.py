@@ -58,7 +58,7 @@ from pathlib import Path
 
 from learn.data.decode_sim import REVIEW_HOLDOUT, DecodingSimulator
 from learn.data.labelled import Labelled, read_labelled_lenient, write_labelled
-from learn.data.real_profile import HARD, RealConfig
+from learn.data.real_profile import PROFILES, RealConfig
 from learn.data.standin_easy import (
     FILLER_CONVENTIONS,
     VARIANT_CONVENTIONS,
@@ -180,9 +180,10 @@ def main() -> None:
     ap.add_argument("--against", type=Path, metavar="OTHER", help="with --stats: OTHER's spans seen in FILE")
     ap.add_argument("--no-hardness", action="store_true",
                     help="with --stats: leave out the hardness measures (they load the shipped language model)")
-    ap.add_argument("--profile", choices=("easy", "real", "hard"), default="easy",
+    ap.add_argument("--profile", choices=("easy", *PROFILES), default="easy",
                     help="easy: the decoding recogniser on reviews (docs' figures); real: calibrated to REAL; "
-                         "hard: real with fluent, decoded errors (issue 39)")
+                         "hard: real with fluent, decoded errors (issue 39); real-shaped, hard-shaped: the same "
+                         "with lower hypotheses that vary one or two uncertain stretches, as real lists' do (issue 60)")
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
     ap.add_argument("--out", type=Path,
                     help="default data/standin (easy), data/standin-real (real), data/standin-hard (hard)")
@@ -209,23 +210,21 @@ def main() -> None:
     if args.profile == "easy":
         write_easy(args.corpus, args.out or Path("data/standin"), args.train or 20_000, args.test, args.seed, t0)
     else:
-        preset = HARD if args.profile == "hard" else RealConfig()
-        config = replace(preset, **{k: v for k, v in (("p_decoded", args.p_decoded), ("p_fluent", args.p_fluent))
-                                    if v is not None})
+        knobs = (("p_decoded", args.p_decoded), ("p_fluent", args.p_fluent))
+        config = replace(PROFILES[args.profile], **{k: v for k, v in knobs if v is not None})
         write_real(args.corpus, args.out or Path(f"data/standin-{args.profile}"), args.train or 40_000, args.test,
-                   args.seed, t0, config)
+                   args.seed, t0, config, args.profile)
 
 
 def write_real(corpus: Path, out: Path, n_train: int, n_test: int, seed: int, t0: float,
-               config: RealConfig | None = None) -> None:
-    """Write the calibrated stand-in's four files and its recogniser's description."""
-    config = config if config is not None else RealConfig()
+               config: RealConfig | None = None, profile: str = "real") -> None:
+    """Write the calibrated stand-in's four files and its recogniser's description (`profile`: its name there)."""
+    config = config if config is not None else PROFILES[profile]
     train, test, recogniser, truths = build_real(corpus, n_train, n_test, seed, config)
     out.mkdir(parents=True, exist_ok=True)
     for name, items in (("train", train), ("test", test)):
         write_labelled(items, out / f"nbest_{name}.jsonl")
         write_labelled(top1_only(items), out / f"top1_{name}.jsonl")
-    profile = "hard" if config == HARD else "real"
     (out / "recogniser.json").write_text(json.dumps(
         {"profile": profile, "seed": seed, "config": asdict(config), "finance_share": round(truths.finance_share, 4),
          "finance_words": FINANCE_WORDS, "systematic_rewrites": [asdict(r) for r in recogniser.inventory]},
