@@ -1,4 +1,4 @@
-"""How a file's lists are shaped (`learn.data.list_shape`), and the stand-ins shaped like real lists (issue 60)."""
+"""How a file's lists are shaped (`learn.list_shape`, issue 60)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from learn.data.list_shape import differing, read_rows, runs, shape
-from learn.data.real_profile import PROFILES
-from learn.data.standin_real import build_real
+from learn.list_shape import differing, read_rows, runs, shape
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_differing_names_the_top1_positions_a_hypothesis_writes_otherwise():
@@ -54,34 +52,21 @@ def test_a_request_file_is_measured_without_the_truth_columns(tmp_path: Path):
 
 def test_the_command_prints_a_row_per_file_writes_json_and_names_an_unreadable_file(tmp_path: Path):
     out = tmp_path / "shape.json"
-    run = subprocess.run([sys.executable, "-m", "learn.data.list_shape", "testing/data/real_requests.jsonl",
+    run = subprocess.run([sys.executable, "-m", "learn.list_shape", "testing/data/real_requests.jsonl",
                           "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "real_requests.jsonl" in run.stdout and "any differ" in run.stdout
     assert json.loads(out.read_text(encoding="utf-8"))[0]["lists"] == 5
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n", encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "learn.data.list_shape", str(bad)], cwd=REPO, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "learn.list_shape", str(bad)], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 2
     assert str(bad) in run.stderr and "Traceback" not in run.stderr
 
 
-@pytest.mark.parametrize("profile", ["real-shaped", pytest.param("hard-shaped", marks=pytest.mark.real_model)])
-def test_shaped_standins_vary_one_or_two_stretches_as_real_lists_do(corpus_dir: Path, profile: str):
-    train, _, _, _ = build_real(corpus_dir, 400, 20, seed=7, config=PROFILES[profile])
-    rows = [([h.replace(" ", "") for h in it.nbest.sentences], it.truth) for it in train]
-    got = shape(profile, rows)
-    # real ten-hypothesis lists: 15-18 % of positions per lower hypothesis, about one span, the public requests'
-    # positions where any differs about a third; the stand-ins before issue 60: 23 % and 71-81 %
-    assert 0.12 <= got.differ <= 0.24
-    assert got.any_differ <= 0.45
-    assert got.spans <= 1.3 and got.at_most_two_spans >= 0.95
-    assert got.hypotheses >= 9.5
-    assert got.truth_listed is not None and 0.65 <= got.truth_listed <= 0.85
-
-
-def test_the_scattered_real_profile_is_unchanged_by_the_shaped_ones(corpus_dir: Path):
-    plain, _, _, _ = build_real(corpus_dir, 200, 20, seed=7, config=PROFILES["real"])
-    rows = [([h.replace(" ", "") for h in it.nbest.sentences], it.truth) for it in plain]
-    assert shape("real", rows).any_differ >= 0.6  # each lower hypothesis still strays somewhere of its own
+def test_the_command_measures_a_simulated_set_by_name():
+    run = subprocess.run([sys.executable, "-m", "learn.list_shape", "--sets", "test", "--limit", "50"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "simulated test" in run.stdout

@@ -1,8 +1,9 @@
 """How a file's n-best lists are shaped (issue 60): how far the lower hypotheses stray from TOP1, and where the
 truth is when TOP1 is wrong.
 
-`python -m learn.data.list_shape FILE [FILE ...] [--json OUT]` prints one row per file. A file is a labelled file
-(the competition's keys) or a file of requests (`sentence_list` without a truth: the truth columns stay empty).
+`python -m learn.list_shape FILE [FILE ...] [--sets test,decoded] [--json OUT]` prints one row per file (or
+simulated set of `learn.evaluate`). A file is a labelled file (the competition's keys) or a file of requests
+(`sentence_list` without a truth: the truth columns stay empty).
 Measures, on Han characters only, each lower hypothesis aligned to TOP1 (`preprocess.align`):
 
 - `differ`: the share of TOP1's positions a lower hypothesis writes otherwise, the mean over lower hypotheses and
@@ -69,6 +70,14 @@ def read_rows(path: Path) -> list[tuple[list[str], str | None]]:
     return out
 
 
+def simulated_rows(corpus: Path, name: str, limit: int) -> list[tuple[list[str], str | None]]:
+    """One of `learn.evaluate`'s simulated sets, as `read_rows` gives a file."""
+    from learn.evaluate import simulated_set  # the simulators load the corpus: only when a set is asked for
+
+    got = simulated_set(corpus, name, limit)
+    return [([han_chars(s) for s in nb.sentences], han_chars(t)) for nb, t in zip(got.nbests, got.truths, strict=True)]
+
+
 def shape(name: str, rows: list[tuple[list[str], str | None]]) -> Shape:
     """Measure a file's lists."""
     differ, any_differ, spans, two, places, ranks = [], [], [], [], [], []
@@ -125,7 +134,9 @@ def table(shapes: list[Shape]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description="Print how a file's n-best lists are shaped: how far the lower "
                                              "hypotheses stray from TOP1, and where the truth is.")
-    ap.add_argument("files", nargs="+", type=Path, help="labelled files or request files (JSON list or JSONL)")
+    ap.add_argument("files", nargs="*", type=Path, help="labelled files or request files (JSON list or JSONL)")
+    ap.add_argument("--sets", default="", help="simulated sets of learn.evaluate too, comma-separated (test,decoded)")
+    ap.add_argument("--corpus", type=Path, default=Path("data/corpus"), help="the corpus the simulated sets read")
     ap.add_argument("--limit", type=int, help="the first N lists of each file")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
@@ -136,6 +147,10 @@ def main() -> None:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             ap.exit(2, f"list_shape: {path}: cannot be read as lists ({type(e).__name__}: {e})\n")
         shapes.append(shape(str(path), rows[: args.limit]))
+    for name in filter(None, args.sets.split(",")):
+        shapes.append(shape(f"simulated {name}", simulated_rows(args.corpus, name, args.limit or 3000)))
+    if not shapes:
+        ap.error("name a file or a simulated set")
     print(table(shapes))
     if args.json is not None:
         tmp = args.json.with_name(args.json.name + ".tmp")
