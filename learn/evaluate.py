@@ -26,8 +26,9 @@ import resource
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
@@ -121,6 +122,17 @@ def file_set(path: Path, limit: int) -> LabelledSet:
     return LabelledSet(path.name, [it.nbest for it in items], [it.truth for it in items])
 
 
+def distinct_names(sets: list[LabelledSet]) -> list[LabelledSet]:
+    """The sets, each named once: files of one name (two folders' `nbest_test.jsonl`) are numbered in the order given,
+    else the second would be scored into the first's column."""
+    counts = Counter(s.name for s in sets)
+    out, seen = [], Counter()
+    for s in sets:
+        seen[s.name] += 1
+        out.append(replace(s, name=f"{s.name} ({seen[s.name]})") if counts[s.name] > 1 else s)
+    return out
+
+
 def local_answers(corrector: Corrector, nbests: list[NBest]) -> list[str]:
     """Answer every list with the corrector in this process, in batches of 64."""
     answers: list[str] = []
@@ -200,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sets = [simulated_set(args.corpus, n, args.limit or 3000) for n in names]
         sets += [file_set(p, args.limit or 0) for p in args.data]
+        sets = distinct_names(sets)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -103,3 +103,11 @@ def test_a_top1_longer_than_the_service_takes_is_answered_as_itself_without_the_
     corrector = _Recorder()
     assert served_answers(corrector, lists, 45) == ["asked", long_top1.replace(" ", ""), "asked"]
     assert corrector.asked == [lists[0], lists[2]]
+
+
+def test_two_files_of_one_name_get_a_column_each():
+    from learn.evaluate import LabelledSet, distinct_names
+
+    sets = [LabelledSet("nbest_test.jsonl", [], []), LabelledSet("top1.jsonl", [], []),
+            LabelledSet("nbest_test.jsonl", [], [])]
+    assert [s.name for s in distinct_names(sets)] == ["nbest_test.jsonl (1)", "top1.jsonl", "nbest_test.jsonl (2)"]
