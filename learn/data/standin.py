@@ -4,7 +4,7 @@
 (`learn.error_stats`: definitions there) beside the real competition data's (`REAL`), and, with
 `--against`, the share of OTHER's spans already seen in FILE.
 
-`python -m learn.data.standin --profile real|hard|easy --out DIR [--train N --test M]` writes one, in two versions of
+`python -m learn.data.standin --profile real|hard|real-shaped|hard-shaped|easy --out DIR [--train N --test M]` writes one, in two versions of
 the same lists: `nbest_*.jsonl` (10 hypotheses with phone strings) and `top1_*.jsonl` (TOP1 alone, no phones);
 `*_train.jsonl` and `*_test.jsonl` come from disjoint clauses. Without `--profile`, the easy one (what docs
 report figures on, and what `make standin` writes to data/standin).
@@ -37,6 +37,10 @@ spans are decoder's errors: a whole word heard as a sound-alike corpus word, dra
 trigram prefers the sentence with it (`p_fluent`), else the writing its character bigram of corpus text prefers
 (`p_decoded`). Real errors are mostly plausible text: on real lists the shipped trigram prefers the wrong TOP1 in
 39 % of the wrong lists, on the real profile in 11 %, on this one in about 35 %.
+
+**real-shaped**, **hard-shaped** (issue 60): the same two recognisers whose lower hypotheses vary one or two of the
+list's few uncertain stretches, as a real recogniser's do (`learn.data.focused`; `python -m learn.list_shape` compares
+shapes), instead of each adding errors of its own anywhere.
 
 **easy** (`--profile easy`): product reviews through `learn.data.decode_sim`'s decoding recogniser, with a
 transcriber layer: the truths write one orthographic variant where the recogniser writes the other
