@@ -158,7 +158,8 @@ def measure(folder: Path, bodies: list[dict], config: Config,
     corrector = build(config, folder)
     clock = instrument(corrector)
     half = len(bodies) // 2
-    rows = ask_in_process(corrector, clock, bodies[:half]) + ask_served(config, corrector, clock, bodies[half:])
+    asked = ask_in_process(corrector, clock, bodies[:half]) + ask_served(config, corrector, clock, bodies[half:])
+    rows = [{k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()} for row in asked]
     reranker = corrector.reranker
     return {"folder": str(folder), "adapted": getattr(corrector, "adaptation", None) is not None,
             "gate": reranker is not None and reranker.gate is not None, "summary": summary(rows), "rows": rows}

@@ -103,7 +103,7 @@ def test_the_steps_of_an_answer_add_up_to_the_models_time_and_served_ones_say_wh
         assert sum(row[step] for step in answer_path.STEPS) == pytest.approx(row["model"], abs=0.05)
         assert row["total"] >= row["model"]
         if row["way"] == "served":
-            assert row["outside the model"] == pytest.approx(row["total"] - row["model"])
+            assert row["outside the model"] == pytest.approx(row["total"] - row["model"], abs=0.002)
     summary = {(s["way"], s["class"]): s["lists"] for s in result["summary"]}
     assert summary == {(w, c): n for w in ("in process", "served")
                        for c, n in (("changed, gate admits", 3), ("gate refuses", 2), ("kept", 3))}
