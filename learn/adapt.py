@@ -17,9 +17,9 @@ beside `--out`:
 4. **refits the second stage** (its weights, the domain LM's and the confusions' among them, drawn towards the
    shipped stage's, and its margin) on the dev lists and the train lists cross-fitted (each of `--folds` folds
    described by the domain LM and confusions the other folds taught), under the precision bound: at most
-   `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed; once per gate
-   of `learn.rule_trust.GATES` (the least trust that lets a rule act), keeping the gate whose stage does best on
-   those lists;
+   `--max-worse` of those lists made worse and `--max-right-changed` of their right TOP1s changed; once per trust
+   floor of `learn.rule_trust.TRUST_FLOORS` (the least trust that lets a rule act), keeping the floor whose stage
+   does best on those lists;
 5. prints the held-out test split's table: TOP1, the shipped model, the adapted one, the rule memo reference learner
    (`learn.memo_baseline`), and the ceiling of the adapted model's candidates (the best of them on each list) with
    the share of that gap each model closes; where the adapted model does not beat the shipped one there, the folder
@@ -58,7 +58,7 @@ from learn.domain_lm import DOMAIN_LM_ORDER, save_confusions
 from learn.evaluate import ROWS, cer_score, served_answers, table
 from learn.fit import dev_probs, fit
 from learn.memo_baseline import MEMO_MARGINS, RuleMemo
-from learn.rule_trust import GATE_CLOSED
+from learn.rule_trust import FLOOR_CLOSED
 from learn.train import pick_threshold, save, shipped_start
 from learn.train_data import labelled_examples
 from learn.train_settings import TrainSettings
@@ -200,8 +200,8 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
         print(f"    the masked LM {settings.mlm_dir}: {masked_lm.describe()}")
     print(f"4/6 refitting the second stage on {len(split.dev)} dev lists and, cross-fitted in {settings.folds} folds, "
           f"the {len(split.train)} train lists")
-    stages, gate, gated = refit(settings, adapted, split, masked_lm)
-    save_confusions(gated, build / CONFUSIONS_FILE)  # with the gate fitted
+    stages, floor, floored = refit(settings, adapted, split, masked_lm)
+    save_confusions(floored, build / CONFUSIONS_FILE)  # with the trust floor fitted
     meta = meta.replace(rerank=stages, adaptation=adaptation_record(build),
                         masked_lm=masked_lm_record(settings.mlm_dir) if stages["full"].weights.get("mlm") else None)
     meta.save(build)
@@ -215,12 +215,12 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
         for name in (NETWORK_FILE, VOCAB_FILE):
             shutil.copyfile(settings.init_from / name, build / name)
         meta = WeightsMeta.load(settings.init_from)
-        gate = GATE_CLOSED
+        floor = FLOOR_CLOSED
 
     print(f"6/6 the rules and the domain language model the folder serves, from all {len(items)} lists")
-    lm_counts, confusions = learn_lm_and_confusions(items, build, settings, lm, gate)
+    lm_counts, confusions = learn_lm_and_confusions(items, build, settings, lm, floor)
     print(f"    {lm_counts}; {len(confusions)} confusion rules, {sum(map(confusions.acts, confusions.rules))} of "
-          f"them trusted at the gate {gate:g} or more")
+          f"them trusted at the trust floor {floor:g} or more")
     print(trusted_rules(confusions))
     assert adapted.lm is not None
     conventions = Conventions.from_confusions(confusions, adapted.lm.to_simplified)
@@ -231,7 +231,7 @@ def adapt_into(build: Path, settings: AdaptSettings, split: Split, items: list[L
         "domain_lm": lm_counts | {"order": DOMAIN_LM_ORDER, "smoothing": "Witten-Bell", "toolkit": "IRSTLM tlm",
                                   "lists": len(items)},
         "confusions": len(confusions), "confusions_lists": len(items), "conventions": conventions.describe(),
-        "network": network, "test": figures, "served": served, "gate": gate,
+        "network": network, "test": figures, "served": served, "trust_floor": floor,
         "test_note": "the test figures are those of the rules and domain LM learned from the train split; the folder "
                      "serves them learned from every list",
         "dev_note": "rerank.*.dev are the dev lists the stage was fitted on",

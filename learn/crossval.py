@@ -4,8 +4,8 @@ A team with one labelled file has no other held-out lists: this cuts the file's 
 sha256 of their ids, and for each fold adapts on the other folds (`python -m learn.adapt`, in a subprocess, its log
 kept) and scores the adapted folder on the fold it never saw, beside TOP1, the shipped model and the rule memo
 (`learn.memo_baseline`, learned from the same other folds). With `--limits`, each fold's lists are also asked what
-limits the adapted model (`learn.limits`: are the truth's edits among its candidates at all, kept out by the gate,
-or ranked wrong).
+limits the adapted model (`learn.limits`: are the truth's edits among its candidates at all, kept out by the trust
+floor, or ranked wrong).
 
 Writes under `--out`: `foldK/train.jsonl`, `foldK/test.jsonl`, `foldK/adapted/` (the folder `learn.adapt` wrote),
 `foldK/adapt.log`, and `crossval.json` and `crossval.md` (a table per fold and pooled over folds: the fold's

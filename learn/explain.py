@@ -1,8 +1,8 @@
 """What an adapted folder learned: `python -m learn.explain --weights DIR [--data FILE] [--shown N]`.
 
 Prints the folder's most trusted confusion rules (source → target, count / seen in the lists it was learned from,
-the out-of-fold counts, the trust, and whether it reaches the gate the folder serves), and, for a labelled file, a
-sample of the lists the served model changed for the better, made worse, and left wrong, each with TOP1, the answer
+the out-of-fold counts, the trust, and whether it reaches the trust floor the folder serves), and, for a labelled file,
+a sample of the lists the served model changed for the better, made worse, and left wrong, each with TOP1, the answer
 and the truth. (`learn.adapt` prints the same rules table when it finishes.)
 """
 

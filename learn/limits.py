@@ -8,8 +8,8 @@ Each wrong TOP1 is cut into its error spans (`preprocess.rules.edit_spans(top1, 
 - `ranked_wrong`: some candidate of the second stage makes it, the answer does not (the stage kept TOP1, or chose
   another sentence); split by whether the word trigram alone, and the domain LM alone, prefer TOP1 with this span
   fixed to TOP1;
-- `gated`: no candidate makes it, but one of the folder's confusion rules would (its trust under the gate, or past
-  the rewrites offered per list);
+- `under_floor`: no candidate makes it, but one of the folder's confusion rules would (its trust under the trust
+  floor, or past the rewrites offered per list);
 - `seen_rarely`: no rule, but the train lists (`--train`) hold the same rewrite, fewer times than a rule needs;
 - `unseen`: the train lists never hold it.
 
@@ -37,7 +37,7 @@ from model.corrector import Corrector
 from preprocess.rules import Span, edit_spans, span_context
 from preprocess.text import NBest, han_chars, strip_spaces
 
-OUTCOMES = ("fixed", "ranked_wrong", "gated", "seen_rarely", "unseen")
+OUTCOMES = ("fixed", "ranked_wrong", "under_floor", "seen_rarely", "unseen")
 
 
 def _key(span: Span) -> tuple[int, int, str]:
@@ -120,7 +120,7 @@ def limits_of(corrector: Corrector, lists: list[NBest], truths: list[str],
                     ranked["the stage kept TOP1"] += answer == top1
                     ranked["spans"] += 1
                 elif key in by_rule:
-                    outcome = "gated"
+                    outcome = "under_floor"
                 elif (span.source, span.target) in seen or (ctx, ctx[0] + span.target + ctx[-1]) in seen:
                     outcome = "seen_rarely"
                 else:

@@ -94,7 +94,7 @@ class RuleMemo:
     def learn(cls, pairs: Sequence[tuple[str, str]], lm: LanguageModel, margin: float = 0.0) -> RuleMemo:
         """Learn from (TOP1, truth) pairs, Han characters only."""
         learnt = learn_confusions([p for p in pairs if p[0] and p[1]], min_count=MEMO_MIN_COUNT)
-        kept = Confusions([r for r in learnt.rules if r.rate >= MEMO_MIN_RATE], gate=MEMO_MIN_RATE)
+        kept = Confusions([r for r in learnt.rules if r.rate >= MEMO_MIN_RATE], floor=MEMO_MIN_RATE)
         return cls(kept, CharTrigram([t for _, t in pairs if t]), lm, margin)
 
     def score(self, text: str) -> float:

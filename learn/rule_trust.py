@@ -22,7 +22,8 @@ stage where the language models prefer its rewrite, so that is the rate that tel
 most of the places its source occurs may be right at most of those where the models prefer it.
 `held_seen` and `held_count` then count those places.
 
-`learn.adapt` fits the gate (the least trust that lets a rule act) among `GATES` on the lists it fits the stage on.
+`learn.adapt` fits the trust floor (the least trust that lets a rule act) among `TRUST_FLOORS` on the lists it fits
+the stage on.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from rapidfuzz.distance import Levenshtein
 from learn.error_stats import classify_span
 from preprocess.rules import BOS, EOS, MAX_SPAN, Confusions, Rule, edit_spans, span_context
 
-# the gates `learn.adapt` chooses among, on the lists it fits the stage on; GATE_CLOSED lets no rule act
-GATES = (0.05, 0.1, 0.2, 0.3, 0.5)
-GATE_CLOSED = 1.01
+# the trust floors `learn.adapt` chooses among, on the lists it fits the stage on; FLOOR_CLOSED lets no rule act
+TRUST_FLOORS = (0.05, 0.1, 0.2, 0.3, 0.5)
+FLOOR_CLOSED = 1.01
 # a kind with fewer rules measured out of fold takes the prior of all rules
 MIN_RULES_PER_KIND = 8
 PRIOR_STRENGTHS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -49,10 +50,10 @@ Scorer = Callable[[list[str]], Callable[[str], float]]
 
 
 def learn_confusions(pairs: Iterable[tuple[str, str]], min_count: int = 2, folds: int = 0, seed: int = 0,
-                     gate: float | None = None, scorer: Scorer | None = None) -> Confusions:
+                     floor: float | None = None, scorer: Scorer | None = None) -> Confusions:
     """Count rules over (TOP1, truth) pairs, then how often each kept rule's source appears in the TOP1s; with
     `folds` >= 2, each rule's trust (out of fold, where `scorer` prefers its rewrite when one is given, shrunk toward
-    its kind: the module's docstring)."""
+    its kind: the module's docstring); `floor` the trust floor the confusions serve."""
     pairs = list(pairs)
     counts = _rule_counts(pairs)
     kept = {k: n for k, n in counts.items() if n >= min_count}
@@ -62,7 +63,7 @@ def learn_confusions(pairs: Iterable[tuple[str, str]], min_count: int = 2, folds
         held = _held_out(pairs, kept, min_count, folds, seed) if scorer is None else \
             _held_out_agreed(pairs, kept, min_count, folds, seed, scorer)
         rules = _trusted(rules, held)
-    return Confusions(rules, gate)
+    return Confusions(rules, floor)
 
 
 def _rule_counts(pairs: list[tuple[str, str]]) -> Counter[tuple[str, str, bool]]:

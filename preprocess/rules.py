@@ -13,8 +13,9 @@ context) appears in the training TOP1s, right or wrong; its **trust** is its rat
 kind's (issue 39). How both are learned is `learn.rule_trust`'s (`learn_confusions`); this module holds what serving
 needs of them: the rules, and what they offer and credit.
 
-Only rules whose trust reaches the **gate** offer a rewrite or earn confusion credit; `learn.adapt` fits the gate
-on the lists it fits the stage on, never fixes it. Rules learned without folds (and folders written before trust)
+Only rules whose trust reaches the **trust floor** offer a rewrite or earn confusion credit; `learn.adapt` fits the
+floor on the lists it fits the stage on, never fixes it (an adapted folder's `confusions.json` holds it as
+`trust_floor`; one written before the name, as `gate`). Rules learned without folds (and folders written before trust)
 have no trust: their rate stands in for it and the old floors apply (`MIN_REWRITE_RATE`, `RATE_FLOOR`).
 
 Pure strings: no model, no torch. `model.adaptation` saves the rules with their counts beside the weights.
@@ -115,10 +116,10 @@ class Rule:
 class Confusions:
     """The rules learned from one recogniser's lists, indexed by source for rewriting and scoring."""
 
-    def __init__(self, rules: Iterable[Rule], gate: float | None = None) -> None:
+    def __init__(self, rules: Iterable[Rule], floor: float | None = None) -> None:
         self.rules = sorted(rules, key=lambda r: (-r.count, r.source, r.target))
-        # None: rules without trust, the old floors; a number: the least trust that lets a rule act
-        self.gate = gate
+        # the trust floor. None: rules without trust, the old floors; a number: the least trust that lets a rule act
+        self.floor = floor
         self._by_pair: dict[tuple[str, str, bool], Rule] = {(r.source, r.target, r.in_context): r for r in self.rules}
         self._by_source: dict[tuple[str, bool], list[Rule]] = {}
         for r in self.rules:
@@ -127,34 +128,35 @@ class Confusions:
     def __len__(self) -> int:
         return len(self.rules)
 
-    def with_gate(self, gate: float | None) -> Confusions:
-        """The same rules behind another gate (this one unchanged)."""
-        return Confusions(self.rules, gate)
+    def with_floor(self, floor: float | None) -> Confusions:
+        """The same rules under another trust floor (this one unchanged)."""
+        return Confusions(self.rules, floor)
 
     def trusted(self) -> list[Rule]:
         """The rules, most trusted first (ties: more often seen)."""
         return sorted(self.rules, key=lambda r: (-r.weight, -r.count, r.source, r.target))
 
     def acts(self, rule: Rule) -> bool:
-        """Tell whether a rule may offer its rewrite (its weight reaches the gate, or the old floor)."""
-        return rule.weight >= (MIN_REWRITE_RATE if self.gate is None else self.gate)
+        """Tell whether a rule may offer its rewrite (its weight reaches the trust floor, or the old rate floor)."""
+        return rule.weight >= (MIN_REWRITE_RATE if self.floor is None else self.floor)
 
     def _credits(self, rule: Rule) -> bool:
-        return rule.rate > RATE_FLOOR if self.gate is None else rule.weight >= self.gate
+        return rule.rate > RATE_FLOOR if self.floor is None else rule.weight >= self.floor
 
     def to_dict(self) -> dict:
         trusted = any(r.trust is not None for r in self.rules)
         columns = ["source", "target", "in_context", "count", "seen"]
         out: dict = {"columns": columns + (["held_count", "held_seen", "trust"] if trusted else []),
                      "rules": [r.to_row() for r in self.rules]}
-        if self.gate is not None:
-            out["gate"] = self.gate
+        if self.floor is not None:
+            out["trust_floor"] = self.floor
         return out
 
     @classmethod
     def from_dict(cls, raw: dict) -> Confusions:
-        gate = raw.get("gate")
-        return cls((Rule.from_row(row) for row in raw["rules"]), None if gate is None else float(gate))
+        """The confusions `to_dict` wrote: the trust floor under "trust_floor", or "gate" in a folder written before."""
+        floor = raw.get("trust_floor", raw.get("gate"))
+        return cls((Rule.from_row(row) for row in raw["rules"]), None if floor is None else float(floor))
 
     def rule_for(self, top1: str, span: Span) -> Rule | None:
         """The rule that explains one edit of a candidate against TOP1: in context if known, else bare."""
@@ -166,7 +168,7 @@ class Confusions:
 
     def evidence(self, top1: str, text: str) -> float:
         """Sum, over the edits that turn TOP1 into `text`, of log10(rate / RATE_FLOOR) of the rule explaining each
-        (0 for an edit no rule explains, or one whose rule does not reach the gate). A rule's weight is its trust
+        (0 for an edit no rule explains, or one whose rule does not reach the trust floor). A rule's weight is its trust
         where it has one, else its rate."""
         total = 0.0
         for span in edit_spans(top1, text):
@@ -203,7 +205,8 @@ class Confusions:
                 break
         combined, taken = top1, []
         for start, end, target, rule in found:  # by rate; non-overlapping, applied right to left
-            if rule.weight >= max(COMBINED_RATE, self.gate or 0.0) and all(end <= s or start >= e for s, e, _ in taken):
+            combinable = rule.weight >= max(COMBINED_RATE, self.floor or 0.0)
+            if combinable and all(end <= s or start >= e for s, e, _ in taken):
                 taken.append((start, end, target))
         for start, end, target in sorted(taken, reverse=True):
             combined = combined[:start] + target + combined[end:]

@@ -405,7 +405,7 @@ def test_a_file_where_the_stage_cannot_win_is_served_by_the_shipped_stage_and_sa
     meta = json.loads((out / "config.json").read_text(encoding="utf-8"))
     shipped = json.loads((Corrector().weights_dir / "config.json").read_text(encoding="utf-8"))
     assert meta["adaptation"]["provenance"]["served"] == "shipped" and meta["rerank"] == shipped["rerank"]
-    assert json.loads((out / "confusions.json").read_text(encoding="utf-8"))["gate"] > 1
+    assert json.loads((out / "confusions.json").read_text(encoding="utf-8"))["trust_floor"] > 1
     check_weights(Config.from_env({"WEIGHTS_DIR": str(out)}))
 
 

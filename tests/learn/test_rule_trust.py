@@ -44,9 +44,9 @@ def test_trust_is_measured_out_of_fold():
     assert rule.count == 2 and rule.held_count in (0, 2) and rule.held_seen >= rule.held_count
 
 
-def test_a_common_source_rarely_rewritten_is_trusted_little_and_the_gate_stops_it():
+def test_a_common_source_rarely_rewritten_is_trusted_little_and_the_trust_floor_stops_it():
     pairs = [("我的卡", "我的卡")] * 200 + [("我的卡", "我得卡")] * 6 + [("查尋", "查詢")] * 6
-    confusions = learn_confusions(pairs, folds=5, seed=1, gate=0.2)
+    confusions = learn_confusions(pairs, folds=5, seed=1, floor=0.2)
     rules = {(r.source, r.target, r.in_context): r for r in confusions.rules}
     weak, strong = rules[("的", "得", False)], rules[("尋", "詢", False)]
     assert weak.trust is not None and weak.trust < 0.1 < 0.9 < (strong.trust or 0)
@@ -54,10 +54,10 @@ def test_a_common_source_rarely_rewritten_is_trusted_little_and_the_gate_stops_i
     assert confusions.evidence("我的卡", "我得卡") == 0.0 < confusions.evidence("查尋", "查詢")
 
 
-def test_trusted_rules_and_their_gate_round_trip():
-    confusions = learn_confusions(_recogniser_pairs(), folds=5, seed=3, gate=0.3)
+def test_trusted_rules_and_their_trust_floor_round_trip():
+    confusions = learn_confusions(_recogniser_pairs(), folds=5, seed=3, floor=0.3)
     again = Confusions.from_dict(confusions.to_dict())
-    assert again.rules == confusions.rules and again.gate == 0.3
+    assert again.rules == confusions.rules and again.floor == 0.3
 
 
 def _bigram_scorer(truths: list[str]):
@@ -79,5 +79,5 @@ def test_trust_where_the_models_agree_counts_only_the_places_they_prefer_the_rew
     assert rule.trust is not None and rule.trust < 0.3
     assert where.trust is not None and where.trust > 0.8
     assert where.held_seen < rule.held_seen and where.held_count == rule.held_count == 30
-    confusions = learn_confusions(pairs, folds=5, seed=2, gate=0.5, scorer=_bigram_scorer)
+    confusions = learn_confusions(pairs, folds=5, seed=2, floor=0.5, scorer=_bigram_scorer)
     assert "又來了" in confusions.rewrites("有來了")

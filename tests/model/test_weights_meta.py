@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from config import DEFAULT_WEIGHTS_DIR, REPO_ROOT, Config, ConfigError
-from model.contract import check_weights, check_weights_dir
+from model.contract import check_weights, check_weights_dir, sha256
 from model.corrector import Corrector
 from model.weights_meta import CONFIG_FILE, NETWORK_FILE, VOCAB_FILE, RerankStage, WeightsMeta, WeightsMetaError
 from preprocess.text import NBest
@@ -76,6 +76,37 @@ def test_a_folder_adapted_at_427ba62_is_served_with_its_adaptation(adapted):
     assert corrector.adaptation is not None and corrector.adaptation.conventions.allows("台", "臺")
     assert corrector.info["adapted"]["split"]["seed"] == 7
     assert corrector.predict_batch([NBest(("我 想 申請 貸款",))]) == ["我想申請貸款"]
+
+
+def _with_trust_floor(folder: Path, key: str, floor: float) -> Path:
+    """`folder` with its confusions.json holding the trust floor under `key` (and config.json its new sha256)."""
+    confusions = folder / "confusions.json"
+    confusions.write_text(json.dumps(json.loads(confusions.read_text(encoding="utf-8")) | {key: floor},
+                                     ensure_ascii=False), encoding="utf-8")
+    raw = _raw(folder)
+    raw["adaptation"]["files"]["confusions"]["sha256"] = sha256(confusions)
+    (folder / CONFIG_FILE).write_text(json.dumps(raw, ensure_ascii=False), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.real_model
+def test_a_folder_whose_confusions_json_names_its_trust_floor_gate_is_served_under_that_floor(adapted, tmp_path):
+    # learn.adapt wrote the trust floor as "gate" until it was renamed; such a folder serves as it did. The fixture's
+    # rules are all at rate 1: without a floor 台 → 臺 acts, under the closed floor (1.01) none does
+    folders = {"none": adapted}
+    for key in ("gate", "trust_floor"):
+        folders[key] = _with_trust_floor(shutil.copytree(adapted, tmp_path / key, symlinks=True), key, 1.01)
+    lists = [NBest(("台灣 的 銀行", "台灣 得 銀行")), NBest(("我 在 台北 工作",))]
+    answers = {}
+    for name, folder in folders.items():
+        check_weights_dir(folder)
+        corrector = Corrector(folder, device="cpu")
+        corrector.setup()
+        assert corrector.adaptation is not None
+        answers[name] = (corrector.adaptation.confusions.floor, corrector.predict_batch(lists))
+
+    assert answers["none"] == (None, ["臺灣的銀行", "我在台北工作"])
+    assert answers["gate"] == answers["trust_floor"] == (1.01, ["台灣的銀行", "我在台北工作"])
 
 
 def test_a_folder_trained_at_427ba62_without_a_second_stage_loads(tmp_path):

@@ -32,14 +32,36 @@ def test_confusions_round_trip_through_their_saved_form():
 
 def test_rules_saved_before_trust_still_load_and_weigh_by_their_rate():
     old = Confusions.from_dict({"rules": [["尋", "詢", 0, 2, 3]]})
-    assert old.gate is None and old.rules[0].trust is None and old.rules[0].weight == old.rules[0].rate
+    assert old.floor is None and old.rules[0].trust is None and old.rules[0].weight == old.rules[0].rate
 
 
-def test_with_gate_returns_the_same_rules_behind_another_gate_and_leaves_the_original_as_it_was():
+def test_the_trust_floor_is_saved_as_trust_floor_and_read_back():
+    confusions = learn_confusions(PAIRS, folds=2, floor=0.3)
+    saved = confusions.to_dict()
+
+    assert saved["trust_floor"] == 0.3 and "gate" not in saved
+    assert Confusions.from_dict(saved).floor == 0.3
+
+
+def test_a_trust_floor_saved_as_gate_before_its_rename_still_loads_and_lets_the_same_rules_act():
     trusted = Rule("台", "臺", False, 8, 10, held_count=7, held_seen=10, trust=0.6)
     doubtful = Rule("在", "再", False, 3, 10, held_count=1, held_seen=10, trust=0.2)
-    open_gate = Confusions([trusted, doubtful], gate=0.1)
-    closed = open_gate.with_gate(0.5)
-    assert closed is not open_gate and closed.rules == open_gate.rules
-    assert open_gate.gate == 0.1 and open_gate.acts(doubtful)
-    assert closed.gate == 0.5 and closed.acts(trusted) and not closed.acts(doubtful)
+    rows = [trusted.to_row(), doubtful.to_row()]
+
+    old = Confusions.from_dict({"rules": rows, "gate": 0.5})
+    new = Confusions.from_dict({"rules": rows, "trust_floor": 0.5})
+
+    assert old.floor == new.floor == 0.5
+    assert old.acts(trusted) and not old.acts(doubtful)
+    assert old.rewrites("我在台北") == new.rewrites("我在台北") == ["我在臺北"]
+    assert old.to_dict() == new.to_dict() and "gate" not in old.to_dict()
+
+
+def test_with_floor_returns_the_same_rules_under_another_floor_and_leaves_the_original_as_it_was():
+    trusted = Rule("台", "臺", False, 8, 10, held_count=7, held_seen=10, trust=0.6)
+    doubtful = Rule("在", "再", False, 3, 10, held_count=1, held_seen=10, trust=0.2)
+    low = Confusions([trusted, doubtful], floor=0.1)
+    high = low.with_floor(0.5)
+    assert high is not low and high.rules == low.rules
+    assert low.floor == 0.1 and low.acts(doubtful)
+    assert high.floor == 0.5 and high.acts(trusted) and not high.acts(doubtful)
