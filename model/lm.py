@@ -31,9 +31,13 @@ from config import DEFAULT_LM_PATH
 MAX_WORD = 6  # the longest word the segmenter tries, in characters
 MAX_CACHED_WORDS = 1_000_000  # about 150 MB of cached substrings
 # most substrings of a sentence are no word: they all share one entry in the word cache (about 60 bytes each)
-_NO_WORD = (-math.inf, False)
+_NO_WORD = (-math.inf, False, 0.0)
 MAX_CACHED_WINDOWS = 200_000  # windows of MAX_WORD characters and the words ending there: about 60 MB
 MAX_CACHED_SCORES = 200_000  # whole sentences' scores
+# a word's entry (`LanguageModel._unigram`): log10 unigram, in the trigram, Taiwan log10 unigram (the floor if none)
+Entry = tuple[float, bool, float]
+# LMScore's fields: plain tuples of numbers and strings (`LanguageModel.__init__`)
+Fields = tuple[float, tuple[str, ...], int, float]
 
 
 class LanguageModelError(RuntimeError):
@@ -129,9 +133,9 @@ class LanguageModel:
         self._local = threading.local()
         # substring -> _unigram(): emptied when full (cheaper than an LRU on the hot loop, and refilled at once).
         # Both caches are keyed by the traditional text and its simplified conversion, interleaved (`segment`).
-        self._words: dict[str, tuple[float, bool]] = {}
+        self._words: dict[str, Entry] = {}
         # window of MAX_WORD characters -> the words (of `_words`) that end at its last character; emptied with it
-        self._windows: dict[str, tuple[tuple[int, tuple[float, bool]], ...]] = {}
+        self._windows: dict[str, tuple[Entry, ...]] = {}
         # the scores as plain tuples of numbers and strings, which Python's cyclic GC stops tracking: 200,000 LMScore
         # objects were most of what a served process's full collections scanned (`hosting.loading.freeze_set_up`)
         self._scored = lru_cache(maxsize=MAX_CACHED_SCORES)(self._score_fields)
@@ -155,20 +159,25 @@ class LanguageModel:
             simple = "".join(conv.convert(c)[:1] or c for c in text)
         return simple
 
-    def _unigram(self, simple: str, trad: str) -> tuple[float, bool]:
-        """Return (log10 unigram probability, in the trigram) of one word; -inf for an unknown longer word."""
-        if simple in self.model:
-            return self.model.score(simple, bos=False, eos=False), True
+    def _unigram(self, simple: str, trad: str) -> Entry:
+        """Return (log10 unigram probability, in the trigram, Taiwan log10 unigram or floor) of one word; `_NO_WORD`
+        for an unknown longer word."""
         tw = self._taiwan(trad)
+        if simple in self.model:
+            return self.model.score(simple, bos=False, eos=False), True, self.floor if tw is None else tw
         if tw is not None:
-            return tw + self.oov_backoff, False
+            return tw + self.oov_backoff, False, tw
         if len(trad) == 1:
-            return self.floor, False
+            return self.floor, False, self.floor
         return _NO_WORD
 
     def segment(self, trad: str) -> list[tuple[str, str, float, bool]]:
         """Split a traditional sentence into the most probable words: (simplified, traditional, unigram, known)."""
         simple = self.to_simplified(trad)
+        return [(simple[i:j], trad[i:j], u, known) for i, j, (u, known, _) in self._split(trad, simple)]
+
+    def _split(self, trad: str, simple: str) -> list[tuple[int, int, Entry]]:
+        """The most probable words of a sentence, as (start, end, word entry), in order."""
         if len(self._words) > MAX_CACHED_WORDS:
             self._words.clear()
             self._windows.clear()  # they hold the words' entries
@@ -182,32 +191,35 @@ class LanguageModel:
         both = "".join(map(operator.add, trad, simple))
         n = len(trad)
         best = [0.0] + [-math.inf] * n
-        back: list[tuple[int, tuple[float, bool]]] = [(0, (0.0, True))] * (n + 1)
+        back: list[tuple[int, Entry]] = [(0, _NO_WORD)] * (n + 1)
         # the words that may end at j are those of the window of MAX_WORD characters before it: one lookup per
         # position instead of one per substring (this runs for every candidate sentence of every list)
         for j in range(1, n + 1):
-            lo = j - MAX_WORD if j > MAX_WORD else 0
-            key = both[2 * lo : 2 * j]
+            key = both[2 * j - 2 * MAX_WORD if j > MAX_WORD else 0 : 2 * j]
             ends = windows.get(key)
             if ends is None:
-                ends = windows[key] = self._window(trad, simple, both, lo, j)
+                ends = windows[key] = self._window(trad, simple, both, j)
+            if len(ends) == 1:  # the character alone (most positions: issue 61)
+                entry = ends[0]
+                best[j], back[j] = best[j - 1] + entry[0], (j - 1, entry)
+                continue
             top, arg = -math.inf, back[j]
-            for k, entry in ends:
-                value = best[lo + k] + entry[0]
-                if value > top:
-                    top, arg = value, (lo + k, entry)
+            for i, entry in zip(range(j - len(ends), j), ends, strict=True):
+                if entry is not _NO_WORD and (value := best[i] + entry[0]) > top:
+                    top, arg = value, (i, entry)
             best[j], back[j] = top, arg
-        out: list[tuple[str, str, float, bool]] = []
+        out = []
         j = n
         while j > 0:
-            i, (u, known) = back[j]
-            out.append((simple[i:j], trad[i:j], u, known))
+            i, entry = back[j]
+            out.append((i, j, entry))
             j = i
         return out[::-1]
 
-    def _window(self, trad: str, simple: str, both: str, lo: int, j: int) -> tuple[tuple[int, tuple[float, bool]], ...]:
-        """The words of trad[lo:j] that end at j, longest first, as (start - lo, word entry); a substring that is
-        no word (-inf) is left out, as it could never be the best split.
+    def _window(self, trad: str, simple: str, both: str, j: int) -> tuple[Entry, ...]:
+        """The words of the MAX_WORD characters of trad up to j that end at j: the entry of each substring
+        trad[j - d:j], the longest d first, down to the character alone (d = 1); a substring that is no word is
+        `_NO_WORD` (-inf: never the best split), and the longest ones while they are none are left out.
 
         From the shortest up: once a substring is, in neither script, the suffix of a known word, no longer one is
         a word, and the rest are not looked up (a new window cost 6 lookups and ~3 KenLM queries; now ~2 set
@@ -215,7 +227,7 @@ class LanguageModel:
         words = self._words
         suffixes = self._suffixes
         ends = []
-        for i in range(j - 1, lo - 1, -1):
+        for i in range(j - 1, max(0, j - MAX_WORD) - 1, -1):
             sub = trad[i:j]
             if i < j - 1 and suffixes is not None and sub not in suffixes and simple[i:j] not in suffixes:
                 break
@@ -223,24 +235,24 @@ class LanguageModel:
             entry = words.get(key)
             if entry is None:
                 entry = words[key] = self._unigram(simple[i:j], sub)
-            if entry is not _NO_WORD:
-                ends.append((i - lo, entry))
+            ends.append(entry)
+        while len(ends) > 1 and ends[-1] is _NO_WORD:
+            ends.pop()
         return tuple(ends[::-1])
 
-    def _score_fields(self, trad: str) -> tuple[float, tuple[str, ...], int, float]:
+    def _score_fields(self, trad: str) -> Fields:
         """LMScore's fields of a sentence, as an exact tuple."""
         model = self.model
         state, out = kenlm.State(), kenlm.State()
         model.BeginSentenceWrite(state)
         total = taiwan = 0.0
         oov = 0
-        words = self.segment(trad)
-        taiwan_logp = self.lexicon.logp.get
-        for simple, word, u, known in words:
-            tw = taiwan_logp(word)
-            taiwan += self.floor if tw is None else tw
+        simple = self.to_simplified(trad)
+        words = self._split(trad, simple)
+        for i, j, (u, known, tw) in words:
+            taiwan += tw
             if known:
-                total += model.BaseScore(state, simple, out)
+                total += model.BaseScore(state, simple[i:j], out)
                 state, out = out, state
             else:
                 # the trigram lacks it: the Taiwan prior (or floor) instead of <unk>, and the context restarts
@@ -248,7 +260,7 @@ class LanguageModel:
                 oov += 1
                 model.NullContextWrite(state)
         total += model.BaseScore(state, "</s>", out)
-        return total, tuple([w[1] for w in words]), oov, taiwan
+        return total, tuple([trad[i:j] for i, j, _ in words]), oov, taiwan
 
     def score(self, trad: str) -> LMScore:
         """Score a whole traditional sentence (cached)."""

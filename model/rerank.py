@@ -23,6 +23,8 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import asdict, dataclass, fields
+from itertools import compress
+from operator import ne
 
 import numpy as np
 
@@ -210,6 +212,13 @@ def _log_p(example: Example, probs: np.ndarray, i: int, seg: str) -> float:
     return math.log(max(p, FLOOR_P))
 
 
+def _memo_log_p(memo: dict[tuple[int, str], float], example: Example, probs: np.ndarray, i: int, seg: str) -> float:
+    value = memo.get((i, seg))
+    if value is None:
+        value = memo[i, seg] = _log_p(example, probs, i, seg)
+    return value
+
+
 class Reranker:
     """Choose one sentence per n-best list; the language model is loaded once and shared."""
 
@@ -252,11 +261,14 @@ class Reranker:
         adapted = self.adaptation
         domain_base = adapted.domain_lm.score(top1) if adapted is not None else 0.0
         out = []
+        positions = range(len(top1))
+        log_p: dict[tuple[int, str], float] = {}  # a list's candidates share most changes, and TOP1's keeps all
         for k, c in enumerate(cands):
             net = 0.0
-            changed = [i for i, (seg, char) in enumerate(zip(c.choice, top1, strict=True)) if seg != char]
+            changed = list(compress(positions, map(ne, c.choice, top1)))  # a choice holds a segment per position
             if probs is not None:
-                net = sum(_log_p(example, probs, i, c.choice[i]) - _log_p(example, probs, i, top1[i]) for i in changed)
+                net = sum(_memo_log_p(log_p, example, probs, i, c.choice[i])
+                          - _memo_log_p(log_p, example, probs, i, top1[i]) for i in changed)
             s = lm.score(c.text) if lm is not None else None
             out.append((
                 s.logp - base.logp if s and base else 0.0,  # lm

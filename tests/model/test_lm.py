@@ -1,11 +1,13 @@
 """model.lm: the word trigram with a Taiwan prior, on traditional text (the shipped LM file, no network)."""
 
+import math
+import random
 from pathlib import Path
 
 import pytest
 
 from config import DEFAULT_LM_PATH
-from model.lm import LanguageModel, LanguageModelError, kenlm_words, word_suffixes
+from model.lm import MAX_WORD, LanguageModel, LanguageModelError, kenlm_words, word_suffixes
 from preprocess.text import han_chars
 
 pytestmark = pytest.mark.real_model
@@ -98,3 +100,46 @@ def test_lm_caches_scores_as_values_the_cyclic_gc_stops_tracking(lm):
     gc.collect()  # a tuple is untracked once its items are: the words' tuple may be seen after the score's in a pass
     assert not gc.is_tracked(lm._scored(sentence))
     assert lm.score(sentence) == score
+
+
+def reference_segment(lm: LanguageModel, trad: str) -> list[tuple[str, str, float, bool]]:
+    """The plain split `LanguageModel.segment` speeds up (windows cached, pruned by suffixes, the character alone taken
+    at once: issues 21 and 61): per character j, every word ending there from the longest, kept when strictly
+    better."""
+    simple = lm.to_simplified(trad)
+    n = len(trad)
+    best = [0.0] + [-math.inf] * n
+    back: list[tuple[int, float, bool]] = [(0, 0.0, True)] * (n + 1)
+    for j in range(1, n + 1):
+        top, arg = -math.inf, back[j]
+        for i in range(max(0, j - MAX_WORD), j):
+            u, known, _ = lm._unigram(simple[i:j], trad[i:j])
+            if u > -math.inf and best[i] + u > top:
+                top, arg = best[i] + u, (i, u, known)
+        best[j], back[j] = top, arg
+    out = []
+    j = n
+    while j > 0:
+        i, u, known = back[j]
+        out.append((simple[i:j], trad[i:j], u, known))
+        j = i
+    return out[::-1]
+
+
+def test_lm_splits_as_the_plain_loop_splits(lm, real_requests):
+    """Varied sentences: the real lists' hypotheses, and edits of them (characters swapped in, dropped, doubled)."""
+    base = sorted({han_chars(s) for body in real_requests for s in body["sentence_list"]} - {""})
+    rng = random.Random(61)
+    chars = "".join(base)
+    sentences = [*base, "𠀋", "𠀋𠀋一下", "臺灣的捷運站在哪裡", "我要對統一發票", "他告訴讀者怎樣瞭解"]
+    for _ in range(400):
+        s = list(rng.choice(base))
+        for _ in range(rng.randint(1, 3)):
+            k = rng.randrange(len(s))
+            s[k] = rng.choice([rng.choice(chars), "", s[k] * 2])
+        sentences.append("".join(s) or "我")
+    sentences.append("".join(rng.choice(chars) for _ in range(80)))
+    for sentence in sentences:
+        assert lm.segment(sentence) == reference_segment(lm, sentence)
+        words = reference_segment(lm, sentence)
+        assert lm.score(sentence).words == tuple(w[1] for w in words)
