@@ -3,9 +3,9 @@ engine's own (`Engine.in_flight`: admitted and not yet resolved), read, never ke
 
 Both doors ask it (`api.answers`): the worker's event loop before handing a request to a thread (`at_door=True`), and
 the view before submitting the question to the batcher. A question it keeps from the model is answered TOP1 at once,
-with the path of the gate that kept it, checked in this order (as Triton's queue policy, one table):
+with the path of the check that kept it, asked in this order (as Triton's queue policy, one table):
 
-| gate | refuses when | path | setting |
+| check | refuses when | path | setting |
 |---|---|---|---|
 | thread pool (event loop only) | `pool_cap` requests are in the thread pool | `pool_full` | `MAX_BATCH_SIZE` (twice) |
 | late accept | less than `min_model_budget_s` of the budget is left | `late_accept` | `MIN_MODEL_BUDGET_S` |
@@ -105,7 +105,7 @@ class _Minimum:
 
 
 class Admission:
-    """Decides whether a question may go to the model (module docstring: the gates, in order).
+    """Decides whether a question may go to the model (module docstring: the checks, in order).
 
     `on_model` counts the questions on the model: the engine's `in_flight` in service (`create_app` builds the
     admission with it), a fake count in tests. Thread safety: every method may be called from any thread (the event
@@ -155,16 +155,16 @@ class Admission:
         with self._lock:
             self._in_pool -= 1
 
-    # --- the gates --------------------------------------------------------------------------------------------
+    # --- the checks -------------------------------------------------------------------------------------------
 
     def refusal(self, deadline: float, now: float, at_door: bool = False) -> AnswerPath | None:
-        """Say which gate keeps a question arriving now from the model (None: none).
+        """Say which check keeps a question arriving now from the model (None: none).
 
         `at_door`: asked by the event loop for a request not yet in the pool, where a full pool refuses too.
         """
         with self._lock:
             change = self._roll(self._clock())
-            path = self._gate(deadline, now, at_door)
+            path = self._check(deadline, now, at_door)
         _log_change(change)
         return path
 
@@ -194,7 +194,7 @@ class Admission:
         _log_change(change)
         return snapshot
 
-    def _gate(self, deadline: float, now: float, at_door: bool) -> AnswerPath | None:
+    def _check(self, deadline: float, now: float, at_door: bool) -> AnswerPath | None:
         if at_door and self._in_pool >= self.pool_cap:
             return AnswerPath.POOL_FULL
         if deadline - now < self.min_model_budget_s:

@@ -2,7 +2,7 @@
 
 Every answer is either the model's (`MODEL`), one already computed (`CACHED`, `RETRY_CACHED`), or TOP1 for one of
 the reasons below. `api.answers` decides them all, for whichever door takes the request (the worker's event loop or
-a view on a thread); `api.admission` names the three gates that keep a question from the model (`POOL_FULL`,
+a view on a thread); `api.admission` names the three checks that keep a question from the model (`POOL_FULL`,
 `LATE_ACCEPT`, `SHED`), and the batcher's own bound refuses past them (`OVERLOAD`).
 """
 

@@ -307,7 +307,7 @@ def test_the_app_counts_questions_on_the_model_with_its_engine(app):
     assert state.engine.describe()["max_in_flight"] == state.config.pool_cap
 
 
-def test_the_readme_gates_table_names_the_gates_the_code_has():
+def test_the_readme_checks_table_names_the_admission_checks_the_code_has():
     import re
 
     import api.admission
@@ -317,6 +317,6 @@ def test_the_readme_gates_table_names_the_gates_the_code_has():
         table = text[text.index(heading):].split("\n\n")[0]
         return re.findall(r"^\| [^|]+ \| [^|]+ \| `(\w+)` \|", table, flags=re.M)
 
-    readme = paths_of((REPO_ROOT / "README.md").read_text(encoding="utf-8"), "| gate | acts when |")
-    in_code = paths_of(api.admission.__doc__, "| gate | refuses when |")
+    readme = paths_of((REPO_ROOT / "README.md").read_text(encoding="utf-8"), "| check | acts when |")
+    in_code = paths_of(api.admission.__doc__, "| check | refuses when |")
     assert readme == [*in_code, AnswerPath.OVERLOAD.value] == ["pool_full", "late_accept", "shed", "overload"]
