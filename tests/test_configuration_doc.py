@@ -1,4 +1,4 @@
-"""docs/configuration.md's settings table agrees with `config.Config`, as README's admission checks table does with the code."""
+"""docs/configuration.md's settings table agrees with `config.Config`, as README's checks table does with the code."""
 
 from __future__ import annotations
 
