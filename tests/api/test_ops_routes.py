@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import tomllib
 
@@ -168,20 +169,35 @@ def test_metrics_count_requests_by_path_with_batches_queue_wait_and_cache_lookup
     assert metric(client, "esun_requests_in_flight") == 0
 
 
-def test_metrics_show_request_in_flight_and_deadline_fallback(make_app, fake_corrector, make_body):
+def test_metrics_count_a_request_in_flight_while_the_model_holds_it(make_app, config, fake_corrector, make_body):
+    """A patient budget (60 s): the request stays in flight until the test lets the model answer, however slow CI is."""
     gate = threading.Event()
     corrector = fake_corrector(gate=gate)
-    client = make_app(corrector=corrector).test_client()
+    patient = dataclasses.replace(config, judge_timeout_s=60.0, safety_margin_s=1.0)
+    client = make_app(config=patient, corrector=corrector).test_client()
     answered = []
     waiter = threading.Thread(target=lambda: answered.append(client.post("/inference", json=make_body())))
     waiter.start()
     try:
-        assert corrector.started.wait(2)
+        assert corrector.started.wait(5)
         assert metric(client, "esun_requests_in_flight") == 1
     finally:
-        waiter.join(timeout=2)
         gate.set()
+        waiter.join(timeout=10)
     assert answered[0].status_code == 200
+    assert metric(client, "esun_request_duration_seconds_count", path="model") == 1
+    assert metric(client, "esun_requests_in_flight") == 0
+
+
+def test_metrics_count_a_deadline_fallback(make_app, fake_corrector, make_body):
+    """The model never answers within the 0.3 s budget: TOP1 at the deadline, counted, nothing left in flight."""
+    gate = threading.Event()
+    client = make_app(corrector=fake_corrector(gate=gate)).test_client()
+    try:
+        answer = client.post("/inference", json=make_body())
+    finally:
+        gate.set()
+    assert answer.status_code == 200
     assert metric(client, "esun_fallbacks_total", reason="deadline") == 1
     assert metric(client, "esun_request_duration_seconds_count", path="deadline") == 1
     assert metric(client, "esun_requests_in_flight") == 0

@@ -60,6 +60,14 @@ def watch_in_flight(batcher: CountingBatcher, stop: threading.Event, peaks: list
     peaks.append(peak)
 
 
+CLIENT_THREADS = "judge-client"
+
+
+def server_threads() -> int:
+    """Threads alive in this process, less the test's own senders (their pool starts threads as it needs them)."""
+    return sum(not t.name.startswith(CLIENT_THREADS) for t in threading.enumerate())
+
+
 def rss_bytes() -> int:
     gc.collect()
     return psutil.Process().memory_info().rss
@@ -82,11 +90,11 @@ def test_inference_answers_all_within_timeout_at_five_times_capacity_with_bounde
     answers: list[Answer] = []
     rss = [rss_bytes()]
     threads = []
-    with ThreadPoolExecutor(max_workers=48) as pool:
+    with ThreadPoolExecutor(max_workers=48, thread_name_prefix=CLIENT_THREADS) as pool:
         for round_ in range(ROUNDS):
             answers += send_round(client, pool, rate, ROUND_S, first_index=round_ * 1000)
             rss.append(rss_bytes())
-            threads.append(threading.active_count())
+            threads.append(server_threads())
     stop.set()
     watcher.join()
 
