@@ -84,15 +84,15 @@ def wait_served(url: str, folder: Path, workers: int, timeout_s: float) -> float
 
 
 def run(workdir: Path, clients: int = 8, workers: int = 2, phase_s: float = 8.0, swaps: int = 2,
-        batcher_workers: int = 1) -> SwapRun:
+        batcher_workers: int = 1, precision: str = "int8") -> SwapRun:
     """Serve the shipped folder through a link, swap to the second folder and back under load (module docstring),
-    `swaps` times in all (there, back, there, ...)."""
+    `swaps` times in all (there, back, there, ...); `precision` is CPU_PRECISION."""
     first, second = linked_folder(workdir / "shipped"), linked_folder(workdir / "top1", top1_only=True)
     link, beside = workdir / "current", workdir / "current.new"
     link.symlink_to(first)
     bodies = request_bodies(QUESTIONS)
     settings = {"WEB_WORKERS": str(workers), "WEIGHTS_DIR": str(link), "LOG_LEVEL": "INFO",
-                "BATCHER_WORKERS": str(batcher_workers)}
+                "BATCHER_WORKERS": str(batcher_workers), "CPU_PRECISION": precision}
     done: list[Swap] = []
     with start_server(settings, workdir / "server.log") as server:
         wait_served(server.url, first, workers, SWAP_TIMEOUT_S)  # /readyz is one worker's: wait for all
