@@ -29,11 +29,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_EXTRA_INDEX_URL=${TORCH_INDEX}
 
-# make for `make install`; Python 3.11 where the base image lacks it (Debian's base made by deploy/base.sh, Ubuntu).
+# make for `make install`, gcc for the model's compiled modules (compiled.py); Python 3.11 with its headers where the
+# base image lacks it (Debian's base made by deploy/base.sh, Ubuntu).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends make \
+    && apt-get install -y --no-install-recommends make gcc libc6-dev \
     && if ! command -v python3.11 >/dev/null 2>&1; then \
-         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3.11 python3.11-venv; \
+         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3.11 python3.11-venv \
+           python3.11-dev; \
        fi \
     && rm -rf /var/lib/apt/lists/*
 
@@ -45,6 +47,8 @@ ARG WHEELS_ID=none
 RUN --mount=type=bind,from=wheels,target=/wheels PIP_FIND_LINKS=/wheels make install PYTHON=python3.11
 
 COPY . .
+# the model's hot modules compiled to C for this image's Python (one line; interpreted, said so, where it cannot)
+RUN .venv/bin/python -m compiled
 RUN useradd --system --uid 10001 --create-home --home-dir /home/app app
 USER app
 

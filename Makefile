@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8080
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: run test install install-dev install-gpu gpu-wheels tools image lint corpus train tune evaluate bench adapt standin \
+.PHONY: run test install install-dev compiled install-gpu gpu-wheels tools image lint corpus train tune evaluate bench adapt standin \
 	masked-lm
 
 # Python 3.11 or newer (transformers 5 and the pinned wheels need it). A .venv made by an older Python (a first try
@@ -29,7 +29,12 @@ $(VENV)/.installed-dev: requirements-dev.txt requirements.txt $(VENV)/.installed
 
 install: $(VENV)/.installed
 
-install-dev: $(VENV)/.installed-dev
+install-dev: $(VENV)/.installed-dev compiled
+
+## The model's hot modules compiled to C where their sources changed since (compiled.py); interpreted where no C
+## compiler is.
+compiled: install
+	@$(PY) -m compiled
 
 ## The CUDA build of the pinned torch into .venv, replacing the CPU build (docs/deploy.md, "Running on a GPU"):
 ## make install-gpu [TORCH_INDEX=https://download.pytorch.org/whl/cu128]
@@ -64,7 +69,7 @@ gpu-wheels: install-dev
 	bash testing/gpu_wheels.sh
 
 ## Serve the shipped corrector with gunicorn (gthread; a worker per two cores, WEB_WORKERS) on $(PORT).
-run: install
+run: compiled
 	@PORT=$(PORT) $(VENV)/bin/gunicorn -c server/gunicorn_conf.py "api:create_app()"
 
 ## System tools the tests start: JMeter and newman (client tests), chromium (docs pages), redis-server and nginx

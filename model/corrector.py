@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+import compiled
 from config import DEFAULT_LM_PATH, DEFAULT_WEIGHTS_DIR
 from model.adaptation import Adaptation
 from model.contract import check_features, check_masked_lm, sha256
@@ -362,6 +363,7 @@ class Corrector:
             "parameters": self.n_parameters if self.ready else None,
             "precision": self.precision if self.ready else None,
             "runtime": self.runtime if self.ready else None,
+            "compiled": all(compiled.used().values()),  # the hot modules run compiled to C (compiled.py)
             "threshold": meta.threshold if meta is not None else None,
             "stage": self.stage if self.reranker is not None else "net",
             "language_model": str(self.lm.path) if self.lm is not None else None,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import cython
 import kenlm
 import opencc
 
@@ -176,6 +177,9 @@ class LanguageModel:
         simple = self.to_simplified(trad)
         return [(simple[i:j], trad[i:j], u, known) for i, j, (u, known, _) in self._split(trad, simple)]
 
+    # typed for the C compiler (compiled.py): the loop's indices and scores become C numbers, the same IEEE doubles
+    @cython.locals(n=cython.Py_ssize_t, j=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.Py_ssize_t,
+                   m=cython.Py_ssize_t, top=cython.double, value=cython.double, best=list, back=list, ends=tuple)
     def _split(self, trad: str, simple: str) -> list[tuple[int, int, Entry]]:
         """The most probable words of a sentence, as (start, end, word entry), in order."""
         if len(self._words) > MAX_CACHED_WORDS:
@@ -191,7 +195,7 @@ class LanguageModel:
         both = "".join(map(operator.add, trad, simple))
         n = len(trad)
         best = [0.0] + [-math.inf] * n
-        back: list[tuple[int, Entry]] = [(0, _NO_WORD)] * (n + 1)
+        back = [(0, _NO_WORD)] * (n + 1)
         # the words that may end at j are those of the window of MAX_WORD characters before it: one lookup per
         # position instead of one per substring (this runs for every candidate sentence of every list)
         for j in range(1, n + 1):
@@ -199,14 +203,21 @@ class LanguageModel:
             ends = windows.get(key)
             if ends is None:
                 ends = windows[key] = self._window(trad, simple, both, j)
-            if len(ends) == 1:  # the character alone (most positions: issue 61)
+            m = len(ends)
+            if m == 1:  # the character alone (most positions: issue 61)
                 entry = ends[0]
-                best[j], back[j] = best[j - 1] + entry[0], (j - 1, entry)
+                value = best[j - 1]
+                best[j], back[j] = value + entry[0], (j - 1, entry)
                 continue
             top, arg = -math.inf, back[j]
-            for i, entry in zip(range(j - len(ends), j), ends, strict=True):
-                if entry is not _NO_WORD and (value := best[i] + entry[0]) > top:
-                    top, arg = value, (i, entry)
+            for k in range(m):  # the words ends[k] start at j - m + k
+                entry = ends[k]
+                if entry is not _NO_WORD:
+                    i = j - m + k
+                    value = best[i]
+                    value += entry[0]
+                    if value > top:
+                        top, arg = value, (i, entry)
             best[j], back[j] = top, arg
         out = []
         j = n
@@ -216,6 +227,7 @@ class LanguageModel:
             j = i
         return out[::-1]
 
+    @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t)
     def _window(self, trad: str, simple: str, both: str, j: int) -> tuple[Entry, ...]:
         """The words of the MAX_WORD characters of trad up to j that end at j: the entry of each substring
         trad[j - d:j], the longest d first, down to the character alone (d = 1); a substring that is no word is

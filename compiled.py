@@ -1,0 +1,144 @@
+"""The model's hot modules compiled to C (Cython), built once by `make install`, and used only while current.
+
+Featurizing and the second stage are interpreted Python around the network (issue 61): per batch, dictionaries,
+strings and small tuples, one position and one candidate sentence at a time. Cython compiles those modules, unchanged,
+to C extension modules: the `.py` files stay the one implementation, which runs interpreted wherever the compiled ones
+are missing or out of date (a machine without a C compiler, a module edited since the build, `ESUN_INTERPRETED=1`).
+
+`python -m compiled` builds `.compiled/<package>/<module>.*.so` for `MODULES` (nothing when they are current): the
+sources are copied into a new folder, compiled there, and the folder replaces the old one whole, with a manifest of
+the sources' sha256. A package whose modules are listed calls `extend(__name__, __path__)` in its `__init__`: its
+compiled folder goes first on its search path only while every one of its listed modules matches the manifest, so a
+module edited since the build never runs stale.
+
+Standard library only (the bottom layer): Cython runs in a child process, as `python -m Cython.Build.Cythonize`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from config import REPO_ROOT
+
+# the hot path of a batch (featurizing, the trigram's segmentation, the second stage's rows and gate), by package
+MODULES: dict[str, tuple[str, ...]] = {
+    "model": ("bigram", "features", "gate", "lm", "memo", "rerank", "unanimous"),
+    "preprocess": ("align",),
+}
+BUILD_DIR = REPO_ROOT / ".compiled"
+MANIFEST = "manifest.json"
+OFF = "ESUN_INTERPRETED"  # set to 1: run the modules interpreted even where they are compiled and current
+
+
+def _sources() -> dict[str, Path]:
+    return {f"{package}/{name}.py": REPO_ROOT / package / f"{name}.py"
+            for package, names in MODULES.items() for name in names}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest(build_dir: Path) -> dict:
+    try:
+        return json.loads((build_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def stale(build_dir: Path = BUILD_DIR) -> list[str]:
+    """The listed sources that the build in `build_dir` does not hold as they are now (all of them without one)."""
+    built = _manifest(build_dir).get("sources", {})
+    abi = _manifest(build_dir).get("abi")
+    if abi != sys.implementation.cache_tag:
+        return sorted(_sources())
+    return sorted(name for name, path in _sources().items() if not path.is_file() or built.get(name) != _digest(path))
+
+
+def extend(package: str, path: list[str], build_dir: Path = BUILD_DIR) -> bool:
+    """Put `package`'s compiled folder first on its search path (`path`, the package's `__path__`) when its listed
+    modules are all current; return whether it did."""
+    folder = build_dir / package
+    if os.environ.get(OFF, "") not in ("", "0") or not folder.is_dir():
+        return False
+    if any(name.startswith(f"{package}/") for name in stale(build_dir)):
+        return False
+    path.insert(0, str(folder))
+    return True
+
+
+def used() -> dict[str, bool]:
+    """Whether each listed module runs compiled in this process (imports them)."""
+    import importlib
+
+    out = {}
+    for package, names in MODULES.items():
+        for name in names:
+            module = importlib.import_module(f"{package}.{name}")
+            out[f"{package}.{name}"] = not str(getattr(module, "__file__", "")).endswith(".py")
+    return out
+
+
+def build(build_dir: Path = BUILD_DIR, jobs: int = min(8, os.cpu_count() or 1)) -> None:
+    """Compile `MODULES` into a new folder beside `build_dir` and put it in its place whole (raises CalledProcessError
+    or OSError, leaving `build_dir` as it was)."""
+    sources = _sources()
+    work = Path(tempfile.mkdtemp(prefix=f".{build_dir.name}.building-", dir=build_dir.parent))
+    work.chmod(0o755)  # mkdtemp's 0700 would hide it from a server run as another user (the image's)
+    try:
+        copies = []
+        for name, path in sources.items():
+            copy = work / name
+            copy.parent.mkdir(exist_ok=True)
+            (copy.parent / "__init__.py").touch()  # Cython names the module by its package: model.lm, not lm
+            shutil.copy2(path, copy)
+            copies.append(str(copy.relative_to(work)))
+        subprocess.run([sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3", "-j", str(jobs), "-q", *copies],
+                       cwd=work, check=True, capture_output=True, text=True)
+        for leftover in [*work.rglob("*.py"), *work.rglob("*.c"), *work.glob("build")]:
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        manifest = {"abi": sys.implementation.cache_tag, "sources": {n: _digest(p) for n, p in sources.items()}}
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        old = build_dir.with_name(f".{build_dir.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if build_dir.exists():
+            build_dir.rename(old)
+        work.rename(build_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    """`python -m compiled`: build where out of date; one line either way. Without a C compiler, or where the build
+    fails (no Python headers, say), the model runs interpreted: said, not an error (tests/test_compiled.py holds a
+    machine with a compiler to a build that works)."""
+    if not stale(BUILD_DIR):
+        print(f"compiled: {sum(map(len, MODULES.values()))} modules current in {BUILD_DIR.name}/")
+        return 0
+    compiler = os.environ.get("CC", "cc").split()[0]
+    if shutil.which(compiler) is None:
+        print(f"compiled: no C compiler ({compiler}): the model runs interpreted, slower (apt-get install gcc)")
+        return 0
+    started = time.monotonic()
+    try:
+        build(BUILD_DIR)
+    except subprocess.CalledProcessError as exc:
+        why = (exc.stderr or exc.stdout or "").strip().splitlines()
+        print(f"compiled: the build failed, the model runs interpreted, slower: {why[-1] if why else exc}",
+              file=sys.stderr)
+        return 0
+    print(f"compiled: {len(_sources())} modules into {BUILD_DIR.name}/ in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
