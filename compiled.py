@@ -1,4 +1,4 @@
-"""The model's hot modules compiled to C (Cython), built once by `make install`, and used only while current.
+"""The model's hot modules compiled to C (Cython), built by `make run` and `make install-dev`, used only while current.
 
 Featurizing and the second stage are interpreted Python around the network (issue 61): per batch, dictionaries,
 strings and small tuples, one position and one candidate sentence at a time. Cython compiles those modules, unchanged,
@@ -54,13 +54,15 @@ def _manifest(build_dir: Path) -> dict:
         return {}
 
 
-def stale(build_dir: Path = BUILD_DIR) -> list[str]:
-    """The listed sources that the build in `build_dir` does not hold as they are now (all of them without one)."""
-    built = _manifest(build_dir).get("sources", {})
-    abi = _manifest(build_dir).get("abi")
-    if abi != sys.implementation.cache_tag:
-        return sorted(_sources())
-    return sorted(name for name, path in _sources().items() if not path.is_file() or built.get(name) != _digest(path))
+def stale(build_dir: Path = BUILD_DIR, package: str | None = None) -> list[str]:
+    """The listed sources (of `package`, or all) that the build in `build_dir` does not hold as they are now (all of
+    them without one, or with one for another Python)."""
+    manifest = _manifest(build_dir)
+    sources = {name: path for name, path in _sources().items() if package is None or name.startswith(f"{package}/")}
+    if manifest.get("abi") != sys.implementation.cache_tag:
+        return sorted(sources)
+    built = manifest.get("sources", {})
+    return sorted(name for name, path in sources.items() if not path.is_file() or built.get(name) != _digest(path))
 
 
 def extend(package: str, path: list[str], build_dir: Path = BUILD_DIR) -> bool:
@@ -69,7 +71,7 @@ def extend(package: str, path: list[str], build_dir: Path = BUILD_DIR) -> bool:
     folder = build_dir / package
     if os.environ.get(OFF, "") not in ("", "0") or not folder.is_dir():
         return False
-    if any(name.startswith(f"{package}/") for name in stale(build_dir)):
+    if stale(build_dir, package):
         return False
     path.insert(0, str(folder))
     return True
