@@ -15,6 +15,7 @@ class DevList:
     errors: np.ndarray  # [K] edit distance of each candidate to the truth
     truth_len: int
     context: np.ndarray | None = None  # [K, G] the gate's features but the lead (`model.gate.context`)
+    scatter: float = 0.0  # how its hypotheses scatter their changes (`model.gate.scatter`)
 
 
 def pick_cut(lists: list[DevList], lead: np.ndarray, chosen_err: np.ndarray, max_worse: float,

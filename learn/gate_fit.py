@@ -5,6 +5,11 @@ an answer the stage alone would not give. A logistic regression learns, from the
 has other errors than TOP1, whether it has fewer (L2-regularised on standardised features, by Newton's method). Its
 margin is the cut on its score with the lowest CER that keeps the precision bounds on all lists and on each group
 (recogniser) alone, as `learn.dev_list.pick_cut` chooses the stage's margin.
+
+Its focused regime (`fit_focus`, `python -m learn.tune --focus`) is chosen afterwards, the gate's weights and margin
+kept: the lists whose other hypotheses vary TOP1 at the same few places (`model.gate.scatter` below a bound) are
+answered where the stage's lead reaches a margin of their own, which may be lower than the stage's: the one place
+where the gate lets through what the stage alone would not.
 """
 
 from __future__ import annotations
@@ -74,3 +79,32 @@ def fit_gate(lists: list[DevList], w: np.ndarray, margin: float, max_worse: floa
     # the intercept folded into the margin: the served score is the features' weighted sum alone
     gate = Gate(dict(zip(GATE_FEATURES, map(float, weights), strict=True)), round(cut - intercept, 6))
     return gate, figures | {"gate_lists": int(learn.sum())}
+
+
+# the scatter bounds a focused regime is tried with (`model.gate.scatter`: real lists about 2, the scattered stand-ins
+# 3.5 and more at their median)
+FOCUS_SCATTERS = (1.5, 2.0, 2.5, 3.0)
+_ANSWERED = 1e6  # the score of a list the gate answers as it is, above any lead: every cut tried keeps its answer
+
+
+def fit_focus(lists: list[DevList], w: np.ndarray, margin: float, gate: Gate, max_worse: float,
+              max_right_changed: float, groups: list[int] | None = None) -> tuple[Gate, dict]:
+    """`gate` with the focused regime that gives the lowest CER within the precision bounds, on all lists and in each
+    group: a scatter bound of `FOCUS_SCATTERS`, and the margin (`pick_cut`'s) a focused list's lead must reach (a list
+    is focused where its scatter is above 0 and below the bound: `Gate.focused`), every other list answered as `gate`
+    answers it. `gate` as it is where no regime does better."""
+    z, chosen, seen = gate_inputs(lists, w, margin)
+    lead = z[:, 0]
+    admitted = seen & np.array([gate.admits(float(z[n, 0]), z[n, 1:]) if seen[n] else False
+                                for n in range(len(lists))])
+    scatters = np.array([d.scatter for d in lists])
+    fixed = np.where(admitted, _ANSWERED, -math.inf)
+    best, best_figures = gate, pick_cut(lists, fixed, chosen, max_worse, max_right_changed, groups)[1]
+    for bound in FOCUS_SCATTERS:
+        score = np.where((scatters > 0) & (scatters < bound) & np.isfinite(lead), lead, fixed)
+        cut, figures = pick_cut(lists, score, chosen, max_worse, max_right_changed, groups)
+        if math.isfinite(cut) and cut < _ANSWERED and figures["cer"] < best_figures["cer"] - 1e-12:
+            best = Gate(dict(gate.weights), gate.margin, bound, cut)
+            best_figures = figures
+    return best, best_figures | {"focus_scatter": best.focus_scatter,
+                                 "focus_margin": best.focus_margin if best.focus_scatter > 0 else None}

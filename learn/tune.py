@@ -26,11 +26,11 @@ from rapidfuzz.distance import Levenshtein
 from config import DEFAULT_WEIGHTS_DIR
 from learn.data.simulate import load_simulator
 from learn.dev_list import DevList, pick_cut
-from learn.gate_fit import fit_gate
+from learn.gate_fit import fit_focus, fit_gate
 from learn.written import wrote
 from model.adaptation import Adaptation
 from model.corrector import Corrector
-from model.gate import Gate, context
+from model.gate import Gate, context, scatter
 from model.masked_lm import MaskedLM
 from model.rerank import Features, Reranker, RerankWeights
 from model.weights_meta import RerankStage, WeightsMeta
@@ -72,7 +72,7 @@ def described_lists(corrector: Corrector, nbests: list[NBest], truths: list[str]
             truth = truths[start + k]
             rows = np.stack([f.vector() for f in reranker.features(example, p, cs, gains)])
             described[k] = DevList(rows, np.array([Levenshtein.distance(c.text, truth) for c in cs]), len(truth),
-                                   context(example, rows, [c.choice for c in cs], Features.names()))
+                                   context(example, rows, [c.choice for c in cs], Features.names()), scatter(example))
         out += [described.get(k) for k in range(len(chunk))]
     return out
 
@@ -156,7 +156,10 @@ def _chosen_errors(d: DevList, w: np.ndarray, margin: float, rules: RerankWeight
     if len(s) > 1:
         b = 1 + int(np.argmax(s[1:]))
         lead = float(s[b] - s[0])
-        if lead >= margin and (gate is None or d.context is None or gate.admits(lead, d.context[b])):
+        if gate is not None and 0 < d.scatter < gate.focus_scatter:  # `Reranker._answers`
+            if lead >= gate.focus_margin:
+                return int(d.errors[b])
+        elif lead >= margin and (gate is None or d.context is None or gate.admits(lead, d.context[b])):
             return int(d.errors[b])
     ruled = rules.rule_pass(d.feats) if rules is not None else None
     return int(d.errors[ruled if ruled is not None else 0])
@@ -313,6 +316,9 @@ def main() -> None:
     ap.add_argument("--gate", action="store_true",
                     help="keep the current weights and margin; fit the abstain gate that may keep TOP1 where they "
                          "would change it (learn.gate_fit; with --per-file: the bounds kept on each file alone)")
+    ap.add_argument("--focus", action="store_true",
+                    help="keep the current weights, margin and gate; choose the margin lists whose hypotheses vary "
+                         "TOP1 at the same few places are answered at (model.gate.scatter; learn.gate_fit.fit_focus)")
     ap.add_argument("--per-file", action="store_true",
                     help="keep the precision bounds on the simulated lists and on each --data file alone, not only "
                          "on all of them together (a hard recogniser's few lists are not outweighed)")
@@ -337,11 +343,18 @@ def main() -> None:
     meta = WeightsMeta.load(args.weights)
     current = meta.rerank.get(args.variant)
     gate = None
-    if (args.margin_only or args.gate) and current is None:
+    if (args.margin_only or args.gate or args.focus) and current is None:
         sys.exit(f"tune: {args.weights} has no fitted {args.variant!r} stage to keep the weights of")
-    if args.margin_only or args.gate:  # the current weights kept; the margin (or the gate) chosen again
+    if args.margin_only or args.gate or args.focus:  # the current weights kept; the margin (or the gate) chosen again
         kept = RerankWeights.from_dict(current.weights)
-        if args.gate:
+        if args.focus:
+            if current.gate is None:
+                sys.exit(f"tune: {args.weights}'s {args.variant!r} stage has no gate to add a focused regime to "
+                         "(python -m learn.tune --gate first)")
+            gate, figures = fit_focus(lists, kept.vector(), kept.margin, Gate.from_dict(current.gate),
+                                      args.max_worse, args.max_right_changed, groups)
+            margin = kept.margin
+        elif args.gate:
             gate, figures = fit_gate(lists, kept.vector(), kept.margin, args.max_worse, args.max_right_changed, groups)
             if gate is None:
                 sys.exit(f"tune: no gate keeps the precision bounds on these lists: {figures}")

@@ -38,7 +38,7 @@ from preprocess.align import align_to
 from preprocess.rules import RATE_FLOOR
 from preprocess.text import SPOKEN_FILLERS
 
-FLOOR_P = 1e-4  # network probability of a segment that is not among a position's candidates
+FLOOR_P = 1e-4  # network probability of a segment that is not among a position's candidates, nor offered by the list
 MIN_OPTION_P = 0.02  # a network choice below this is not combined into sentences
 MAX_OPTIONS = 3  # per position, keep included
 BEAM = 8
@@ -207,8 +207,16 @@ def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM,
 
 
 def _log_p(example: Example, probs: np.ndarray, i: int, seg: str) -> float:
+    """ln p of a segment at TOP1's position i under the network. A segment another hypothesis offers there but the
+    featurizer left out of the candidates (it keeps `MAX_FROM_NBEST` of them, by best rank: real lists' deepest
+    hypotheses lose theirs) gets keep's probability: the network was not asked, so it casts no vote (issue 60)."""
     cands = example.candidates[i]
-    p = float(probs[i, cands.index(seg)]) if seg in cands else FLOOR_P
+    if seg in cands:
+        p = float(probs[i, cands.index(seg)])
+    elif any(row[i] == seg for row in example.rows):
+        p = float(probs[i, 0])
+    else:
+        p = FLOOR_P
     return math.log(max(p, FLOOR_P))
 
 
@@ -307,13 +315,20 @@ class Reranker:
         # other sentence pays the same outside_nbest penalty, which the margin then takes back in part)
         best = 1 + int(np.argmax(scores[1:]))
         lead = scores[best] - scores[0]
-        if lead >= self.weights.margin and self._gate_admits(example, rows, cands, best, lead) \
-                and not self._only_variants(example.top1, cands[best]):
+        if self._answers(example, rows, cands, best, lead) and not self._only_variants(example.top1, cands[best]):
             return cands[best].text
         ruled = self.weights.rule_pass(rows)
         if ruled is not None and not self._only_variants(example.top1, cands[ruled]):
             return cands[ruled].text
         return example.top1
+
+    def _answers(self, example: Example, rows: np.ndarray, cands: list[Candidate], best: int, lead: float) -> bool:
+        """Whether the best candidate replaces TOP1: on a list the gate finds focused, where its lead reaches the
+        gate's focus margin (`model.gate`); on any other, where its lead reaches the margin and the gate admits it."""
+        gate = self.gate
+        if gate is not None and lead >= min(gate.focus_margin, self.weights.margin) and gate.focused(example):
+            return lead >= gate.focus_margin
+        return lead >= self.weights.margin and self._gate_admits(example, rows, cands, best, lead)
 
     def _gate_admits(self, example: Example, rows: np.ndarray, cands: list[Candidate], best: int, lead: float) -> bool:
         """Whether the gate (when the stage has one) lets the best candidate replace TOP1."""

@@ -85,7 +85,9 @@ class RerankStage:
 
     weights: dict[str, float | bool]
     dev: dict[str, Any] | None = None
-    gate: dict[str, Any] | None = None  # `model.gate.Gate`'s fields: {"weights": {feature: weight}, "margin": m}
+    # `model.gate.Gate`'s fields: {"weights": {feature: weight}, "margin": m}, and "focus_scatter" and "focus_margin"
+    # where the gate answers focused lists by the lead alone
+    gate: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return ({"weights": dict(self.weights)} | ({"dev": self.dev} if self.dev is not None else {})
@@ -315,10 +317,11 @@ class _Reader:
         return RerankStage(checked, self.free(raw.get("dev"), f"{name}.dev"), gate)
 
     def gate(self, raw: Any, name: str) -> dict[str, Any]:
-        raw = self.obj(raw, name, ("weights", "margin"))
+        raw = self.obj(raw, name, ("weights", "margin"), ("focus_scatter", "focus_margin"))
         weights = self.obj(raw["weights"], f"{name}.weights", (), GATE_FEATURES)
+        focus = {k: self.number(raw[k], f"{name}.{k}") for k in ("focus_scatter", "focus_margin") if k in raw}
         return {"weights": {k: self.number(v, f"{name}.weights.{k}") for k, v in weights.items()},
-                "margin": self.number(raw["margin"], f"{name}.margin")}
+                "margin": self.number(raw["margin"], f"{name}.margin")} | focus
 
     def adaptation(self, raw: Any) -> AdaptationRecord:
         raw = self.obj(raw, "adaptation", ("files",), ("provenance",))

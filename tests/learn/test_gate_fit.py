@@ -5,8 +5,8 @@ import math
 import numpy as np
 
 from learn.dev_list import DevList
-from learn.gate_fit import fit_gate, gate_inputs, logistic
-from model.gate import CONTEXT_FEATURES, GATE_FEATURES
+from learn.gate_fit import fit_focus, fit_gate, gate_inputs, logistic
+from model.gate import CONTEXT_FEATURES, GATE_FEATURES, Gate
 from model.rerank import Features
 
 W = np.array([1.0 if n == "lm" else 0.0 for n in Features.names()])  # the stage: the trigram's lead alone
@@ -72,3 +72,35 @@ def test_logistic_weights_are_in_the_features_own_units():
     p = 1 / (1 + np.exp(-(2.0 * x[:, 0] - 0.3 * x[:, 1] + 1.0)))
     w, b = logistic(x, (rng.uniform(size=4000) < p).astype(float), l2=0.0)
     assert np.allclose(w, [2.0, -0.3], atol=0.2) and abs(b - 1.0) < 0.3
+
+
+def _shaped(rng: np.random.Generator, n: int, scatter: float, harm: float) -> list[DevList]:
+    """Lists of one scatter whose best change leads TOP1 by 0.5 to 3 and, where under 2.5, breaks the list `harm` of
+    the time."""
+    out = []
+    for _ in range(n):
+        lead = float(rng.uniform(0.5, 3.0))
+        harmful = lead < 2.5 and rng.uniform() < harm
+        d = _list(lead, 0.5, 0 if harmful else 1, 2 if harmful else 0)
+        d.scatter = scatter
+        out.append(d)
+    return out
+
+
+def test_a_focused_regime_answers_the_lists_whose_hypotheses_vary_one_stretch_below_the_stage_margin():
+    rng = np.random.default_rng(4)
+    focused, scattered = _shaped(rng, 600, 1.2, harm=0.0), _shaped(rng, 600, 4.0, harm=0.5)
+    lists, groups = focused + scattered, [0] * 600 + [1] * 600
+    gate = Gate({"lead": 1.0}, margin=-1e9)  # the stage's margin alone decides the lists it is not focused on
+    fitted, figures = fit_focus(lists, W, 2.5, gate, 0.01, 0.01, groups)
+    assert 1.2 < fitted.focus_scatter <= 4.0 and fitted.focus_margin < 2.5
+    assert fitted.weights == gate.weights and fitted.margin == gate.margin
+    assert figures["focus_scatter"] == fitted.focus_scatter and figures["worse"] <= 0.01
+
+
+def test_no_focused_regime_where_it_would_break_the_bounds():
+    rng = np.random.default_rng(5)
+    lists = _shaped(rng, 600, 1.2, harm=0.5)  # below the stage's margin the focused lists' changes break them
+    gate = Gate({"lead": 1.0}, margin=-1e9)
+    fitted, figures = fit_focus(lists, W, 2.5, gate, 0.01, 0.01)
+    assert fitted == gate and figures["focus_scatter"] == 0.0

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from config import DEFAULT_WEIGHTS_DIR
-from model.gate import CONTEXT_FEATURES, GATE_FEATURES, Gate, context
+from model.gate import CONTEXT_FEATURES, GATE_FEATURES, Gate, context, scatter
 from model.rerank import Features, Reranker, RerankWeights, candidates
 from model.weights_meta import WeightsMeta
 from preprocess.text import NBest
@@ -66,7 +66,36 @@ def test_gate_refuses_an_unknown_feature_and_reads_back_what_it_writes():
         Gate({"acoustic": 1.0})
     gate = Gate({n: float(k) for k, n in enumerate(GATE_FEATURES)}, margin=2.5)
     assert Gate.from_dict(gate.to_dict()) == gate
+    assert "focus_scatter" not in gate.to_dict()  # a folder written before the focused regime reads the same
     assert gate.vector().tolist() == [float(k) for k in range(len(GATE_FEATURES))]
+    focused = Gate(gate.weights, 2.5, focus_scatter=2.0, focus_margin=1.5)
+    assert Gate.from_dict(focused.to_dict()) == focused
+
+
+def test_scatter_is_about_one_where_the_hypotheses_vary_one_stretch_and_grows_where_each_changes_its_own(featurizer):
+    one_stretch = featurizer.featurize(NBest(("今天 股價 大漲 了", "今天 古價 大漲 了", "今天 鼓架 大漲 了",
+                                              "今天 股架 大漲 了")))
+    assert scatter(one_stretch) == pytest.approx(1.5)  # 2 places, against 4 changes over 3 hypotheses
+    scattered = featurizer.featurize(NBest(("今天 股價 大漲 了", "金天 股價 大漲 了", "今天 股價 打漲 了",
+                                            "今天 股價 大漲 啦")))
+    assert scatter(scattered) == pytest.approx(3.0)  # each of 3 hypotheses changes a place of its own
+    assert scatter(featurizer.featurize(NBest(("今天 股價 大漲",)))) == 0.0
+    assert scatter(featurizer.featurize(NBest(("今天 股價 大漲", "今天 股價 大漲")))) == 0.0
+
+
+def test_a_focused_list_is_answered_at_the_focus_margin_and_a_scattered_one_as_before(featurizer, lm):
+    focused = featurizer.featurize(NBest(("今天 故價 上漲", "今天 股價 上漲", "今天 鼓價 上漲")))
+    scattered = featurizer.featurize(NBest(("今天 故價 上漲", "今天 股價 上漲", "金天 故價 上漲", "今天 故價 上帳")))
+    stage = RerankWeights(lm=1.0, margin=1e9)  # no lead reaches the stage's own margin
+    regime = Gate({"lead": 1.0}, margin=-1e9, focus_scatter=2.0, focus_margin=0.0)
+    assert scatter(focused) < 2.0 <= scatter(scattered)
+    assert Reranker(lm, stage, gate=regime).choose(focused, None) == "今天股價上漲"
+    assert Reranker(lm, stage, gate=regime).choose(scattered, None) == "今天故價上漲"
+    alone = featurizer.featurize(NBest(("今天 故價 上漲",)))  # its candidates are the network's: not focused
+    assert not regime.focused(alone) and Reranker(lm, stage, gate=regime).choose(alone, None) == "今天故價上漲"
+    # the focus margin alone decides a focused list: the gate's own score is not asked
+    out_of_reach = Gate({"lead": 1.0}, margin=1e9, focus_scatter=2.0, focus_margin=1e9)
+    assert Reranker(lm, RerankWeights(lm=1.0, margin=0.0), gate=out_of_reach).choose(focused, None) == "今天故價上漲"
 
 
 def test_the_shipped_full_stage_has_a_gate_the_corrector_serves():

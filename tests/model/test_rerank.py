@@ -1,9 +1,12 @@
 """model.rerank: candidate sentences, the filler and variant rules, and the margin (shipped vocab and LM)."""
 
+import math
+
 import numpy as np
 import pytest
 
-from model.rerank import Features, Reranker, RerankWeights, candidates, protected_positions
+from model.features import MAX_FROM_NBEST
+from model.rerank import FLOOR_P, Features, Reranker, RerankWeights, _log_p, candidates, protected_positions
 from preprocess.text import NBest
 
 pytestmark = pytest.mark.real_model
@@ -89,3 +92,15 @@ def test_reranker_never_offers_the_empty_sentence_even_where_every_character_may
     texts = [c.text for c in candidates(ex, deletion_everywhere)]
     assert texts[0] == "的的" and "的" in texts and "" not in texts
     assert Reranker(lm, LM_ONLY).choose(ex, deletion_everywhere) in texts
+
+
+def test_the_network_casts_no_vote_on_a_segment_the_list_offers_past_the_candidates_it_was_shown(featurizer):
+    others = "古鼓谷骨固故顧雇"  # eight hypotheses, each with its own 股 at the third position
+    example = _example(featurizer, "今天 股價 上漲", *(f"今天 {c}價 上漲" for c in others))
+    shown, cut = others[:MAX_FROM_NBEST], others[MAX_FROM_NBEST:]
+    assert all(c in example.candidates[2] for c in shown) and not any(c in example.candidates[2] for c in cut)
+    probs = np.full((len(example.top1), len(example.candidates[2])), 0.01)
+    probs[:, 0] = 0.5  # keep
+    assert _log_p(example, probs, 2, shown[0]) == pytest.approx(math.log(0.01))
+    assert _log_p(example, probs, 2, cut[0]) == pytest.approx(math.log(0.5))  # as keep: no vote either way
+    assert _log_p(example, probs, 2, "孤") == pytest.approx(math.log(FLOOR_P))  # nobody offered it

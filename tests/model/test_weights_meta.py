@@ -132,6 +132,8 @@ def test_a_folder_trained_at_427ba62_without_a_second_stage_loads(tmp_path):
     ({"rerank": {"full": {"weights": {}, "gate": {"weights": {}}}}}, "rerank.full.gate.margin is missing"),
     ({"rerank": {"full": {"weights": {}, "gate": {"weights": {"acoustic": 1.0}, "margin": 1.0}}}},
      "rerank.full.gate.weights.acoustic is not a field this code knows"),
+    ({"rerank": {"full": {"weights": {}, "gate": {"weights": {}, "margin": 1.0, "focus_margin": "low"}}}},
+     "rerank.full.gate.focus_margin must be a number, got 'low'"),
     ({"trained": ["steps"]}, "trained must be a JSON object or null, got ['steps']"),
     ({"adaptation": {"files": {"confusions": {"name": "../c.json", "sha256": "0" * 64}}, "provenance": {}}},
      "adaptation.files.confusions.name must be a file name inside the folder, got '../c.json'"),
@@ -148,6 +150,15 @@ def test_weights_meta_names_the_bad_field_in_one_line(tmp_path, fields, message)
 
     assert str(raised.value).startswith(f"{tmp_path / 'weights' / CONFIG_FILE}: {message}")
     assert "\n" not in str(raised.value)
+
+
+def test_a_gate_with_a_focused_regime_is_read_and_written_back_as_it_was(tmp_path):
+    gate = {"weights": {"lead": 1.0}, "margin": -1.0, "focus_scatter": 2.0, "focus_margin": 1.9}
+    folder = _shipped_with(tmp_path, rerank={"full": {"weights": {"lm": 1.0}, "gate": gate}})
+    meta = WeightsMeta.load(folder)
+    assert meta.rerank["full"].gate == gate
+    meta.save(folder)
+    assert json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["rerank"]["full"]["gate"] == gate
 
 
 def test_the_masked_lm_a_folder_was_fitted_with_is_read_and_written_back_as_it_was(tmp_path):
