@@ -20,11 +20,10 @@ evidence).
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import asdict, dataclass, fields
 from itertools import compress
-from operator import ne
+from operator import itemgetter, ne
 
 import numpy as np
 
@@ -42,6 +41,7 @@ FLOOR_P = 1e-4  # network probability of a segment that is not among a position'
 MIN_OPTION_P = 0.02  # a network choice below this is not combined into sentences
 MAX_OPTIONS = 3  # per position, keep included
 BEAM = 8
+_SCORE = itemgetter(0)  # a beam sentence's (score, segments): its score
 
 
 @dataclass(frozen=True)
@@ -173,9 +173,11 @@ def _network_combos(example: Example, probs: np.ndarray, beam: int) -> list[tupl
         if 0 not in order:
             order.append(0)
         options = [(math.log(max(float(p[k]), FLOOR_P)), cands[k]) for k in order]
-        # each extension is a new list, so the keep-only appends above never touch another sentence's
-        hyps = heapq.nlargest(beam, ((s + lp, segs + [seg]) for s, segs in hyps for lp, seg in options),
-                              key=lambda h: h[0])
+        # each extension is a new list, so the keep-only appends above never touch another sentence's; the `beam` best
+        # by a stable sort, as heapq.nlargest ranks them (ties in order), without its Python-level loop (issue 61)
+        hyps = [(s + lp, segs + [seg]) for s, segs in hyps for lp, seg in options]
+        hyps.sort(key=_SCORE, reverse=True)
+        del hyps[beam:]
     return [tuple(segs) for _, segs in hyps]
 
 
