@@ -277,3 +277,8 @@ class LanguageModel:
     def score(self, trad: str) -> LMScore:
         """Score a whole traditional sentence (cached)."""
         return LMScore(*self._scored(trad))
+
+    def fields(self, trad: str) -> Fields:
+        """`score`'s fields as a tuple (logp, words, oov, taiwan), cached: the second stage reads a list's ten-odd
+        candidates' scores without building an object for each (LMScore's frozen constructor runs as Python)."""
+        return self._scored(trad)
