@@ -35,26 +35,10 @@ MAX_CACHED_WORDS = 1_000_000  # about 150 MB of cached substrings
 _NO_WORD = (-math.inf, False, 0.0)
 MAX_CACHED_WINDOWS = 200_000  # windows of MAX_WORD characters and the words ending there: about 60 MB
 MAX_CACHED_SCORES = 200_000  # whole sentences' scores
-RECENT = 8  # a thread's last segmented sentences, whose splits a new one's shared prefix reuses (`_split`)
 # a word's entry (`LanguageModel._unigram`): log10 unigram, in the trigram, Taiwan log10 unigram (the floor if none)
 Entry = tuple[float, bool, float]
 # LMScore's fields: plain tuples of numbers and strings (`LanguageModel.__init__`)
 Fields = tuple[float, tuple[str, ...], int, float]
-
-
-@cython.locals(p=cython.Py_ssize_t, m=cython.Py_ssize_t, longest=cython.Py_ssize_t, other=str, other_simple=str)
-def _shared_prefix(recent: list, trad: str, simple: str) -> tuple[int, list[float] | None, list | None]:
-    """The longest prefix `trad` shares, in both scripts, with one of the `recent` splits (trad, simple, best, back),
-    with that split's best and back lists (0, None, None where none shares a character)."""
-    longest, best, back = 0, None, None
-    for other, other_simple, other_best, other_back in recent:
-        m = min(len(trad), len(other))
-        p = 0
-        while p < m and trad[p] == other[p] and simple[p] == other_simple[p]:
-            p += 1
-        if p > longest:
-            longest, best, back = p, other_best, other_back
-    return longest, best, back
 
 
 class LanguageModelError(RuntimeError):
@@ -195,8 +179,7 @@ class LanguageModel:
 
     # typed for the C compiler (compiled.py): the loop's indices and scores become C numbers, the same IEEE doubles
     @cython.locals(n=cython.Py_ssize_t, j=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.Py_ssize_t,
-                   m=cython.Py_ssize_t, top=cython.double, value=cython.double, best=list, back=list, ends=tuple,
-                   start=cython.Py_ssize_t, recent=list)
+                   m=cython.Py_ssize_t, top=cython.double, value=cython.double, best=list, back=list, ends=tuple)
     def _split(self, trad: str, simple: str) -> list[tuple[int, int, Entry]]:
         """The most probable words of a sentence, as (start, end, word entry), in order."""
         if len(self._words) > MAX_CACHED_WORDS:
@@ -211,22 +194,11 @@ class LanguageModel:
         # on which sentences the process had segmented before.
         both = "".join(map(operator.add, trad, simple))
         n = len(trad)
-        # A list's candidate sentences share long prefixes (TOP1's, in both scripts): best[j] and back[j] depend on the
-        # first j characters alone, so up to the longest prefix shared with one of this thread's last sentences they
-        # are that sentence's, the same floats (issue 61: about half the positions of a batch).
-        recent = getattr(self._local, "recent", None)
-        if recent is None:
-            recent = self._local.recent = []
-        start, best, back = _shared_prefix(recent, trad, simple)
-        if start:
-            best = best[: start + 1] + [-math.inf] * (n - start)
-            back = back[: start + 1] + [(0, _NO_WORD)] * (n - start)
-        else:
-            best = [0.0] + [-math.inf] * n
-            back = [(0, _NO_WORD)] * (n + 1)
+        best = [0.0] + [-math.inf] * n
+        back = [(0, _NO_WORD)] * (n + 1)
         # the words that may end at j are those of the window of MAX_WORD characters before it: one lookup per
         # position instead of one per substring (this runs for every candidate sentence of every list)
-        for j in range(start + 1, n + 1):
+        for j in range(1, n + 1):
             key = both[2 * j - 2 * MAX_WORD if j > MAX_WORD else 0 : 2 * j]
             ends = windows.get(key)
             if ends is None:
@@ -247,9 +219,6 @@ class LanguageModel:
                     if value > top:
                         top, arg = value, (i, entry)
             best[j], back[j] = top, arg
-        recent.append((trad, simple, best, back))  # never written after: only copied from
-        if len(recent) > RECENT:
-            del recent[0]
         out = []
         j = n
         while j > 0:

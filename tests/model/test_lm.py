@@ -143,15 +143,3 @@ def test_lm_splits_as_the_plain_loop_splits(lm, real_requests):
         assert lm.segment(sentence) == reference_segment(lm, sentence)
         words = reference_segment(lm, sentence)
         assert lm.score(sentence).words == tuple(w[1] for w in words)
-
-
-def test_lm_splits_a_sentence_after_others_sharing_its_prefix_as_the_plain_loop_splits(lm, real_requests):
-    """Issue 61: a split starts from the best splits of the longest prefix it shares with one of the thread's last
-    sentences (as a list's candidates do); the words are the plain loop's whatever came before."""
-    base = sorted({han_chars(s) for body in real_requests for s in body["sentence_list"]} - {""})[:60]
-    for sentence in base:
-        half = len(sentence) // 2
-        edits = (sentence, sentence[:-1] + "的", sentence[:half] + "了" + sentence[half:], sentence + "嗎", sentence,
-                 sentence[:half], "瞭解" + sentence, sentence[:half] + "瞭解")
-        for edit in edits:
-            assert lm.segment(edit) == reference_segment(lm, edit)
