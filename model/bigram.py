@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+import cython
+
 from model.contract import LM_DELTA_CLIP, LM_DELTA_SCALE
 
 if TYPE_CHECKING:
@@ -47,6 +49,10 @@ class BigramLM:
             self._after.setdefault(a, {})[b] = seen
             self._before.setdefault(b, {})[a] = seen
 
+    # typed for the C compiler (compiled.py): the tables' lookups become direct dict calls, the terms C doubles (the
+    # same IEEE subtractions)
+    @cython.locals(after=dict, log_prior=dict, den=cython.double, unseen=cython.double, terms=list, edges=list,
+                   seen=tuple)
     def follow(self, a: str, bs: Sequence[str]) -> tuple[list[float], list[float]]:
         """log P(b | a) of each character b of `bs`, and each bigram's edge count log1p(count(ab)) (0.0 unseen).
 
@@ -58,13 +64,16 @@ class BigramLM:
         for b in bs:  # a loop, not comprehensions: each of those is a call of its own (Python 3.11)
             seen = after.get(b)
             if seen is None:
-                terms.append(log_prior.get(b, log_prior_unk) - den)
+                unseen = log_prior.get(b, log_prior_unk)
+                terms.append(unseen - den)
                 edges.append(0.0)
             else:
                 terms.append(seen[0] - den)
                 edges.append(seen[1])
         return terms, edges
 
+    @cython.locals(before=dict, log_den=dict, den=cython.double, unseen=cython.double, terms=list, edges=list,
+                   seen=tuple)
     def precede(self, bs: Sequence[str], c: str) -> tuple[list[float], list[float]]:
         """log P(c | b) of each character b of `bs`, and each bigram's edge count log1p(count(bc)) (0.0 unseen); as
         `follow`, with `c`'s lookups once."""
@@ -73,11 +82,12 @@ class BigramLM:
         terms, edges = [], []
         for b in bs:
             seen = before.get(b)
+            den = log_den.get(b, log_den_unk)
             if seen is None:
-                terms.append(unseen - log_den.get(b, log_den_unk))
+                terms.append(unseen - den)
                 edges.append(0.0)
             else:
-                terms.append(seen[0] - log_den.get(b, log_den_unk))
+                terms.append(seen[0] - den)
                 edges.append(seen[1])
         return terms, edges
 

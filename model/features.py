@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cython
 import numpy as np
 
 from model.bigram import BigramLM, lm_delta
@@ -181,6 +182,12 @@ class Featurizer:
             return 0.0
         return sum(self.vocab.log_freq.get(c, -LOG_FREQ_SCALE) for c in seg) / len(seg) / LOG_FREQ_SCALE
 
+    # typed for the C compiler (compiled.py): the memos' and votes' lookups become direct dict calls, the LM terms C
+    # doubles (the same IEEE additions), the vote share a C division of two small integers (as exact as Python's)
+    @cython.locals(i=cython.Py_ssize_t, n_hyps=cython.Py_ssize_t, votes=dict, k=cython.Py_ssize_t, relation=dict,
+                   segment_memo=dict, cands=list, offered=list, ids=list, feats=list, ranks=list, score=cython.double,
+                   keep_lm=cython.double, term_l=cython.double, term_r=cython.double, edge_l=cython.double,
+                   edge_r=cython.double, rel=cython.long, seg=str)
     def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
             list[str], list[tuple[int, ...]], list[tuple[float, ...]]]:
         """Return one position's candidates, their character ids and their feature rows (`CandidateFeatures`'
@@ -274,6 +281,12 @@ class Featurizer:
         self.unanimous.fill(pending)
         return examples
 
+    @cython.locals(n_hyps=cython.Py_ssize_t, L=cython.Py_ssize_t, i=cython.Py_ssize_t, n=cython.Py_ssize_t,
+                   rank=cython.Py_ssize_t, char_ids=list, candidates=list, syllables=list, pos_rows=list, columns=list,
+                   column=tuple, syllable_memo=dict, blocks_memo=dict, left_memo=dict, right_memo=dict, votes=dict,
+                   padded=str, top1=str, char=str, agreement=cython.double, alternatives=cython.double,
+                   k=cython.Py_ssize_t, f=cython.Py_ssize_t, ids=list, feats=list, row=tuple, seg_ids=tuple,
+                   ids_out=cython.longlong[:, :, :], feats_out=cython.float[:, :, :])
     def _featurize(self, nbest: NBest, truth: str | None, pending: list[Pending]) -> Example | None:
         """One list's Example, its unanimous positions' rows left to `UnanimousRows.fill` (appended to `pending`)."""
         top1 = han_chars(nbest.sentences[0])[:MAX_LEN]
@@ -294,6 +307,7 @@ class Featurizer:
                           dtype=np.float32), cand_ids, cand_feats, cand_mask, [], None, rows)
         candidates = example.candidates
         unanimous = Pending(cand_ids, cand_feats, cand_mask)
+        ids_out, feats_out = cand_ids, cand_feats
         syllables: list[tuple[int, int]] = []
         pos_rows = []
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
@@ -324,9 +338,16 @@ class Featurizer:
                 agreement, alternatives = len(votes[char]) / n_hyps, (len(votes) - 1) / ALTERNATIVES_SCALE
                 cands, ids, feats = self._candidate_rows(i, top1, votes, n_hyps)
                 candidates.append(cands)
+                # the rows written number by number: numpy's slice assignment of a list of tuples spent more on finding
+                # their shape and types than on writing them (issue 61); the same casts to int64 and float32
                 n = len(cands)
-                cand_ids[i, :n] = ids
-                cand_feats[i, :n] = feats
+                for k in range(n):
+                    row = feats[k]
+                    for f in range(N_CAND_FEATS):
+                        feats_out[i, k, f] = row[f]
+                    seg_ids = ids[k]
+                    for f in range(MAX_SEGMENT):
+                        ids_out[i, k, f] = seg_ids[f]
                 cand_mask[i, :n] = True
             pos_rows.append((agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK, i / MAX_LEN))
         if unanimous.positions:

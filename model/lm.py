@@ -252,6 +252,9 @@ class LanguageModel:
             ends.pop()
         return tuple(ends[::-1])
 
+    # typed for the C compiler: the sums C doubles, added in the same order (the same floats)
+    @cython.locals(total=cython.double, taiwan=cython.double, u=cython.double, tw=cython.double,
+                   oov=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t, words=list)
     def _score_fields(self, trad: str) -> Fields:
         """LMScore's fields of a sentence, as an exact tuple."""
         model = self.model
@@ -277,3 +280,8 @@ class LanguageModel:
     def score(self, trad: str) -> LMScore:
         """Score a whole traditional sentence (cached)."""
         return LMScore(*self._scored(trad))
+
+    def fields(self, trad: str) -> Fields:
+        """`score`'s fields as a tuple (logp, words, oov, taiwan), cached: the second stage reads a list's ten-odd
+        candidates' scores without building an object for each (LMScore's frozen constructor runs as Python)."""
+        return self._scored(trad)

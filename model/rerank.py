@@ -20,12 +20,11 @@ evidence).
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import asdict, dataclass, fields
-from itertools import compress
-from operator import ne
+from operator import itemgetter
 
+import cython
 import numpy as np
 
 from model.adaptation import Adaptation, Conventions
@@ -42,6 +41,7 @@ FLOOR_P = 1e-4  # network probability of a segment that is not among a position'
 MIN_OPTION_P = 0.02  # a network choice below this is not combined into sentences
 MAX_OPTIONS = 3  # per position, keep included
 BEAM = 8
+_SCORE = itemgetter(0)  # a beam sentence's (score, segments): its score
 
 
 @dataclass(frozen=True)
@@ -173,9 +173,11 @@ def _network_combos(example: Example, probs: np.ndarray, beam: int) -> list[tupl
         if 0 not in order:
             order.append(0)
         options = [(math.log(max(float(p[k]), FLOOR_P)), cands[k]) for k in order]
-        # each extension is a new list, so the keep-only appends above never touch another sentence's
-        hyps = heapq.nlargest(beam, ((s + lp, segs + [seg]) for s, segs in hyps for lp, seg in options),
-                              key=lambda h: h[0])
+        # each extension is a new list, so the keep-only appends above never touch another sentence's; the `beam` best
+        # by a stable sort, as heapq.nlargest ranks them (ties in order), without its Python-level loop (issue 61)
+        hyps = [(s + lp, segs + [seg]) for s, segs in hyps for lp, seg in options]
+        hyps.sort(key=_SCORE, reverse=True)
+        del hyps[beam:]
     return [tuple(segs) for _, segs in hyps]
 
 
@@ -193,15 +195,16 @@ def candidates(example: Example, probs: np.ndarray | None, beam: int = BEAM,
     if adaptation is not None:
         conventions = adaptation.conventions
         choices += [(tuple(align_to(top1, text)), None) for text in adaptation.confusions.rewrites(top1)]
+    texts = ["".join(segs) for segs, _ in choices]  # each joined once
     ranks: dict[str, int] = {}
-    for segs, rank in choices:
+    for text, (_, rank) in zip(texts, choices, strict=True):
         if rank is not None:
-            ranks.setdefault("".join(segs), rank)
+            ranks.setdefault(text, rank)
     protected = protected_positions(example)
     out: dict[str, Candidate] = {}
-    for segs, _ in choices:
-        text = "".join(segs)
-        if text and text not in out and all(_keeps_slot(keep[i], segs[i], conventions) for i in protected):
+    for text, (segs, _) in zip(texts, choices, strict=True):
+        if text and text not in out and (not protected or all(_keeps_slot(keep[i], segs[i], conventions)
+                                                              for i in protected)):
             out[text] = Candidate(text, segs, ranks.get(text))
     return list(out.values())
 
@@ -260,32 +263,37 @@ class Reranker:
         """Describe each candidate against TOP1 (`mlm`: their masked-LM gains, from `mlm_gains`)."""
         return [Features(*row) for row in self.rows(example, probs, cands, mlm)]
 
+    @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.Py_ssize_t, keep=tuple, changed=list,
+                   log_p=dict, out=list)
     def rows(self, example: Example, probs: np.ndarray | None, cands: list[Candidate],
              mlm: list[float] | None = None) -> list[tuple[float, ...]]:
         """Each candidate's features as a tuple in `Features.names()` order (the hot path: no object per row)."""
         lm = self.lm
         top1 = example.top1
-        base = lm.score(top1) if lm is not None else None
+        # the trigram's scores as LMScore's fields (`LanguageModel.fields`): no object per candidate
+        base = lm.fields(top1) if lm is not None else None
         adapted = self.adaptation
         domain_base = adapted.domain_lm.score(top1) if adapted is not None else 0.0
         out = []
-        positions = range(len(top1))
+        keep = tuple(top1)  # TOP1's characters as segments, compared with each choice's (one a position)
+        n = len(keep)
         log_p: dict[tuple[int, str], float] = {}  # a list's candidates share most changes, and TOP1's keeps all
         for k, c in enumerate(cands):
             net = 0.0
-            changed = list(compress(positions, map(ne, c.choice, top1)))  # a choice holds a segment per position
-            if probs is not None:
-                net = sum(_memo_log_p(log_p, example, probs, i, c.choice[i])
-                          - _memo_log_p(log_p, example, probs, i, top1[i]) for i in changed)
-            s = lm.score(c.text) if lm is not None else None
+            choice = c.choice
+            changed = [i for i in range(min(n, len(choice))) if choice[i] != keep[i]]
+            if probs is not None:  # summed as before, from a list rather than a generator (an empty sum is 0)
+                net = sum([_memo_log_p(log_p, example, probs, i, choice[i]) - _memo_log_p(log_p, example, probs, i,
+                                                                                           keep[i]) for i in changed])
+            s = lm.fields(c.text) if lm is not None else None
             out.append((
-                s.logp - base.logp if s and base else 0.0,  # lm
-                s.taiwan - base.taiwan if s and base else 0.0,  # taiwan
+                s[0] - base[0] if s and base else 0.0,  # lm
+                s[3] - base[3] if s and base else 0.0,  # taiwan
                 net,
                 math.log1p(c.rank) if c.rank is not None else 0.0,  # rank
                 float(c.rank is None),  # outside_nbest
                 float(len(changed)),  # changes
-                float(s.oov - base.oov) if s and base else 0.0,  # oov
+                float(s[2] - base[2]) if s and base else 0.0,  # oov
                 adapted.domain_lm.score(c.text) - domain_base if adapted is not None else 0.0,  # domain
                 adapted.confusions.evidence(top1, c.text) if adapted is not None else 0.0,  # confusion
                 mlm[k] if mlm is not None else 0.0,  # mlm

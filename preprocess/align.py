@@ -8,9 +8,13 @@ differ only in word segmentation align as equal.
 
 from __future__ import annotations
 
+import cython
 from rapidfuzz.distance import Levenshtein
 
 
+# typed for the C compiler (compiled.py): the opcodes' indices become C integers, the segments a list indexed directly
+@cython.locals(i1=cython.Py_ssize_t, i2=cython.Py_ssize_t, j1=cython.Py_ssize_t, j2=cython.Py_ssize_t,
+               n=cython.Py_ssize_t, k=cython.Py_ssize_t, segs=list, prefix=str)
 def align_to(top1: str, hyp: str) -> list[str]:
     """Return, for each character of `top1`, the segment of `hyp` aligned to it."""
     if not top1:
