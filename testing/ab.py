@@ -44,17 +44,28 @@ def child(mode: str, lists_path: Path) -> dict:
             answers += corrector.predict_batch(lists[start : start + 64])
         return {"answers": answers}
     out: dict = {"setup_s": setup_s, "threads": torch.get_num_threads(), "ms_64": [], "ms_1": []}
+    hooks: dict[str, list[float]] = {"featurize": [], "network": [], "second": []}
     for start in range(0, WARM_LISTS, 64):  # untimed: the caches as a served process has them after a while
         corrector.predict_batch(lists[start : start + 64])
     for start in range(WARM_LISTS, min(len(lists), WARM_LISTS + 64 * BATCHES), 64):
-        t = time.perf_counter()
-        corrector.predict_batch(lists[start : start + 64])
-        out["ms_64"].append(1000 * (time.perf_counter() - t))
+        items = lists[start : start + 64]
+        # predict_batch's three hooks, each timed: featurizing, the network, the second stage
+        t = [time.perf_counter()]
+        batch = corrector.batch(items)
+        t.append(time.perf_counter())
+        probs = corrector.predict(batch)
+        t.append(time.perf_counter())
+        corrector.unbatch(items, batch, probs)
+        t.append(time.perf_counter())
+        out["ms_64"].append(1000 * (t[3] - t[0]))
+        for k, name in enumerate(hooks):
+            hooks[name].append(1000 * (t[k + 1] - t[k]))
     for item in lists[-SINGLES:]:  # lists the batches above did not hold
         t = time.perf_counter()
         corrector.predict_batch([item])
         out["ms_1"].append(1000 * (time.perf_counter() - t))
     out["median_ms_64"] = statistics.median(out["ms_64"])
+    out |= {f"median_ms_{name}": statistics.median(values) for name, values in hooks.items()}
     out["median_ms_1"] = statistics.median(out["ms_1"])
     return out
 
@@ -110,10 +121,12 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
     """Time every side once per round, in turn (the order rotated each round); print the medians."""
     return alternate(sides, args.rounds, lambda tree: run_child(tree, "time", lists_path),
                      lambda got: f"{got['median_ms_64']:.1f} / {got['median_ms_1']:.2f} ms",
-                     {"ms_64": "median_ms_64", "ms_1": "median_ms_1"},
-                     "| side | batch of 64: median ms | per list | batch of 1: median ms | 64 vs here |\n"
-                     "|---|---:|---:|---:|---:|",
-                     lambda m, here: f"{m['ms_64']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
+                     {"ms_64": "median_ms_64", "ms_1": "median_ms_1", "featurize": "median_ms_featurize",
+                      "network": "median_ms_network", "second": "median_ms_second"},
+                     "| side | batch of 64: median ms | featurize / network / second stage ms | per list | "
+                     "batch of 1: median ms | 64 vs here |\n|---|---:|---:|---:|---:|---:|",
+                     lambda m, here: f"{m['ms_64']:.1f} | {m['featurize']:.1f} / {m['network']:.1f} / "
+                                     f"{m['second']:.1f} | {m['ms_64'] / 64:.2f} | {m['ms_1']:.2f} | "
                                      f"{m['ms_64'] / here['ms_64']:.2f}x")
 
 

@@ -119,3 +119,23 @@ def test_ab_fresh_serves_its_window_lists_the_warm_up_never_sent():
     assert len(window) == 200 and len(warm) == FRESH_WARM_LISTS
     assert len(set(window)) == 200 and not set(window) & set(warm)
     assert served_bodies(50, fresh=False)[0] == served_bodies(50, fresh=False)[1]
+
+
+@pytest.mark.real_model
+def test_ab_time_child_times_each_hook_of_a_batch_and_they_make_up_the_batch(tmp_path, monkeypatch):
+    import json
+
+    from testing import ab
+
+    monkeypatch.setattr(ab, "WARM_LISTS", 64)
+    monkeypatch.setattr(ab, "BATCHES", 2)
+    monkeypatch.setattr(ab, "SINGLES", 2)
+    row = {"sentences": ["今天 天 氣 很好", "今天 天氣 很好", "今天 天器 很好"], "phonemes": []}
+    lists = tmp_path / "lists.jsonl"
+    lists.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for _ in range(64 * 3 + 2)), encoding="utf-8")
+    got = ab.child("time", lists)
+    assert len(got["ms_64"]) == 2 and len(got["ms_1"]) == 2
+    hooks = [got[f"median_ms_{name}"] for name in ("featurize", "network", "second")]
+    assert all(ms > 0 for ms in hooks)
+    # each batch's hooks are consecutive slices of its time; with two batches the medians are their means
+    assert sum(hooks) == pytest.approx(got["median_ms_64"], rel=1e-6)
