@@ -235,6 +235,19 @@ def simulated_dev(corpus: Path, n: int, seed: int) -> tuple[list[NBest], list[st
     return nbests, truths
 
 
+def decoded_dev(corpus: Path, n: int, skip: int, seed: int) -> tuple[list[NBest], list[str]]:
+    """Simulate dev lists by the decoding recogniser (`learn.data.decode_sim`): sound-alike spans fluent under its own
+    language model, each lower hypothesis another reading of one or two of them, as a real decoder's lists are (issue
+    60). Drawn from the dev split's sentences after the first `skip` (those `simulated_dev` uses)."""
+    from learn.data.decode_sim import DecodeConfig, DecodingSimulator
+
+    sim = DecodingSimulator.from_corpus(corpus, DecodeConfig())
+    rng = random.Random(seed)
+    sents = [s for s in (corpus / "dev.txt").read_text(encoding="utf-8").split("\n") if s][skip : skip + n]
+    pairs = [sim.sample(s, rng, phones=True) for s in sents]
+    return [nb for nb, _ in pairs], [t for _, t in pairs]
+
+
 def fit(corrector: Corrector, nbests: list[NBest], truths: list[str], variant: str, max_worse: float,
         max_right_changed: float, prior: RerankWeights | None = None,
         prior_lists: float = 0.0) -> tuple[RerankWeights, dict]:
@@ -307,6 +320,8 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"))
     ap.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS_DIR)
     ap.add_argument("--dev-sentences", type=int, default=3000)
+    ap.add_argument("--decoded-sentences", type=int, default=0,
+                    help="dev lists of the decoding recogniser (learn.data.decode_sim), added as a group of their own")
     ap.add_argument("--data", type=Path, action="append", default=[], help="labelled dev file(s), added")
     ap.add_argument("--variant", choices=("full", "lm"), default="full")
     ap.add_argument("--max-worse", type=float, default=0.003)
@@ -320,16 +335,20 @@ def main() -> None:
                     help="keep the current weights, margin and gate; choose the margin lists whose hypotheses vary "
                          "TOP1 at the same few places are answered at (model.gate.scatter; learn.gate_fit.fit_focus)")
     ap.add_argument("--per-file", action="store_true",
-                    help="keep the precision bounds on the simulated lists and on each --data file alone, not only "
-                         "on all of them together (a hard recogniser's few lists are not outweighed)")
+                    help="keep the precision bounds on the simulated lists, on the decoded ones and on each --data "
+                         "file alone, not only on all of them together (a hard recogniser's few lists are not "
+                         "outweighed)")
     ap.add_argument("--write", action="store_true",
                     help="store the weights in --weights' config.json (the shipped one unless named)")
     args = ap.parse_args()
     corrector = Corrector(args.weights, device="cpu")
     corrector.setup()
     nbests, truths = simulated_dev(args.corpus, args.dev_sentences, args.seed)
-    origin = [0] * len(nbests)  # the simulated lists are group 0, each --data file a group of its own
-    for group, path in enumerate(args.data, start=1):
+    origin = [0] * len(nbests)  # the simulated lists are group 0, the decoded ones 1, each --data file one of its own
+    if args.decoded_sentences:
+        decoded, decoded_truths = decoded_dev(args.corpus, args.decoded_sentences, args.dev_sentences, args.seed)
+        nbests, truths, origin = nbests + decoded, truths + decoded_truths, origin + [1] * len(decoded)
+    for group, path in enumerate(args.data, start=2):
         from learn.data.labelled import read_labelled
 
         items = read_labelled(path)

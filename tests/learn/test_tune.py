@@ -168,3 +168,30 @@ def test_tune_gate_keeps_the_stage_and_writes_the_fitted_gate_beside_it(tmp_path
     assert stage.weights == shipped.weights  # the weights and the margin kept
     assert tune.Gate.from_dict(stage.gate) == fitted_gate
     assert '"gate"' in capsys.readouterr().out
+
+
+def test_the_decoding_recognisers_dev_lists_are_a_group_of_their_own_beside_each_file(tmp_path: Path, monkeypatch,
+                                                                                     capsys):
+    data = tmp_path / "lists.jsonl"
+    write_labelled([Labelled(f"l{k}", "我想申請貸款", NBest(("我 想 申請 代款", "我 想 申請 貸款")))
+                    for k in range(3)], data)
+    drawn = {}
+
+    def decoded(corpus, n, skip, seed):  # stands in for the simulator: two lists, and what it was asked for
+        drawn.update(n=n, skip=skip)
+        return [NBest(("今天 天 氣 很好", "今天 天氣 很好"))] * 2, ["今天天氣很好"] * 2
+
+    seen = {}
+
+    def fit(lists, variant, max_worse, max_right_changed, groups=None):
+        seen["groups"] = groups
+        return replace(RerankWeights(lm=1.0), margin=1.0), {"cer": 0.0, "top1_cer": 0.1}
+
+    monkeypatch.setattr(tune, "decoded_dev", decoded)
+    monkeypatch.setattr(tune, "fit_lists", fit)
+    monkeypatch.setattr("sys.argv", ["tune", "--dev-sentences", "0", "--decoded-sentences", "2", "--data", str(data),
+                                     "--per-file"])
+    tune.main()
+    assert drawn == {"n": 2, "skip": 0}  # after the simulated dev lists' sentences
+    assert seen["groups"] == [1, 1, 2, 2, 2]  # the bounds kept on the decoded lists and on the file, each alone
+    assert '"weights"' in capsys.readouterr().out
