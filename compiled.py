@@ -5,11 +5,15 @@ strings and small tuples, one position and one candidate sentence at a time. Cyt
 to C extension modules: the `.py` files stay the one implementation, which runs interpreted wherever the compiled ones
 are missing or out of date (a machine without a C compiler, a module edited since the build, `ESUN_INTERPRETED=1`).
 
-`python -m compiled` builds `.compiled/<package>/<module>.*.so` for `MODULES` (nothing when they are current): the
-sources are copied into a new folder, compiled there, and the folder replaces the old one whole, with a manifest of
-the sources' sha256. A package whose modules are listed calls `extend(__name__, __path__)` in its `__init__`: its
-compiled folder goes first on its search path only while every one of its listed modules matches the manifest, so a
-module edited since the build never runs stale.
+`KERNELS` are the exception: C written in Cython's own language (`.pyx`), where Python objects per character were the
+cost (the trigram's segmentation: `model/segmenter.pyx`); each has a Python reference that runs where it is not built,
+and a test holds the two to the same results.
+
+`python -m compiled` builds `.compiled/<package>/<module>.*.so` for `MODULES` and `KERNELS` (nothing when they are
+current): the sources are copied into a new folder, compiled there, and the folder replaces the old one whole, with a
+manifest of the sources' sha256. A package whose modules are listed calls `extend(__name__, __path__)` in its
+`__init__`: its compiled folder goes first on its search path only while every one of its listed modules and kernels
+matches the manifest, so a module edited since the build never runs stale.
 
 Standard library only (the bottom layer): Cython runs in a child process, as `python -m Cython.Build.Cythonize`.
 """
@@ -25,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
 from config import REPO_ROOT
 
@@ -33,14 +38,20 @@ MODULES: dict[str, tuple[str, ...]] = {
     "model": ("bigram", "features", "gate", "lm", "memo", "rerank", "unanimous"),
     "preprocess": ("align",),
 }
+# C kernels (`<module>.pyx`), by package: importable only from the package's compiled folder, so only where it is used
+KERNELS: dict[str, tuple[str, ...]] = {
+    "model": ("segmenter",),
+}
 BUILD_DIR = REPO_ROOT / ".compiled"
 MANIFEST = "manifest.json"
 OFF = "ESUN_INTERPRETED"  # set to 1: run the modules interpreted even where they are compiled and current
 
 
 def _sources() -> dict[str, Path]:
-    return {f"{package}/{name}.py": REPO_ROOT / package / f"{name}.py"
-            for package, names in MODULES.items() for name in names}
+    modules = {f"{package}/{name}.py": REPO_ROOT / package / f"{name}.py"
+               for package, names in MODULES.items() for name in names}
+    return modules | {f"{package}/{name}.pyx": REPO_ROOT / package / f"{name}.pyx"
+                      for package, names in KERNELS.items() for name in names}
 
 
 def _digest(path: Path) -> str:
@@ -78,7 +89,7 @@ def extend(package: str, path: list[str], build_dir: Path = BUILD_DIR) -> bool:
 
 
 def used() -> dict[str, bool]:
-    """Whether each listed module runs compiled in this process (imports them)."""
+    """Whether each listed module and kernel runs compiled in this process (imports them)."""
     import importlib
 
     out = {}
@@ -86,7 +97,20 @@ def used() -> dict[str, bool]:
         for name in names:
             module = importlib.import_module(f"{package}.{name}")
             out[f"{package}.{name}"] = not str(getattr(module, "__file__", "")).endswith(".py")
+    for package, names in KERNELS.items():
+        for name in names:
+            out[f"{package}.{name}"] = kernel(package, name) is not None
     return out
+
+
+def kernel(package: str, name: str) -> ModuleType | None:
+    """The compiled kernel `package.name`, or None where it is not built and current (its Python reference runs)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ImportError:  # no .pyx is importable: only a build puts the module on the package's path
+        return None
 
 
 def build(build_dir: Path = BUILD_DIR, jobs: int = min(8, os.cpu_count() or 1)) -> None:
@@ -105,7 +129,7 @@ def build(build_dir: Path = BUILD_DIR, jobs: int = min(8, os.cpu_count() or 1)) 
             copies.append(str(copy.relative_to(work)))
         subprocess.run([sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3", "-j", str(jobs), "-q", *copies],
                        cwd=work, check=True, capture_output=True, text=True)
-        for leftover in [*work.rglob("*.py"), *work.rglob("*.c"), *work.glob("build")]:
+        for leftover in [*work.rglob("*.py"), *work.rglob("*.pyx"), *work.rglob("*.c"), *work.glob("build")]:
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         manifest = {"abi": sys.implementation.cache_tag, "sources": {n: _digest(p) for n, p in sources.items()}}
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
@@ -124,7 +148,7 @@ def main() -> int:
     fails (no Python headers, say), the model runs interpreted: said, not an error (tests/test_compiled.py holds a
     machine with a compiler to a build that works)."""
     if not stale(BUILD_DIR):
-        print(f"compiled: {sum(map(len, MODULES.values()))} modules current in {BUILD_DIR.name}/")
+        print(f"compiled: {len(_sources())} modules current in {BUILD_DIR.name}/")
         return 0
     compiler = os.environ.get("CC", "cc").split()[0]
     if shutil.which(compiler) is None:

@@ -18,7 +18,7 @@ import importlib.util
 import math
 import operator
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +27,7 @@ import cython
 import kenlm
 import opencc
 
+import compiled
 from config import DEFAULT_LM_PATH
 
 MAX_WORD = 6  # the longest word the segmenter tries, in characters
@@ -125,15 +126,28 @@ class LanguageModel:
         self.model = kenlm.Model(str(lm_path))
         self.lexicon = lexicon or TaiwanLexicon.load(lexicon_path)
         self._taiwan = self.lexicon.logp.get  # bound once: it runs for every new substring of every sentence
-        # the suffixes of the trigram's words (simplified) and the lexicon's (traditional); None where the LM file
-        # lists no words: every substring is then looked up, as before issue 21
-        self._suffixes = self.suffixes(self.model, lm_path, self.lexicon)
         self.oov_backoff = oov_backoff
         self.floor = floor
+        words = self.trigram_words(self.model, lm_path)
+        # The segmentation: in C where the kernel is built and the LM file lists its words (model/segmenter.pyx), else
+        # `_split` below, its reference, which prunes its look-ups with the suffixes of the trigram's words
+        # (simplified) and the lexicon's (traditional); None where the file lists no words: every substring is then
+        # looked up, as before issue 21.
+        kernel = compiled.kernel("model", "segmenter")
+        self._suffixes: frozenset[str] | None = None
+        self.split_words: Callable[[str, str], list[tuple[int, int, Entry]]]
+        if kernel is not None and words is not None:
+            score = self.model.score
+            self.split_words = kernel.Segmenter({w: score(w, bos=False, eos=False) for w in words},
+                                                self.lexicon.logp, floor, oov_backoff, MAX_WORD).split
+        else:
+            self._suffixes = word_suffixes([*words, *self.lexicon.logp]) if words is not None else None
+            self.split_words = self._split
         # OpenCC's converter object is not documented as thread-safe; one per thread.
         self._local = threading.local()
-        # substring -> _unigram(): emptied when full (cheaper than an LRU on the hot loop, and refilled at once).
-        # Both caches are keyed by the traditional text and its simplified conversion, interleaved (`segment`).
+        # `_split`'s caches (they stay empty where the kernel segments): substring -> _unigram(), emptied when full
+        # (cheaper than an LRU on the hot loop, and refilled at once). Both caches are keyed by the traditional text
+        # and its simplified conversion, interleaved (`segment`).
         self._words: dict[str, Entry] = {}
         # window of MAX_WORD characters -> the words (of `_words`) that end at its last character; emptied with it
         self._windows: dict[str, tuple[Entry, ...]] = {}
@@ -142,13 +156,13 @@ class LanguageModel:
         self._scored = lru_cache(maxsize=MAX_CACHED_SCORES)(self._score_fields)
 
     @staticmethod
-    def suffixes(model: kenlm.Model, lm_path: Path, lexicon: TaiwanLexicon) -> frozenset[str] | None:
-        """The suffixes `_window` prunes with: of the LM file's words and the lexicon's; None where the file's word
-        list is missing or does not hold the words the model knows (a sample of them checked)."""
+    def trigram_words(model: kenlm.Model, lm_path: Path) -> list[str] | None:
+        """The words the LM file lists (`kenlm_words`); None where it lists none, or not the words the model knows (a
+        sample of them checked)."""
         words = kenlm_words(lm_path)
         if words is None or not all(w in model for w in words[:: max(1, len(words) // 2000)]):
             return None
-        return word_suffixes([*words, *lexicon.logp])
+        return words
 
     def to_simplified(self, text: str) -> str:
         """Convert traditional text to simplified, character for character where OpenCC keeps lengths."""
@@ -175,7 +189,7 @@ class LanguageModel:
     def segment(self, trad: str) -> list[tuple[str, str, float, bool]]:
         """Split a traditional sentence into the most probable words: (simplified, traditional, unigram, known)."""
         simple = self.to_simplified(trad)
-        return [(simple[i:j], trad[i:j], u, known) for i, j, (u, known, _) in self._split(trad, simple)]
+        return [(simple[i:j], trad[i:j], u, known) for i, j, (u, known, _) in self.split_words(trad, simple)]
 
     # typed for the C compiler (compiled.py): the loop's indices and scores become C numbers, the same IEEE doubles
     @cython.locals(n=cython.Py_ssize_t, j=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.Py_ssize_t,
@@ -263,7 +277,7 @@ class LanguageModel:
         total = taiwan = 0.0
         oov = 0
         simple = self.to_simplified(trad)
-        words = self._split(trad, simple)
+        words = self.split_words(trad, simple)
         for i, j, (u, known, tw) in words:
             taiwan += tw
             if known:

@@ -26,8 +26,8 @@ def _fake_build(tmp_path, sources: dict[str, str]):
 
 
 def _digests() -> dict[str, str]:
-    return {f"{package}/{name}.py": compiled._digest(REPO_ROOT / package / f"{name}.py")
-            for package, names in compiled.MODULES.items() for name in names}
+    """The manifest of a build of the sources as they are: the modules' `.py` and the kernels' `.pyx`."""
+    return {name: compiled._digest(path) for name, path in compiled._sources().items()}
 
 
 def test_a_current_build_goes_first_on_the_packages_path(tmp_path, monkeypatch):
@@ -46,6 +46,14 @@ def test_a_module_edited_since_the_build_runs_interpreted_with_the_rest_of_its_p
     assert compiled.stale(build) == ["model/lm.py"]
     assert compiled.extend("model", model_path, build) is False and model_path == ["model"]
     assert compiled.extend("preprocess", preprocess_path, build) is True  # its own modules are current
+
+
+def test_a_kernel_edited_since_the_build_leaves_its_package_to_the_python_reference(tmp_path, monkeypatch):
+    monkeypatch.delenv(compiled.OFF, raising=False)
+    build = _fake_build(tmp_path, {**_digests(), "model/segmenter.pyx": "0" * 64})
+    model_path = ["model"]
+    assert compiled.stale(build) == ["model/segmenter.pyx"]
+    assert compiled.extend("model", model_path, build) is False and model_path == ["model"]
 
 
 def test_a_build_for_another_python_is_stale_whole(tmp_path):

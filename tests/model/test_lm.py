@@ -72,16 +72,17 @@ def test_kenlm_words_is_none_for_a_file_that_lists_no_words(tmp_path: Path):
     assert kenlm_words(path) is None
 
 
-def test_lm_prunes_a_new_window_to_the_same_words_as_looking_every_substring_up(lm, real_requests):
+def test_lm_prunes_a_new_window_to_the_same_words_as_looking_every_substring_up(python_lm, real_requests):
     """Guards issue 21's suffix pruning: a substring that ends no known word is skipped, never a word."""
-    unpruned = LanguageModel(DEFAULT_LM_PATH, lexicon=lm.lexicon)
+    unpruned = LanguageModel(DEFAULT_LM_PATH, lexicon=python_lm.lexicon)
     unpruned._suffixes = None
-    assert lm._suffixes is not None
+    unpruned.split_words = unpruned._split
+    assert python_lm._suffixes is not None
     sentences = {han_chars(s) for body in real_requests for s in body["sentence_list"]}
     sentences |= {"臺灣的捷運站在哪裡", "我要對統一發票", "今天故價上漲", "𠀋一下", "欸我想問一下信用卡帳單"}
     for sentence in sorted(sentences):
-        assert lm.segment(sentence) == unpruned.segment(sentence)
-        assert lm.score(sentence) == unpruned.score(sentence)
+        assert python_lm.segment(sentence) == unpruned.segment(sentence)
+        assert python_lm.score(sentence) == unpruned.score(sentence)
 
 
 def test_word_suffixes_holds_every_ending_of_two_to_six_characters():
