@@ -24,6 +24,7 @@ import torch
 from rapidfuzz.distance import Levenshtein
 
 from config import DEFAULT_WEIGHTS_DIR
+from learn.data.decode_sim import decoded_dev
 from learn.data.simulate import load_simulator
 from learn.dev_list import DevList, pick_cut
 from learn.gate_fit import fit_focus, fit_gate
@@ -233,19 +234,6 @@ def simulated_dev(corpus: Path, n: int, seed: int) -> tuple[list[NBest], list[st
         truths.append(truth)
     sim.config = base
     return nbests, truths
-
-
-def decoded_dev(corpus: Path, n: int, skip: int, seed: int) -> tuple[list[NBest], list[str]]:
-    """Simulate dev lists by the decoding recogniser (`learn.data.decode_sim`): sound-alike spans fluent under its own
-    language model, each lower hypothesis another reading of one or two of them, as a real decoder's lists are (issue
-    60). Drawn from the dev split's sentences after the first `skip` (those `simulated_dev` uses)."""
-    from learn.data.decode_sim import DecodeConfig, DecodingSimulator
-
-    sim = DecodingSimulator.from_corpus(corpus, DecodeConfig())
-    rng = random.Random(seed)
-    sents = [s for s in (corpus / "dev.txt").read_text(encoding="utf-8").split("\n") if s][skip : skip + n]
-    pairs = [sim.sample(s, rng, phones=True) for s in sents]
-    return [nb for nb, _ in pairs], [t for _, t in pairs]
 
 
 def fit(corrector: Corrector, nbests: list[NBest], truths: list[str], variant: str, max_worse: float,

@@ -260,6 +260,18 @@ class DecodingSimulator:
         return NBest(sentences, tuple(text_phones(s) for s in sentences) if phones else ())
 
 
+def decoded_dev(corpus: Path, n: int, skip: int, seed: int) -> tuple[list[NBest], list[str]]:
+    """Dev lists of the decoding recogniser for fitting the second stage (`learn.tune --decoded-sentences`):
+    sound-alike spans fluent under its own language model, each lower hypothesis another reading of one or two of
+    them, as a real decoder's lists are (issue 60). Drawn from the dev split's sentences after the first `skip` (those
+    the simulated dev lists use)."""
+    sim = DecodingSimulator.from_corpus(corpus, DecodeConfig())
+    rng = random.Random(seed)
+    sents = [s for s in (corpus / "dev.txt").read_text(encoding="utf-8").split("\n") if s][skip : skip + n]
+    pairs = [sim.sample(s, rng, phones=True) for s in sents]
+    return [nb for nb, _ in pairs], [t for _, t in pairs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Print the decoding simulator's statistics.")
     parser.add_argument("--corpus", type=Path, default=Path("data/corpus"))
