@@ -29,15 +29,18 @@ cdef class ReversedTrie:
     cdef uint64_t *keys  # (node << 21 | character) + 1; 0 is an empty slot
     cdef int32_t *nodes
     cdef uint64_t mask
+    cdef int shift  # 64 - log2(capacity): a slot is the product's top bits (Fibonacci hashing)
     cdef double *values
     cdef char *is_word
     cdef int32_t size
 
     def __cinit__(self, dict words):
         cdef Py_ssize_t n_steps = sum(len(w) for w in words) + 1
-        cdef uint64_t capacity = 1
+        cdef uint64_t capacity = 2
+        self.shift = 63
         while capacity < 2 * <uint64_t>n_steps:
             capacity <<= 1
+            self.shift -= 1
         self.mask = capacity - 1
         self.keys = <uint64_t *>PyMem_Malloc(capacity * sizeof(uint64_t))
         self.nodes = <int32_t *>PyMem_Malloc(capacity * sizeof(int32_t))
@@ -66,7 +69,7 @@ cdef class ReversedTrie:
     cdef inline int32_t _child(self, int32_t node, Py_UCS4 char, bint add):
         """The node one character longer than `node`, -1 where there is none (a new one where `add`)."""
         cdef uint64_t key = ((<uint64_t>node << 21) | <uint64_t>char) + 1
-        cdef uint64_t slot = (key * 0x9E3779B97F4A7C15) >> 11 & self.mask
+        cdef uint64_t slot = (key * <uint64_t>0x9E3779B97F4A7C15) >> self.shift
         while self.keys[slot] != 0:
             if self.keys[slot] == key:
                 return self.nodes[slot]

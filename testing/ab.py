@@ -231,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             for commit in args.against:  # each commit checked out in a new worktree, removed at the end
                 subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(sides[commit]),
                                 commit], check=True, capture_output=True)
-                if (sides[commit] / "compiled.py").exists():  # its hot modules built as `make run` builds them
-                    subprocess.run([sys.executable, "-m", "compiled"], cwd=sides[commit], check=True,
-                                   capture_output=True)
+            for tree in sides.values():  # its hot modules built as `make run` builds them (this tree's too: a module
+                if (tree / "compiled.py").exists():  # edited since its build would run interpreted)
+                    subprocess.run([sys.executable, "-m", "compiled"], cwd=tree, check=True, capture_output=True)
             if args.mode in ("answers", "both"):
                 result["answers"] = compare_answers(sides, lists_path, meta)
             if args.mode in ("time", "both"):
