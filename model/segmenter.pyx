@@ -3,11 +3,11 @@
 
 `LanguageModel._split` finds a sentence's most probable words by dynamic programming over the words that end at each
 position; each of those is looked up by its substring, a string sliced and hashed per candidate word (about 7 µs a
-sentence when every lookup is cached, three times that on the new sentences a served batch brings: issue 61). Here
-the same search walks, from each position leftwards, two reversed tries at once: the trigram's words (simplified,
-with their unigram log10 probabilities) and the Taiwan lexicon's (traditional, with theirs). A step is one lookup
-of (node, character) in an open-addressing table of C integers; a walk stops where neither trie goes on, as
-`LanguageModel._window` stops at the first substring that ends no word.
+sentence when every lookup is cached, more than twice that on the new sentences a served batch brings: issue 61).
+Here the same search walks, from each position leftwards, two reversed tries at once: the trigram's words
+(simplified, with their unigram log10 probabilities) and the Taiwan lexicon's (traditional, with theirs). A step is
+one lookup of (node, character) in an open-addressing table of C integers; a walk stops where neither trie goes on,
+as `LanguageModel._window` stops at the first substring that ends no word.
 
 The same words and the same floats as `LanguageModel._split` (its Python is the reference a test compares with, and
 what runs where this module is not built: compiled.py): a word's entry is (the trigram's unigram if the simplified
