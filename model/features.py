@@ -44,6 +44,7 @@ N_CAND_FEATS = len(CANDIDATE_FEATURES)
 BOS, EOS = "^", "$"
 MIN_BIGRAM_COUNT = 2
 BOUNDARY = {"B": 1, "M": 2, "E": 3, "S": 4}
+_BEGIN, _MIDDLE, _END, _SINGLE = BOUNDARY["B"], BOUNDARY["M"], BOUNDARY["E"], BOUNDARY["S"]
 # Segments (one or two characters, or none) whose ids and log frequency are memoised at once; characters whose
 # syllable, and whose sound-alikes, are.
 MAX_MEMO_SEGMENTS = 100_000
@@ -139,15 +140,16 @@ class Example:
     rows: list[list[str]] = field(default_factory=list)  # each other hypothesis's segment per TOP1 position
 
 
+@cython.locals(n=cython.Py_ssize_t, tags=list)
 def boundary_tags(top1_words: list[str]) -> list[int]:
     """Tag each Han character of TOP1 as word begin / middle / end / single."""
-    tags: list[int] = []
+    tags = []
     for word in top1_words:
         n = len(han_chars(word))
         if n == 1:
-            tags.append(BOUNDARY["S"])
+            tags.append(_SINGLE)
         elif n > 1:
-            tags += [BOUNDARY["B"]] + [BOUNDARY["M"]] * (n - 2) + [BOUNDARY["E"]]
+            tags += [_BEGIN] + [_MIDDLE] * (n - 2) + [_END]
     return tags
 
 
@@ -163,8 +165,8 @@ class Featurizer:
         self.confusion = confusion or ConfusionSet(vocab.counts)
         self.lm = vocab.bigram_lm()
         self.fast = fast
-        self.unanimous = UnanimousRows(self.lm, lambda char: self._candidate_rows(0, char, {char: [0]}, 1),
-                                       MAX_CANDIDATES, MAX_SEGMENT)
+        self.unanimous = UnanimousRows(self.lm, lambda char, ids, feats, mask: self._candidate_rows(
+            0, char, {char: [0]}, 1, ids, feats, mask), MAX_CANDIDATES, MAX_SEGMENT)
         self._segment_memo: Memo[str, tuple[tuple[int, ...], float]] = Memo(MAX_MEMO_SEGMENTS)
         self._syllable_memo: Memo[str, tuple[int, int]] = Memo(MAX_MEMO_CHARS)  # a TOP1 character's id and tone
         self._similar_memo: Memo[str, dict[str, int]] = Memo(MAX_MEMO_CHARS)
@@ -183,19 +185,25 @@ class Featurizer:
         return sum(self.vocab.log_freq.get(c, -LOG_FREQ_SCALE) for c in seg) / len(seg) / LOG_FREQ_SCALE
 
     # typed for the C compiler (compiled.py): the memos' and votes' lookups become direct dict calls, the LM terms C
-    # doubles (the same IEEE additions), the vote share a C division of two small integers (as exact as Python's)
+    # doubles (the same IEEE additions), the vote share a C division of two small integers (as exact as Python's), the
+    # rows written number by number through typed views (numpy's assignment of a list of tuples spent more on finding
+    # their shape and types than on writing them, and a tuple per row cost its floats: issue 61), with the same casts
+    # to int64 and float32
     @cython.locals(i=cython.Py_ssize_t, n_hyps=cython.Py_ssize_t, votes=dict, k=cython.Py_ssize_t, relation=dict,
-                   segment_memo=dict, cands=list, offered=list, ids=list, feats=list, ranks=list, score=cython.double,
+                   segment_memo=dict, cands=list, offered=list, ranks=list, score=cython.double,
                    keep_lm=cython.double, term_l=cython.double, term_r=cython.double, edge_l=cython.double,
-                   edge_r=cython.double, rel=cython.long, seg=str)
-    def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int) -> tuple[
-            list[str], list[tuple[int, ...]], list[tuple[float, ...]]]:
-        """Return one position's candidates, their character ids and their feature rows (`CandidateFeatures`'
-        columns, in order, as plain tuples).
+                   edge_r=cython.double, rel=cython.long, seg=str, seg_ids=tuple, f=cython.Py_ssize_t,
+                   n_ranks=cython.Py_ssize_t, best=cython.Py_ssize_t, delta=cython.double,
+                   ids_out=cython.longlong[:, :, :], feats_out=cython.float[:, :, :], mask_out=cython.uchar[:, :])
+    def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int, ids_out: np.ndarray,
+                        feats_out: np.ndarray, mask_out: np.ndarray) -> list[str]:
+        """Write position i's candidates' character ids, feature rows (`CandidateFeatures`' columns, in order) and
+        mask into its rows of the example's arrays (`ids_out` [L, C, S] int64, `feats_out` [L, C, F] float32,
+        `mask_out` [L, C] uint8, zero where not written), and return the candidates.
 
         This runs for every candidate of every position the hypotheses disagree on, under the GIL beside the request
         threads: the per-segment constants (ids, log frequency) are memoised, keep's LM score is the first
-        candidate's, and the rows are built as tuples rather than through the NamedTuple's keywords.
+        candidate's.
         """
         char = top1[i]
         variant = VARIANTS.get(char)
@@ -216,7 +224,6 @@ class Featurizer:
         bigrams = zip(cands, *lm.follow(left, cands), *lm.precede(cands, right), strict=True)
         segment_memo = self._segment_memo.entries
         keep_lm = 0.0
-        ids, feats = [], []
         for k, (seg, term_l, edge_l, term_r, edge_r) in enumerate(bigrams):
             if len(seg) == 1:
                 score = term_l + term_r
@@ -227,24 +234,28 @@ class Featurizer:
             ranks = votes.get(seg)
             rel = relation.get(seg, -1)
             seg_ids, log_freq = segment_memo.get(seg) or self._segment(seg)
-            ids.append(seg_ids)
-            feats.append((
-                k == 0,  # keep
-                len(ranks) / n_hyps if ranks else 0.0,  # vote_share
-                1.0 / (1 + ranks[0]) if ranks else 0.0,  # best_rank_inverse
-                seg == "",  # deletion
-                len(seg) > 1,  # insertion
-                rel == SAME_TONE,  # same_tone
-                rel == OTHER_TONE,  # other_tone
-                rel == NEAR,  # near_syllable
-                ranks is None,  # not_offered
-                log_freq,  # log_freq
-                ranks is not None and ranks[0] == 1,  # offered_by_second
-                lm_delta(score - keep_lm),  # lm_delta, scaled and clipped
-                edge_l / EDGE_COUNT_SCALE,  # left_edge_count
-                edge_r / EDGE_COUNT_SCALE,  # right_edge_count
-            ))
-        return cands, ids, feats
+            for f in range(MAX_SEGMENT):
+                ids_out[i, k, f] = seg_ids[f]
+            mask_out[i, k] = True
+            n_ranks, best = 0, -1
+            if ranks is not None:
+                n_ranks, best = len(ranks), ranks[0]
+            delta = lm_delta(score - keep_lm)  # scaled and clipped
+            feats_out[i, k, 0] = k == 0  # keep
+            feats_out[i, k, 1] = n_ranks / n_hyps if n_ranks else 0.0  # vote_share
+            feats_out[i, k, 2] = 1.0 / (1 + best) if n_ranks else 0.0  # best_rank_inverse
+            feats_out[i, k, 3] = seg == ""  # deletion
+            feats_out[i, k, 4] = len(seg) > 1  # insertion
+            feats_out[i, k, 5] = rel == SAME_TONE  # same_tone
+            feats_out[i, k, 6] = rel == OTHER_TONE  # other_tone
+            feats_out[i, k, 7] = rel == NEAR  # near_syllable
+            feats_out[i, k, 8] = ranks is None  # not_offered
+            feats_out[i, k, 9] = log_freq  # log_freq
+            feats_out[i, k, 10] = best == 1  # offered_by_second
+            feats_out[i, k, 11] = delta  # lm_delta
+            feats_out[i, k, 12] = edge_l / EDGE_COUNT_SCALE  # left_edge_count
+            feats_out[i, k, 13] = edge_r / EDGE_COUNT_SCALE  # right_edge_count
+        return cands
 
     def _segment(self, seg: str) -> tuple[tuple[int, ...], float]:
         """Return a segment's character ids and log frequency feature, memoised (they depend on the vocabulary
@@ -282,11 +293,11 @@ class Featurizer:
         return examples
 
     @cython.locals(n_hyps=cython.Py_ssize_t, L=cython.Py_ssize_t, i=cython.Py_ssize_t, n=cython.Py_ssize_t,
-                   rank=cython.Py_ssize_t, char_ids=list, candidates=list, syllables=list, pos_rows=list, columns=list,
+                   rank=cython.Py_ssize_t, char_ids=list, candidates=list, columns=list, syllable=tuple,
                    column=tuple, syllable_memo=dict, blocks_memo=dict, left_memo=dict, right_memo=dict, votes=dict,
                    padded=str, top1=str, char=str, agreement=cython.double, alternatives=cython.double,
-                   k=cython.Py_ssize_t, f=cython.Py_ssize_t, ids=list, feats=list, row=tuple, seg_ids=tuple,
-                   ids_out=cython.longlong[:, :, :], feats_out=cython.float[:, :, :])
+                   syl_out=cython.longlong[:], tone_out=cython.longlong[:], pos_out=cython.float[:, :],
+                   hyps_feature=cython.double)
     def _featurize(self, nbest: NBest, truth: str | None, pending: list[Pending]) -> Example | None:
         """One list's Example, its unanimous positions' rows left to `UnanimousRows.fill` (appended to `pending`)."""
         top1 = han_chars(nbest.sentences[0])[:MAX_LEN]
@@ -307,16 +318,18 @@ class Featurizer:
                           dtype=np.float32), cand_ids, cand_feats, cand_mask, [], None, rows)
         candidates = example.candidates
         unanimous = Pending(cand_ids, cand_feats, cand_mask)
-        ids_out, feats_out = cand_ids, cand_feats
-        syllables: list[tuple[int, int]] = []
-        pos_rows = []
+        # the position rows written number by number through typed views, as `_candidate_rows` writes its own
+        mask = cand_mask.view(np.uint8)
+        syl_out, tone_out, pos_out = example.syl, example.tone, example.pos_feats
+        hyps_feature = n_hyps / HYPOTHESES_SCALE
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
         syllable_memo, fast = self._syllable_memo.entries, self.fast
         blocks_memo, left_memo = self.unanimous.blocks.entries, self.unanimous.left.entries
         right_memo = self.unanimous.right.entries
         padded = BOS + top1 + EOS
         for i, char in enumerate(top1):
-            syllables.append(syllable_memo.get(char) or self._syllable(char))
+            syllable = syllable_memo.get(char) or self._syllable(char)
+            syl_out[i], tone_out[i] = syllable[0], syllable[1]
             column = columns[i]
             block = None
             if fast and column.count(char) == len(column):
@@ -336,24 +349,11 @@ class Featurizer:
                 for rank, seg in enumerate(column, start=1):
                     votes.setdefault(seg, []).append(rank)
                 agreement, alternatives = len(votes[char]) / n_hyps, (len(votes) - 1) / ALTERNATIVES_SCALE
-                cands, ids, feats = self._candidate_rows(i, top1, votes, n_hyps)
-                candidates.append(cands)
-                # the rows written number by number: numpy's slice assignment of a list of tuples spent more on finding
-                # their shape and types than on writing them (issue 61); the same casts to int64 and float32
-                n = len(cands)
-                for k in range(n):
-                    row = feats[k]
-                    for f in range(N_CAND_FEATS):
-                        feats_out[i, k, f] = row[f]
-                    seg_ids = ids[k]
-                    for f in range(MAX_SEGMENT):
-                        ids_out[i, k, f] = seg_ids[f]
-                cand_mask[i, :n] = True
-            pos_rows.append((agreement, alternatives, n_hyps / HYPOTHESES_SCALE, char_ids[i] == UNK, i / MAX_LEN))
+                candidates.append(self._candidate_rows(i, top1, votes, n_hyps, cand_ids, cand_feats, mask))
+            pos_out[i, 0], pos_out[i, 1], pos_out[i, 2] = agreement, alternatives, hyps_feature
+            pos_out[i, 3], pos_out[i, 4] = char_ids[i] == UNK, i / MAX_LEN
         if unanimous.positions:
             pending.append(unanimous)
-        example.syl[:], example.tone[:] = zip(*syllables, strict=True)
-        example.pos_feats[:] = pos_rows
         if truth is not None:
             gold = align_to(top1, truth)
             example.labels = np.array([c.index(g) if g in c else -100 for c, g in zip(candidates, gold, strict=True)],

@@ -27,8 +27,9 @@ MAX_MEMO_PAIRS = 100_000
 # contract's order at import): lm_delta and the two edge counts.
 LM_COLUMNS = slice(CANDIDATE_FEATURES.index("lm_delta"), CANDIDATE_FEATURES.index("right_edge_count") + 1)
 
-# A lone character's candidates, their character ids and their feature rows, by the general path.
-RowsOf = Callable[[str], tuple[list[str], list[tuple[int, ...]], list[tuple[float, ...]]]]
+# A lone character's candidates by the general path, their character ids, feature rows and mask written into the
+# arrays given ([1, C, S] int64, [1, C, F] float32, [1, C] uint8, zero): `Featurizer._candidate_rows`.
+RowsOf = Callable[[str, np.ndarray, np.ndarray, np.ndarray], list[str]]
 
 
 @dataclass(frozen=True)
@@ -83,17 +84,15 @@ class UnanimousRows:
         None when a candidate is not a single character (the general path then)."""
         if char in self.blocks.entries:
             return self.blocks.entries[char]
-        cands, ids, rows = self.rows_of(char)
+        ids_table, feats_table, _ = self.blocks.tables
+        block_ids = np.zeros((1, *ids_table.shape[1:]), dtype=ids_table.dtype)
+        feats = np.zeros((1, *feats_table.shape[1:]), dtype=feats_table.dtype)
+        mask = np.zeros((1, self.max_candidates), dtype=np.uint8)
+        cands = self.rows_of(char, block_ids, feats, mask)
         value = None
         if all(len(seg) == 1 for seg in cands):
-            n = len(cands)
-            ids_table, feats_table, _ = self.blocks.tables
-            block_ids = np.zeros(ids_table.shape[1:], dtype=ids_table.dtype)
-            block_ids[:n] = ids
-            feats = np.zeros(feats_table.shape[1:], dtype=feats_table.dtype)
-            feats[:n] = rows
-            feats[:, LM_COLUMNS] = 0.0
-            value = Block(cands, self.blocks.append(block_ids, feats, np.arange(self.max_candidates) < n))
+            feats[:, :, LM_COLUMNS] = 0.0
+            value = Block(cands, self.blocks.append(block_ids[0], feats[0], mask[0].view(bool)))
         self.blocks.entries[char] = value
         return value
 

@@ -40,8 +40,12 @@ def is_han(char: str) -> bool:
 
 
 def han_chars(text: str) -> str:
-    """Keep only the Han characters of a hypothesis (drops spaces, <htr>, Latin, digits, punctuation)."""
-    return _NON_HAN.sub("", text.replace(HTR, ""))
+    """Keep only the Han characters of a hypothesis (drops spaces, <htr>, Latin, digits, punctuation).
+
+    Most hypotheses are Han words between spaces: those go without the substitution (a regular expression's match
+    per space), once a search finds nothing else left (issue 61)."""
+    joined = "".join(text.replace(HTR, "").split())
+    return joined if _NON_HAN.search(joined) is None else _NON_HAN.sub("", joined)
 
 
 def has_han(text: str) -> bool:
