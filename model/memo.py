@@ -42,11 +42,17 @@ class MemoTable(Memo[str, V]):
 
     def append(self, *values: object) -> int:
         """Write a row (one value per column) and return its index."""
+        row = self.reserve()
+        for table, value in zip(self.tables, values, strict=True):
+            table[row] = value
+        return row
+
+    def reserve(self) -> int:
+        """The index of a new row, for the caller to write whole in every column (it holds what it held before: a row
+        freed by `bound` is reused as it was)."""
         row = self.used
         if row == len(self.tables[0]):
             self.tables = [np.concatenate([t, np.zeros_like(t)]) for t in self.tables]
-        for table, value in zip(self.tables, values, strict=True):
-            table[row] = value
         self.used += 1
         return row
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import cython
 import numpy as np
 
 from model.bigram import BigramLM, lm_delta
@@ -104,11 +105,20 @@ class UnanimousRows:
         """On a miss of `right`: the row of each candidate's bigram term before `right` and its right edge count."""
         return self._add(self.right, char + right, self.lm.precede(block.cands, right))
 
+    # typed for the C compiler (compiled.py): the row written number by number through a typed view (numpy's
+    # assignment of two lists cost more than the rest of a miss, and a new batch misses ~800 neighbour pairs: issue 61)
+    @cython.locals(row=cython.Py_ssize_t, k=cython.Py_ssize_t, n=cython.Py_ssize_t, terms=list, edges=list,
+                   table=cython.double[:, :, :])
     def _add(self, memo: MemoTable[int], key: str, bigrams: tuple[list[float], list[float]]) -> int:
-        """Write a memo row's two lines at once: the terms and the edge counts, zero past the candidates."""
+        """Write a memo row's two lines: the terms and the edge counts, zero past the candidates."""
         terms, edges = bigrams
-        pad = [0.0] * (self.max_candidates - len(terms))
-        row = memo.entries[key] = memo.append((terms + pad, edges + pad))
+        n = len(terms)
+        row = memo.reserve()
+        table = memo.tables[0]
+        for k in range(self.max_candidates):
+            table[row, 0, k] = terms[k] if k < n else 0.0
+            table[row, 1, k] = edges[k] if k < n else 0.0
+        memo.entries[key] = row
         return row
 
     def fill(self, pending: list[Pending]) -> None:
