@@ -193,7 +193,8 @@ class Featurizer:
                    segment_memo=dict, cands=list, offered=list, ranks=list, score=cython.double,
                    keep_lm=cython.double, term_l=cython.double, term_r=cython.double, edge_l=cython.double,
                    edge_r=cython.double, rel=cython.long, seg=str, seg_ids=tuple, f=cython.Py_ssize_t,
-                   n_ranks=cython.Py_ssize_t, best=cython.Py_ssize_t, delta=cython.double,
+                   n_ranks=cython.Py_ssize_t, best=cython.Py_ssize_t, delta=cython.double, edge_scale=cython.double,
+                   same_tone=cython.long, other_tone=cython.long, near=cython.long,
                    ids_out=cython.longlong[:, :, :], feats_out=cython.float[:, :, :], mask_out=cython.uchar[:, :])
     def _candidate_rows(self, i: int, top1: str, votes: dict[str, list[int]], n_hyps: int, ids_out: np.ndarray,
                         feats_out: np.ndarray, mask_out: np.ndarray) -> list[str]:
@@ -224,6 +225,8 @@ class Featurizer:
         bigrams = zip(cands, *lm.follow(left, cands), *lm.precede(cands, right), strict=True)
         segment_memo = self._segment_memo.entries
         keep_lm = 0.0
+        # the constants as C numbers (as module globals, each use was a Python object's arithmetic or comparison)
+        edge_scale, same_tone, other_tone, near = EDGE_COUNT_SCALE, SAME_TONE, OTHER_TONE, NEAR
         for k, (seg, term_l, edge_l, term_r, edge_r) in enumerate(bigrams):
             if len(seg) == 1:
                 score = term_l + term_r
@@ -246,15 +249,15 @@ class Featurizer:
             feats_out[i, k, 2] = 1.0 / (1 + best) if n_ranks else 0.0  # best_rank_inverse
             feats_out[i, k, 3] = seg == ""  # deletion
             feats_out[i, k, 4] = len(seg) > 1  # insertion
-            feats_out[i, k, 5] = rel == SAME_TONE  # same_tone
-            feats_out[i, k, 6] = rel == OTHER_TONE  # other_tone
-            feats_out[i, k, 7] = rel == NEAR  # near_syllable
+            feats_out[i, k, 5] = rel == same_tone  # same_tone
+            feats_out[i, k, 6] = rel == other_tone  # other_tone
+            feats_out[i, k, 7] = rel == near  # near_syllable
             feats_out[i, k, 8] = ranks is None  # not_offered
             feats_out[i, k, 9] = log_freq  # log_freq
             feats_out[i, k, 10] = best == 1  # offered_by_second
             feats_out[i, k, 11] = delta  # lm_delta
-            feats_out[i, k, 12] = edge_l / EDGE_COUNT_SCALE  # left_edge_count
-            feats_out[i, k, 13] = edge_r / EDGE_COUNT_SCALE  # right_edge_count
+            feats_out[i, k, 12] = edge_l / edge_scale  # left_edge_count
+            feats_out[i, k, 13] = edge_r / edge_scale  # right_edge_count
         return cands
 
     def _segment(self, seg: str) -> tuple[tuple[int, ...], float]:
@@ -297,7 +300,7 @@ class Featurizer:
                    column=tuple, syllable_memo=dict, blocks_memo=dict, left_memo=dict, right_memo=dict, votes=dict,
                    padded=str, top1=str, char=str, agreement=cython.double, alternatives=cython.double,
                    syl_out=cython.longlong[:], tone_out=cython.longlong[:], pos_out=cython.float[:, :],
-                   hyps_feature=cython.double)
+                   hyps_feature=cython.double, max_len=cython.double, unk=cython.long)
     def _featurize(self, nbest: NBest, truth: str | None, pending: list[Pending]) -> Example | None:
         """One list's Example, its unanimous positions' rows left to `UnanimousRows.fill` (appended to `pending`)."""
         top1 = han_chars(nbest.sentences[0])[:MAX_LEN]
@@ -321,7 +324,7 @@ class Featurizer:
         # the position rows written number by number through typed views, as `_candidate_rows` writes its own
         mask = cand_mask.view(np.uint8)
         syl_out, tone_out, pos_out = example.syl, example.tone, example.pos_feats
-        hyps_feature = n_hyps / HYPOTHESES_SCALE
+        hyps_feature, max_len, unk = n_hyps / HYPOTHESES_SCALE, MAX_LEN, UNK
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
         syllable_memo, fast = self._syllable_memo.entries, self.fast
         blocks_memo, left_memo = self.unanimous.blocks.entries, self.unanimous.left.entries
@@ -351,7 +354,7 @@ class Featurizer:
                 agreement, alternatives = len(votes[char]) / n_hyps, (len(votes) - 1) / ALTERNATIVES_SCALE
                 candidates.append(self._candidate_rows(i, top1, votes, n_hyps, cand_ids, cand_feats, mask))
             pos_out[i, 0], pos_out[i, 1], pos_out[i, 2] = agreement, alternatives, hyps_feature
-            pos_out[i, 3], pos_out[i, 4] = char_ids[i] == UNK, i / MAX_LEN
+            pos_out[i, 3], pos_out[i, 4] = char_ids[i] == unk, i / max_len
         if unanimous.positions:
             pending.append(unanimous)
         if truth is not None:
