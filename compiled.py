@@ -129,7 +129,8 @@ def build(build_dir: Path = BUILD_DIR, jobs: int = min(8, os.cpu_count() or 1)) 
             copies.append(str(copy.relative_to(work)))
         subprocess.run([sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3", "-j", str(jobs), "-q", *copies],
                        cwd=work, check=True, capture_output=True, text=True)
-        for leftover in [*work.rglob("*.py"), *work.rglob("*.pyx"), *work.rglob("*.c"), *work.glob("build")]:
+        for leftover in [*(found for pattern in ("*.py", "*.pyx", "*.c", "*.cpp") for found in work.rglob(pattern)),
+                         *work.glob("build")]:
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         manifest = {"abi": sys.implementation.cache_tag, "sources": {n: _digest(p) for n, p in sources.items()}}
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")

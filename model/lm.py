@@ -135,11 +135,15 @@ class LanguageModel:
         # looked up, as before issue 21.
         kernel = compiled.kernel("model", "segmenter")
         self._suffixes: frozenset[str] | None = None
+        self._kernel_fields: Callable[[str, str], Fields] | None = None
         self.split_words: Callable[[str, str], list[tuple[int, int, Entry]]]
         if kernel is not None and words is not None:
             score = self.model.score
-            self.split_words = kernel.Segmenter({w: score(w, bos=False, eos=False) for w in words},
-                                                self.lexicon.logp, floor, oov_backoff, MAX_WORD).split
+            segmenter = kernel.Segmenter({w: score(w, bos=False, eos=False) for w in words}, self.lexicon.logp, floor,
+                                         oov_backoff, MAX_WORD, self.model)
+            self.split_words = segmenter.split
+            if segmenter.scores:  # and the sentence's scores, KenLM asked by its words' indices (`_score_fields`)
+                self._kernel_fields = segmenter.score_fields
         else:
             self._suffixes = word_suffixes([*words, *self.lexicon.logp]) if words is not None else None
             self.split_words = self._split
@@ -270,7 +274,9 @@ class LanguageModel:
     @cython.locals(total=cython.double, taiwan=cython.double, u=cython.double, tw=cython.double,
                    oov=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t, words=list)
     def _score_fields(self, trad: str) -> Fields:
-        """LMScore's fields of a sentence, as an exact tuple."""
+        """LMScore's fields of a sentence, as an exact tuple: the kernel's where it scores, else this reference."""
+        if self._kernel_fields is not None:
+            return self._kernel_fields(trad, self.to_simplified(trad))
         model = self.model
         state, out = kenlm.State(), kenlm.State()
         model.BeginSentenceWrite(state)
