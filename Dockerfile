@@ -29,10 +29,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_EXTRA_INDEX_URL=${TORCH_INDEX}
 
-# make for `make install`, gcc for the model's compiled modules (compiled.py); Python 3.11 with its headers where the
-# base image lacks it (Debian's base made by deploy/base.sh, Ubuntu).
+# make for `make install`, gcc and g++ for the model's compiled modules (compiled.py; the segmenter kernel is C++);
+# Python 3.11 with its headers where the base image lacks it (Debian's base made by deploy/base.sh, Ubuntu).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends make gcc libc6-dev \
+    && apt-get install -y --no-install-recommends make gcc g++ libc6-dev \
     && if ! command -v python3.11 >/dev/null 2>&1; then \
          DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3.11 python3.11-venv \
            python3.11-dev; \

@@ -144,16 +144,22 @@ def build(build_dir: Path = BUILD_DIR, jobs: int = min(8, os.cpu_count() or 1)) 
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _compilers() -> list[str]:
+    """The C compiler (the modules) and the C++ one (the segmenter kernel calls KenLM's C++ interface)."""
+    return [os.environ.get("CC", "cc").split()[0], os.environ.get("CXX", "c++").split()[0]]
+
+
 def main() -> int:
-    """`python -m compiled`: build where out of date; one line either way. Without a C compiler, or where the build
-    fails (no Python headers, say), the model runs interpreted: said, not an error (tests/test_compiled.py holds a
-    machine with a compiler to a build that works)."""
+    """`python -m compiled`: build where out of date; one line either way. Without a C or C++ compiler, or where the
+    build fails (no Python headers, say), the model runs interpreted: said, not an error (tests/test_compiled.py holds
+    a machine with the compilers to a build that works)."""
     if not stale(BUILD_DIR):
         print(f"compiled: {len(_sources())} modules current in {BUILD_DIR.name}/")
         return 0
-    compiler = os.environ.get("CC", "cc").split()[0]
-    if shutil.which(compiler) is None:
-        print(f"compiled: no C compiler ({compiler}): the model runs interpreted, slower (apt-get install gcc)")
+    missing = [name for name in _compilers() if shutil.which(name) is None]
+    if missing:
+        print(f"compiled: no C or C++ compiler ({', '.join(missing)}): the model runs interpreted, slower"
+              " (apt-get install gcc g++)")
         return 0
     started = time.monotonic()
     try:

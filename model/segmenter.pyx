@@ -15,6 +15,11 @@ what runs where this module is not built: compiled.py): a word's entry is (the t
 substring is one of its words, else the Taiwan one plus the back-off, else the floor for a character alone; known to
 the trigram; the Taiwan unigram or the floor); a split's value is the sum of its entries' first numbers, added left
 to right; of equal values the longer last word wins.
+
+`Segmenter.score_fields` goes on to the sentence's score, `LanguageModel._score_fields`' (its reference): each word
+the trigram knows is scored by KenLM from the index its trie node holds (found once, at set-up), through the model
+the `kenlm` module loaded, with no Python call, string or state object per word (the Python path's KenLM calls were
+about 4 ms of a batch's 11 in the second stage). The same floats, added in the same order.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc

@@ -87,13 +87,13 @@ def test_without_a_c_compiler_the_command_says_the_model_runs_interpreted(tmp_pa
     monkeypatch.setattr(compiled, "BUILD_DIR", tmp_path / ".compiled")
     monkeypatch.setenv("CC", "no-such-compiler")
     assert compiled.main() == 0
-    assert capsys.readouterr().out == ("compiled: no C compiler (no-such-compiler): the model runs interpreted, slower"
-                                       " (apt-get install gcc)\n")
+    assert capsys.readouterr().out == ("compiled: no C or C++ compiler (no-such-compiler): the model runs interpreted,"
+                                       " slower (apt-get install gcc g++)\n")
     assert not (tmp_path / ".compiled").exists()
 
 
-needs_a_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None,
-                                      reason="no C compiler: the model runs interpreted here")
+needs_a_compiler = pytest.mark.skipif(any(shutil.which(name) is None for name in compiled._compilers()),
+                                      reason="no C or C++ compiler: the model runs interpreted here")
 
 
 def _child(code: str, interpreted: bool) -> str:
