@@ -71,6 +71,15 @@ cdef extern from *:
 cdef enum:
     MAX_STATE = 256  # bytes: a trigram's state is 44
 
+
+# A sentence being scored: KenLM's state before the next word and the one it writes, and the sum so far.
+cdef struct Scoring:
+    char first[MAX_STATE]
+    char second[MAX_STATE]
+    void *state
+    void *out
+    double total
+
 cdef class ReversedTrie:
     """Words read from their last character to their first: node 0 is the empty suffix; (node, character) -> the
     node of the suffix one character longer, in an open-addressing table; a node that is a whole word holds a value."""
@@ -205,26 +214,32 @@ cdef class Segmenter:
                 return False
         return True
 
-    cdef double _known_words_score(self, list sentence):
-        cdef char first[MAX_STATE]
-        cdef char second[MAX_STATE]
-        cdef void *state = first
-        cdef void *out = second
+    cdef inline void _begin(self, Scoring *s):
+        s.state = s.first
+        s.out = s.second
+        s.total = 0.0
+        memcpy(s.state, self.lm.begin_sentence, self.lm.state_size)
+
+    cdef inline void _add(self, Scoring *s, unsigned int index):
+        """The next word's log10 probability added (a C float, as the `kenlm` module returns it), its state kept."""
         cdef void *swap
-        cdef double total = 0.0
+        s.total += self.lm.BaseScore(s.state, index, s.out)
+        swap = s.state
+        s.state = s.out
+        s.out = swap
+
+    cdef double _known_words_score(self, list sentence):
+        cdef Scoring s
         cdef int32_t node
         cdef Py_ssize_t k
-        memcpy(state, self.lm.begin_sentence, self.lm.state_size)
+        self._begin(&s)
         for word in sentence:
             node = 0
             for k in range(len(word) - 1, -1, -1):
                 node = self.trigram._child(node, ord(word[k]), False)
-            total += self.lm.BaseScore(state, self.word_index[node], out)
-            swap = state
-            state = out
-            out = swap
-        total += self.lm.BaseScore(state, self.end_index, out)
-        return total
+            self._add(&s, self.word_index[node])
+        self._add(&s, self.end_index)
+        return s.total
 
     cdef Py_ssize_t _search(self, str trad, str simple, Py_ssize_t n, double *best, int64_t *starts, char *known,
                             double *unigram, double *local, int32_t *node_of) except -1:
@@ -299,12 +314,7 @@ cdef class Segmenter:
         cdef double *local = best + 2 * (n + 1)
         cdef int64_t *ends = starts + (n + 1)  # the split's word ends, last first
         cdef Py_ssize_t i, j, m, w
-        cdef char first[MAX_STATE]
-        cdef char second[MAX_STATE]
-        cdef void *state = first
-        cdef void *out = second
-        cdef void *swap
-        cdef double total = 0.0
+        cdef Scoring s
         cdef double taiwan = 0.0
         cdef Py_ssize_t oov = 0
         try:
@@ -318,24 +328,21 @@ cdef class Segmenter:
             if not score:
                 return [(starts[ends[w]], ends[w], (unigram[ends[w]], bool(known[ends[w]]), local[ends[w]]))
                         for w in range(m - 1, -1, -1)]
-            memcpy(state, self.lm.begin_sentence, self.lm.state_size)
+            self._begin(&s)
             words = []
             for w in range(m - 1, -1, -1):
                 j = ends[w]
                 i = starts[j]
                 taiwan += local[j]
                 if known[j]:
-                    total += self.lm.BaseScore(state, self.word_index[node_of[j]], out)
-                    swap = state
-                    state = out
-                    out = swap
+                    self._add(&s, self.word_index[node_of[j]])
                 else:  # the trigram lacks it: the Taiwan prior (or floor) instead of <unk>, and the context restarts
-                    total += unigram[j]
+                    s.total += unigram[j]
                     oov += 1
-                    memcpy(state, self.lm.null_context, self.lm.state_size)
+                    memcpy(s.state, self.lm.null_context, self.lm.state_size)
                 words.append(trad[i:j])
-            total += self.lm.BaseScore(state, self.end_index, out)
-            return total, tuple(words), oov, taiwan
+            self._add(&s, self.end_index)
+            return s.total, tuple(words), oov, taiwan
         finally:
             PyMem_Free(best)
             PyMem_Free(starts)
