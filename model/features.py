@@ -295,8 +295,8 @@ class Featurizer:
         self.unanimous.fill(pending)
         return examples
 
-    @cython.locals(n_hyps=cython.Py_ssize_t, L=cython.Py_ssize_t, i=cython.Py_ssize_t, n=cython.Py_ssize_t,
-                   rank=cython.Py_ssize_t, char_ids=list, candidates=list, columns=list, syllable=tuple,
+    @cython.locals(n_hyps=cython.Py_ssize_t, L=cython.Py_ssize_t, i=cython.Py_ssize_t, rank=cython.Py_ssize_t,
+                   char_ids=list, candidates=list, columns=list, syllable=tuple,
                    column=tuple, syllable_memo=dict, blocks_memo=dict, left_memo=dict, right_memo=dict, votes=dict,
                    padded=str, top1=str, char=str, agreement=cython.double, alternatives=cython.double,
                    syl_out=cython.longlong[:], tone_out=cython.longlong[:], pos_out=cython.float[:, :],

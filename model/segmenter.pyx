@@ -110,11 +110,8 @@ cdef class ReversedTrie:
         memset(self.is_word, 0, n_steps * sizeof(char))
         self.size = 1
         cdef int32_t node
-        cdef Py_ssize_t k
         for word, value in words.items():
-            node = 0
-            for k in range(len(word) - 1, -1, -1):
-                node = self._child(node, ord(word[k]), True)
+            node = self._node(word, True)
             self.values[node] = value
             self.is_word[node] = 1
 
@@ -123,6 +120,16 @@ cdef class ReversedTrie:
         PyMem_Free(self.nodes)
         PyMem_Free(self.values)
         PyMem_Free(self.is_word)
+
+    cdef int32_t _node(self, str word, bint add):
+        """The node of a whole word, -1 where it is none (added where `add`)."""
+        cdef int32_t node = 0
+        cdef Py_ssize_t k
+        for k in range(len(word) - 1, -1, -1):
+            node = self._child(node, PyUnicode_READ_CHAR(word, k), add)
+            if node < 0:
+                break
+        return node
 
     cdef inline int32_t _child(self, int32_t node, Py_UCS4 char, bint add):
         """The node one character longer than `node`, -1 where there is none (a new one where `add`)."""
@@ -176,7 +183,6 @@ cdef class Segmenter:
 
     cdef _index(self, dict trigram, model):
         cdef int32_t node
-        cdef Py_ssize_t k
         self.wrapper = model
         self.lm = model_of(<PyObject *>model)
         if self.lm.state_size > MAX_STATE:
@@ -186,9 +192,7 @@ cdef class Segmenter:
         if not self.word_index:
             raise MemoryError()
         for word in trigram:
-            node = 0
-            for k in range(len(word) - 1, -1, -1):
-                node = self.trigram._child(node, ord(word[k]), False)
+            node = self.trigram._node(word, False)
             encoded = word.encode("utf-8")
             self.word_index[node] = index_of(self.lm, encoded, len(encoded))
         self.end_index = index_of(self.lm, b"</s>", 4)
@@ -230,14 +234,9 @@ cdef class Segmenter:
 
     cdef double _known_words_score(self, list sentence):
         cdef Scoring s
-        cdef int32_t node
-        cdef Py_ssize_t k
         self._begin(&s)
         for word in sentence:
-            node = 0
-            for k in range(len(word) - 1, -1, -1):
-                node = self.trigram._child(node, ord(word[k]), False)
-            self._add(&s, self.word_index[node])
+            self._add(&s, self.word_index[self.trigram._node(word, False)])
         self._add(&s, self.end_index)
         return s.total
 
