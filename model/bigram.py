@@ -4,91 +4,157 @@ log P(b | a) = log(count(ab) + prior(b)) - log_den(a), the bigram estimate smoot
 prior(b) = PRIOR_WEIGHT * (count(b) + 1) / (total + n_types) and log_den(a) = log(count(a) + PRIOR_WEIGHT). The
 model is tables computed once, by `BigramLM.__init__`, and read by two methods alone: `follow` (a character's
 bigrams with those after it) and `precede` (with those before it), which every path of the featurizer calls.
+
+The tables are arrays by character id (a character's code point gives its id): each character's log prior and log
+denominator, and the seen bigrams in one open-addressing hash table (linear probing, at most half full) of their
+numerator's log and edge count. A batch of new lists asks about 15,000 bigrams (issue 61); as dictionaries of
+strings, their look-ups were a quarter of featurizing.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cython
+import numpy as np
 
 from model.contract import LM_DELTA_CLIP, LM_DELTA_SCALE
 
 if TYPE_CHECKING:
-    import numpy as np
+    import numpy.typing as npt
 
 # How many counts' worth of the unigram estimate a bigram's estimate is smoothed towards.
 PRIOR_WEIGHT = 5.0
-# A bigram's two terms: log(count + prior(b)), the numerator's log, and log1p(count), its edge count (0 unseen).
-Seen = tuple[float, float]
-_NONE_SEEN: dict[str, Seen] = {}
+# The pair table's slot of (a, b) starts at (a * _HASH_A + b * _HASH_B) & mask: odd multipliers, exact in 64 bits for
+# ids under 2**16 (the vocabularies hold a few thousand characters), so Python and C find the same slot.
+_HASH_A = cython.declare(cython.longlong, 40_503)
+_HASH_B = cython.declare(cython.longlong, 2_654_435_761)
+MAX_IDS = 1 << 16
 
 
+@cython.final
+@cython.cclass
 class BigramLM:
     """The smoothed character-bigram model of a vocabulary's counts, as tables read by `follow` and `precede` alone.
 
-    `_log_prior[b]` (`_log_prior_unk` for an unknown b) is an unseen bigram's numerator, `_log_den[a]`
-    (`_log_den_unk`) every bigram's denominator after a; a seen bigram's numerator and edge count are `_after[a][b]`,
-    or `_before[b][a]`.
+    `_ids[ord(c)]` is a character's id (-1: none); `_log_prior[id]` (`_log_prior_unk` without an id) is an unseen
+    bigram's numerator, `_log_den[id]` (`_log_den_unk`) every bigram's denominator after the character; a seen
+    bigram (a, b) holds the slot of `_keys` equal to `a * n_ids + b + 1` (0: an empty slot), and its numerator and
+    edge count are `_seen_num` and `_seen_edge` there.
     """
 
+    # typed for the C compiler (compiled.py): typed views held by the object, read without a Python object per look-up
+    _ids: cython.int[:]
+    _log_prior: cython.double[:]
+    _log_den: cython.double[:]
+    _keys: cython.longlong[:]
+    _seen_num: cython.double[:]
+    _seen_edge: cython.double[:]
+    _log_prior_unk: cython.double
+    _log_den_unk: cython.double
+    _n_ids: cython.longlong
+    _mask: cython.longlong
+
     def __init__(self, counts: dict[str, int], bigrams: dict[str, int], total: int, n_types: int) -> None:
+        chars = sorted({*counts, *(c for pair in bigrams for c in pair)})
+        if any(len(c) != 1 for c in chars) or any(len(pair) != 2 for pair in bigrams) or len(chars) >= MAX_IDS:
+            raise ValueError(f"a character-bigram model needs single characters and pairs of them, under {MAX_IDS}")
+        index = {c: i for i, c in enumerate(chars)}
+        ids = np.full(max(map(ord, chars), default=0) + 1, -1, np.int32)
+        ids[[ord(c) for c in chars]] = np.arange(len(chars), dtype=np.int32)
         prior = {c: PRIOR_WEIGHT * (n + 1) / (total + n_types) for c, n in counts.items()}
         prior_unk = PRIOR_WEIGHT / (total + n_types)
-        self._log_prior = {c: math.log(p) for c, p in prior.items()}
         self._log_prior_unk = math.log(prior_unk)
-        self._log_den = {c: math.log(n + PRIOR_WEIGHT) for c, n in counts.items()}
         self._log_den_unk = math.log(PRIOR_WEIGHT)
-        self._after: dict[str, dict[str, Seen]] = {}
-        self._before: dict[str, dict[str, Seen]] = {}
-        for pair, n in bigrams.items():
-            a, b = pair[0], pair[1]
-            seen = (math.log(n + prior.get(b, prior_unk)), math.log1p(n))
-            self._after.setdefault(a, {})[b] = seen
-            self._before.setdefault(b, {})[a] = seen
+        log_prior = [math.log(prior[c]) if c in prior else self._log_prior_unk for c in chars]
+        log_den = [math.log(counts[c] + PRIOR_WEIGHT) if c in counts else self._log_den_unk for c in chars]
+        firsts = np.array([index[pair[0]] for pair in bigrams], np.int64)
+        seconds = np.array([index[pair[1]] for pair in bigrams], np.int64)
+        nums = [math.log(n + prior.get(pair[1], prior_unk)) for pair, n in bigrams.items()]
+        edges = [math.log1p(n) for n in bigrams.values()]
+        keys, num, edge = _pair_table(firsts, seconds, len(chars), np.array(nums), np.array(edges))
+        self._n_ids, self._mask = len(chars), len(keys) - 1
+        self._ids, self._log_prior, self._log_den = _view(ids), _view(np.array(log_prior)), _view(np.array(log_den))
+        self._keys, self._seen_num, self._seen_edge = _view(keys), _view(num), _view(edge)
 
-    # typed for the C compiler (compiled.py): the tables' lookups become direct dict calls, the terms C doubles (the
-    # same IEEE subtractions)
-    @cython.locals(after=dict, log_prior=dict, den=cython.double, unseen=cython.double, terms=list, edges=list,
-                   seen=tuple)
+    @cython.cfunc
+    @cython.inline
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.returns(cython.longlong)
+    @cython.locals(code=cython.Py_ssize_t)
+    def _id(self, c: str) -> int:
+        """A one-character string's id; -1 for any other string, or a character the counts never saw."""
+        if len(c) != 1:
+            return -1
+        code = ord(c)
+        return self._ids[code] if code < len(self._ids) else -1
+
+    @cython.cfunc
+    @cython.inline
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.returns(cython.longlong)
+    @cython.locals(key=cython.longlong, slot=cython.longlong, held=cython.longlong)
+    def _slot(self, a: cython.longlong, b: cython.longlong) -> int:
+        """The pair table's slot of the seen bigram (a, b) by ids, or -1 where it was not seen (or an id is -1)."""
+        if a < 0 or b < 0:
+            return -1
+        key = a * self._n_ids + b + 1
+        slot = (a * _HASH_A + b * _HASH_B) & self._mask
+        while True:
+            held = self._keys[slot]
+            if held == key:
+                return slot
+            if held == 0:
+                return -1
+            slot = (slot + 1) & self._mask
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(a_id=cython.longlong, b_id=cython.longlong, slot=cython.longlong, den=cython.double,
+                   terms=list, edges=list)
     def follow(self, a: str, bs: Sequence[str]) -> tuple[list[float], list[float]]:
         """log P(b | a) of each character b of `bs`, and each bigram's edge count log1p(count(ab)) (0.0 unseen).
 
         One call per position and side (what depends on `a` looked up once): a segment of another length than one
         gets a meaningless term, which its caller replaces by `score`'s."""
-        after = self._after.get(a, _NONE_SEEN)
-        den, log_prior, log_prior_unk = self._log_den.get(a, self._log_den_unk), self._log_prior, self._log_prior_unk
+        a_id = self._id(a)
+        den = self._log_den[a_id] if a_id >= 0 else self._log_den_unk
         terms, edges = [], []
         for b in bs:  # a loop, not comprehensions: each of those is a call of its own (Python 3.11)
-            seen = after.get(b)
-            if seen is None:
-                unseen = log_prior.get(b, log_prior_unk)
-                terms.append(unseen - den)
+            b_id = self._id(b)
+            slot = self._slot(a_id, b_id)
+            if slot < 0:
+                terms.append((self._log_prior[b_id] if b_id >= 0 else self._log_prior_unk) - den)
                 edges.append(0.0)
             else:
-                terms.append(seen[0] - den)
-                edges.append(seen[1])
+                terms.append(self._seen_num[slot] - den)
+                edges.append(self._seen_edge[slot])
         return terms, edges
 
-    @cython.locals(before=dict, log_den=dict, den=cython.double, unseen=cython.double, terms=list, edges=list,
-                   seen=tuple)
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(c_id=cython.longlong, b_id=cython.longlong, slot=cython.longlong, den=cython.double,
+                   unseen=cython.double, terms=list, edges=list)
     def precede(self, bs: Sequence[str], c: str) -> tuple[list[float], list[float]]:
         """log P(c | b) of each character b of `bs`, and each bigram's edge count log1p(count(bc)) (0.0 unseen); as
-        `follow`, with `c`'s lookups once."""
-        before = self._before.get(c, _NONE_SEEN)
-        unseen, log_den, log_den_unk = self._log_prior.get(c, self._log_prior_unk), self._log_den, self._log_den_unk
+        `follow`, with `c`'s look-ups once."""
+        c_id = self._id(c)
+        unseen = self._log_prior[c_id] if c_id >= 0 else self._log_prior_unk
         terms, edges = [], []
         for b in bs:
-            seen = before.get(b)
-            den = log_den.get(b, log_den_unk)
-            if seen is None:
+            b_id = self._id(b)
+            den = self._log_den[b_id] if b_id >= 0 else self._log_den_unk
+            slot = self._slot(b_id, c_id)
+            if slot < 0:
                 terms.append(unseen - den)
                 edges.append(0.0)
             else:
-                terms.append(seen[0] - den)
-                edges.append(seen[1])
+                terms.append(self._seen_num[slot] - den)
+                edges.append(self._seen_edge[slot])
         return terms, edges
 
     def score(self, text: str) -> tuple[float, float, float]:
@@ -100,6 +166,36 @@ class BigramLM:
                 first = last
             score += term
         return score, first, last
+
+
+def _pair_table(firsts: npt.NDArray[np.int64], seconds: npt.NDArray[np.int64], n_ids: int, nums: np.ndarray,
+                edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The seen bigrams (ids `firsts`, `seconds`) in an open-addressing table at most half full: keys (`first *
+    n_ids + second + 1`, 0 empty), numerators and edge counts by slot. Placed round by round: each pair still
+    unplaced tries its start slot plus the round, the first of those that find a slot free takes it, so every slot
+    a pair's look-up passes before its own is taken (`BigramLM._slot` stops at the first empty one)."""
+    size = 1 << max(4, (2 * len(firsts)).bit_length())
+    mask = size - 1
+    keys, num, edge = np.zeros(size, np.int64), np.zeros(size), np.zeros(size)
+    start = (firsts * _HASH_A + seconds * _HASH_B) & mask
+    pending = np.arange(len(firsts))
+    step = 0
+    while len(pending):
+        slots = (start[pending] + step) & mask
+        free = keys[slots] == 0
+        taken, first = np.unique(slots[free], return_index=True)
+        placed = pending[free][first]
+        keys[taken] = firsts[placed] * n_ids + seconds[placed] + 1
+        num[taken], edge[taken] = nums[placed], edges[placed]
+        pending = np.setdiff1d(pending, placed, assume_unique=True)
+        step += 1
+    return keys, num, edge
+
+
+def _view(array: np.ndarray) -> Any:
+    """A table as the methods read it: the array itself, compiled (a typed view of it), or a list, interpreted (its
+    items read as Python numbers, as fast as the dictionaries were, not as numpy scalars)."""
+    return array if cython.compiled else array.tolist()
 
 
 Delta = TypeVar("Delta", float, "np.ndarray")

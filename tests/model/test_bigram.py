@@ -62,3 +62,40 @@ def test_lm_delta_scales_and_clips_one_float_and_an_array_alike():
     assert [lm_delta(d) for d in diffs] == expected
     assert all(type(lm_delta(d)) is float for d in diffs)  # the general path keeps Python floats
     assert lm_delta(np.array([diffs, diffs])).tolist() == [expected, expected]
+
+
+def test_every_seen_bigram_of_a_full_table_is_found_and_no_unseen_one_is():
+    """Thousands of pairs share the table's start slots (it is at most half full): each is found past the others."""
+    import random
+
+    rnd = random.Random(7)
+    chars = [chr(0x4E00 + k) for k in range(300)]
+    counts = {c: rnd.randint(1, 50) for c in chars[:250]}  # the last 50 only in pairs: seen, but no count of their own
+    bigrams = {a + b: rnd.randint(1, 9) for a, b in ((rnd.choice(chars), rnd.choice(chars)) for _ in range(4000))}
+    total, n_types = sum(counts.values()), len(counts) + 2
+    model = BigramLM(counts, bigrams, total, n_types)
+    for pair in [*bigrams, *(rnd.choice(chars) + rnd.choice(chars) for _ in range(2000))]:
+        a, b = pair
+        prior = PRIOR_WEIGHT * (counts.get(b, 0) + 1) / (total + n_types)
+        n = bigrams.get(pair, 0)
+        expected = math.log(n + prior) - math.log(counts.get(a, 0) + PRIOR_WEIGHT)
+        (term,), (edge,) = model.follow(a, [b])
+        assert term == pytest.approx(expected, rel=1e-12) and edge == math.log1p(n), pair
+        assert model.precede([a], b) == ([term], [edge])
+
+
+def test_a_segment_of_other_length_or_a_character_never_counted_reads_as_unseen(lm):
+    """What the featurizer may pass: multi-character segments (their term is replaced by the caller), the empty
+    segment of a deletion, characters outside the counts (any plane)."""
+    unseen_after_wo = lm.follow("我", ["甲"])
+    for odd in ("們你", "", "𠀀", "A"):
+        assert lm.follow("我", [odd]) == unseen_after_wo
+        assert lm.follow(odd, ["我"]) == lm.follow("甲", ["我"])
+        assert lm.precede([odd], "我") == lm.precede(["甲"], "我")
+
+
+def test_a_model_of_anything_but_characters_and_pairs_of_them_is_refused():
+    with pytest.raises(ValueError):
+        BigramLM({"我們": 2}, {}, 2, 3)
+    with pytest.raises(ValueError):
+        BigramLM({"我": 2}, {"我們你": 1}, 2, 3)
