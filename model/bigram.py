@@ -79,76 +79,60 @@ class BigramLM:
         self._ids, self._log_prior, self._log_den = _view(ids), _view(np.array(log_prior)), _view(np.array(log_den))
         self._keys, self._seen_num, self._seen_edge = _view(keys), _view(num), _view(edge)
 
-    @cython.cfunc
-    @cython.inline
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    @cython.returns(cython.longlong)
-    @cython.locals(code=cython.Py_ssize_t)
-    def _id(self, c: str) -> int:
-        """A one-character string's id; -1 for any other string, or a character the counts never saw."""
-        if len(c) != 1:
-            return -1
-        code = ord(c)
-        return self._ids[code] if code < len(self._ids) else -1
-
-    @cython.cfunc
-    @cython.inline
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    @cython.returns(cython.longlong)
-    @cython.locals(key=cython.longlong, slot=cython.longlong, held=cython.longlong)
-    def _slot(self, a: cython.longlong, b: cython.longlong) -> int:
-        """The pair table's slot of the seen bigram (a, b) by ids, or -1 where it was not seen (or an id is -1)."""
-        if a < 0 or b < 0:
-            return -1
-        key = a * self._n_ids + b + 1
-        slot = (a * _HASH_A + b * _HASH_B) & self._mask
-        while True:
-            held = self._keys[slot]
-            if held == key:
-                return slot
-            if held == 0:
-                return -1
-            slot = (slot + 1) & self._mask
-
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    @cython.locals(a_id=cython.longlong, b_id=cython.longlong, slot=cython.longlong, den=cython.double,
-                   terms=list, edges=list)
     def follow(self, a: str, bs: Sequence[str]) -> tuple[list[float], list[float]]:
         """log P(b | a) of each character b of `bs`, and each bigram's edge count log1p(count(ab)) (0.0 unseen).
 
         One call per position and side (what depends on `a` looked up once): a segment of another length than one
         gets a meaningless term, which its caller replaces by `score`'s."""
-        a_id = self._id(a)
-        den = self._log_den[a_id] if a_id >= 0 else self._log_den_unk
-        terms, edges = [], []
-        for b in bs:  # a loop, not comprehensions: each of those is a call of its own (Python 3.11)
-            b_id = self._id(b)
-            slot = self._slot(a_id, b_id)
-            if slot < 0:
-                terms.append((self._log_prior[b_id] if b_id >= 0 else self._log_prior_unk) - den)
-                edges.append(0.0)
-            else:
-                terms.append(self._seen_num[slot] - den)
-                edges.append(self._seen_edge[slot])
-        return terms, edges
+        return self._bigrams(a, bs, True)
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    @cython.locals(c_id=cython.longlong, b_id=cython.longlong, slot=cython.longlong, den=cython.double,
-                   unseen=cython.double, terms=list, edges=list)
     def precede(self, bs: Sequence[str], c: str) -> tuple[list[float], list[float]]:
         """log P(c | b) of each character b of `bs`, and each bigram's edge count log1p(count(bc)) (0.0 unseen); as
         `follow`, with `c`'s look-ups once."""
-        c_id = self._id(c)
-        unseen = self._log_prior[c_id] if c_id >= 0 else self._log_prior_unk
+        return self._bigrams(c, bs, False)
+
+    # typed for the C compiler: one loop for both sides, the look-ups written out in it (interpreted, a method call
+    # per candidate cost more than the arrays saved)
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(given_first=cython.bint, given=cython.longlong, other=cython.longlong, first=cython.longlong,
+                   second=cython.longlong, key=cython.longlong, slot=cython.longlong, held=cython.longlong,
+                   code=cython.Py_ssize_t, n_codes=cython.Py_ssize_t, n_ids=cython.longlong, mask=cython.longlong,
+                   fixed=cython.double, den=cython.double, unseen=cython.double, terms=list, edges=list,
+                   ids=cython.int[:], keys=cython.longlong[:], log_prior=cython.double[:], log_den=cython.double[:])
+    def _bigrams(self, char: str, bs: Sequence[str], given_first: bool) -> tuple[list[float], list[float]]:
+        """The terms and edge counts of the bigrams (char, b) for each b of `bs` where `given_first`, else (b, char)."""
+        ids, keys, log_prior, log_den = self._ids, self._keys, self._log_prior, self._log_den
+        n_codes, n_ids, mask = len(ids), self._n_ids, self._mask
+        code = ord(char) if len(char) == 1 else n_codes
+        given = ids[code] if code < n_codes else -1
+        if given_first:  # follow: char's denominator for all
+            fixed = log_den[given] if given >= 0 else self._log_den_unk
+        else:  # precede: char's prior for all
+            fixed = log_prior[given] if given >= 0 else self._log_prior_unk
         terms, edges = [], []
-        for b in bs:
-            b_id = self._id(b)
-            den = self._log_den[b_id] if b_id >= 0 else self._log_den_unk
-            slot = self._slot(b_id, c_id)
+        for b in bs:  # a loop, not comprehensions: each of those is a call of its own (Python 3.11)
+            code = ord(b) if len(b) == 1 else n_codes
+            other = ids[code] if code < n_codes else -1
+            if given_first:
+                first, second = given, other
+                den = fixed
+                unseen = log_prior[other] if other >= 0 else self._log_prior_unk
+            else:
+                first, second = other, given
+                den = log_den[other] if other >= 0 else self._log_den_unk
+                unseen = fixed
+            slot = -1
+            if first >= 0 and second >= 0:  # the pair table's slot of (first, second), -1 where never seen
+                key = first * n_ids + second + 1
+                slot = (first * _HASH_A + second * _HASH_B) & mask
+                held = keys[slot]
+                while held != key:
+                    if held == 0:
+                        slot = -1
+                        break
+                    slot = (slot + 1) & mask
+                    held = keys[slot]
             if slot < 0:
                 terms.append(unseen - den)
                 edges.append(0.0)
@@ -173,7 +157,7 @@ def _pair_table(firsts: npt.NDArray[np.int64], seconds: npt.NDArray[np.int64], n
     """The seen bigrams (ids `firsts`, `seconds`) in an open-addressing table at most half full: keys (`first *
     n_ids + second + 1`, 0 empty), numerators and edge counts by slot. Placed round by round: each pair still
     unplaced tries its start slot plus the round, the first of those that find a slot free takes it, so every slot
-    a pair's look-up passes before its own is taken (`BigramLM._slot` stops at the first empty one)."""
+    a pair's look-up passes before its own is taken (`BigramLM._bigrams` stops at the first empty one)."""
     size = 1 << max(4, (2 * len(firsts)).bit_length())
     mask = size - 1
     keys, num, edge = np.zeros(size, np.int64), np.zeros(size), np.zeros(size)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.procs import LiveServer, free_port, gunicorn
+from tests.deploy.procs import LiveServer, free_port, gunicorn, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -42,8 +42,17 @@ def question(name: str) -> bytes:
 
 
 def request_lines(log: Path, esun_uuid: str) -> list[dict]:
-    lines = [json.loads(text) for text in log.read_text(encoding="utf-8").splitlines() if text.startswith("{")]
-    return [line for line in lines if line.get("msg") == "inference" and line.get("esun_uuid") == esun_uuid]
+    """The request's log lines, once one is there: the process's log writer writes a line after its answer left (a
+    read at once sometimes found none)."""
+
+    def lines() -> list[dict]:
+        text = log.read_text(encoding="utf-8")
+        whole = text[: text.rfind("\n") + 1]  # not a line the writer is still writing
+        parsed = [json.loads(line) for line in whole.splitlines() if line.startswith("{")]
+        return [line for line in parsed if line.get("msg") == "inference" and line.get("esun_uuid") == esun_uuid]
+
+    wait_for(lambda: bool(lines()), f"the log line of {esun_uuid}", timeout_s=5.0)
+    return lines()
 
 
 def test_gunicorn_counts_the_budget_from_the_first_byte_of_a_request_on_a_connection_opened_early(
