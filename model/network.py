@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional
 from transformers import BertConfig, BertModel
 
 from model.contract import CANDIDATE_FEATURES
@@ -91,11 +92,7 @@ class CorrectorNet(nn.Module):
         candidate after the dot product. The same scores, without building two more [B, L, C, H] tensors: those
         passes over memory were a quarter of the forward pass on CPU (issue 46).
         """
-        # Sum of the segment's character embeddings (PAD embeds to zero), slot by slot rather than gathered as one
-        # [B, L, C, S, H] tensor, which would be the largest allocation of the forward pass.
-        cand_sum = self.char_emb(cand_ids[..., 0])
-        for s in range(1, cand_ids.shape[-1]):
-            cand_sum = cand_sum + self.char_emb(cand_ids[..., s])
+        cand_sum = self.candidate_sums(cand_ids)  # [B, L, C, H]
         inv_n = 1.0 / (cand_ids != PAD).sum(-1).clamp(min=1).to(cand_sum.dtype)  # [B, L, C]
         offered = cand_feats[..., VOTE_SHARE] * (1.0 - cand_feats[..., KEEP])  # vote share, keep excluded
         column = ((offered * inv_n).unsqueeze(-2) @ cand_sum).squeeze(-2)  # [B, L, H]: offered-weighted mean
@@ -115,6 +112,17 @@ class CorrectorNet(nn.Module):
         offset = (q @ self.cand_proj.bias) * self.scale + self.cand_bias.bias  # [B, L]
         logits = emb_score * self.scale + feat_score + offset.unsqueeze(-1)
         return logits.masked_fill(~cand_mask, -1e4)
+
+    def candidate_sums(self, cand_ids: torch.Tensor) -> torch.Tensor:
+        """The sum of each candidate's character embeddings [B, L, C, H], one bag of S ids per candidate: the sums slot
+        by slot, to the bit, without a [B, L, C, H] tensor per slot (gathered slot by slot and added, they were the
+        forward pass's largest passes over memory: issue 61). PAD embeds to zero (`char_emb`'s `padding_idx`); in
+        training it is also left out of the bags, so that it gets no gradient from them (ONNX's exporter cannot
+        export that, so not in eval, where summing the zero row changes nothing)."""
+        batch, length, n_cands, n_slots = cand_ids.shape
+        sums = functional.embedding_bag(cand_ids.reshape(-1, n_slots), self.char_emb.weight, mode="sum",
+                                        padding_idx=PAD if self.training else None)
+        return sums.view(batch, length, n_cands, -1)
 
 
 class FeatureProjection(nn.Module):

@@ -69,3 +69,23 @@ def test_the_feature_projections_keep_linear_layer_names_and_stay_fp32_when_the_
     assert type(int8.query) is not torch.nn.Linear  # the linear layers were quantized, these two were not
     with torch.inference_mode():
         assert int8(**random_inputs()).shape == (5, 7, MAX_CANDIDATES)
+
+
+def test_candidate_sums_are_the_slot_by_slot_sums_to_the_bit():
+    torch.manual_seed(0)
+    net = CorrectorNet(NetConfig(n_chars=50, n_syllables=20, hidden=32, layers=1, heads=2, ffn=64)).eval()
+    cand_ids = random_inputs(batch=6, length=9, seed=3)["cand_ids"]
+    cand_ids[0, 0] = PAD  # a padded position: every slot PAD
+    with torch.inference_mode():
+        by_slot = net.char_emb(cand_ids[..., 0]) + net.char_emb(cand_ids[..., 1])
+        assert torch.equal(net.candidate_sums(cand_ids), by_slot)
+        assert not net.candidate_sums(cand_ids)[0, 0].any()
+
+
+def test_training_leaves_the_padding_embedding_at_zero():
+    net = CorrectorNet(NetConfig(n_chars=50, n_syllables=20, hidden=32, layers=1, heads=2, ffn=64))
+    inputs = random_inputs()
+    net(**inputs).logsumexp(-1).sum().backward()
+    grad = net.char_emb.weight.grad
+    assert grad is not None and grad[3:].abs().sum() > 0
+    assert not grad[PAD].any()
