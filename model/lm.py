@@ -20,7 +20,6 @@ import operator
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import cython
@@ -155,9 +154,11 @@ class LanguageModel:
         self._words: dict[str, Entry] = {}
         # window of MAX_WORD characters -> the words (of `_words`) that end at its last character; emptied with it
         self._windows: dict[str, tuple[Entry, ...]] = {}
-        # the scores as plain tuples of numbers and strings, which Python's cyclic GC stops tracking: 200,000 LMScore
-        # objects were most of what a served process's full collections scanned (`hosting.loading.freeze_set_up`)
-        self._scored = lru_cache(maxsize=MAX_CACHED_SCORES)(self._score_fields)
+        # whole sentences' scores as plain tuples of numbers and strings, which Python's cyclic GC stops tracking:
+        # 200,000 LMScore objects were most of what a served process's full collections scanned
+        # (`hosting.loading.freeze_set_up`); a plain dict, emptied whole once full, so that `fields_many` can tell
+        # which sentences it lacks and convert them to simplified in one call
+        self._scores: dict[str, Fields] = {}
 
     @staticmethod
     def trigram_words(model: kenlm.Model, lm_path: Path) -> list[str] | None:
@@ -168,15 +169,30 @@ class LanguageModel:
             return None
         return words
 
-    def to_simplified(self, text: str) -> str:
-        """Convert traditional text to simplified, character for character where OpenCC keeps lengths."""
+    def _converter(self) -> opencc.OpenCC:
         conv = getattr(self._local, "t2s", None)
         if conv is None:
             conv = self._local.t2s = opencc.OpenCC("t2s")
+        return conv
+
+    def to_simplified(self, text: str) -> str:
+        """Convert traditional text to simplified, character for character where OpenCC keeps lengths."""
+        conv = self._converter()
         simple = conv.convert(text)
         if len(simple) != len(text):  # a phrase rule changed the length: convert one character at a time
             simple = "".join(conv.convert(c)[:1] or c for c in text)
         return simple
+
+    def to_simplified_many(self, texts: list[str]) -> list[str]:
+        """`to_simplified` of each text, OpenCC asked once for all of them: the texts joined by line breaks, which no
+        phrase of its dictionaries spans, so each converts as it does alone (a call per sentence cost more than its
+        conversion: issue 61); one at a time where a text holds a line break itself."""
+        if not texts or any("\n" in t for t in texts):
+            return [self.to_simplified(t) for t in texts]
+        simple = self._converter().convert("\n".join(texts)).split("\n")
+        if len(simple) != len(texts):  # never seen: a conversion that made or removed a line break
+            return [self.to_simplified(t) for t in texts]
+        return [s if len(s) == len(t) else self.to_simplified(t) for s, t in zip(simple, texts, strict=True)]
 
     def _unigram(self, simple: str, trad: str) -> Entry:
         """Return (log10 unigram probability, in the trigram, Taiwan log10 unigram or floor) of one word; `_NO_WORD`
@@ -273,16 +289,16 @@ class LanguageModel:
     # typed for the C compiler: the sums C doubles, added in the same order (the same floats)
     @cython.locals(total=cython.double, taiwan=cython.double, u=cython.double, tw=cython.double,
                    oov=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t, words=list)
-    def _score_fields(self, trad: str) -> Fields:
-        """LMScore's fields of a sentence, as an exact tuple: the kernel's where it scores, else this reference."""
+    def _score_fields(self, trad: str, simple: str) -> Fields:
+        """LMScore's fields of a sentence (and its simplified conversion), as an exact tuple: the kernel's where it
+        scores, else this reference."""
         if self._kernel_fields is not None:
-            return self._kernel_fields(trad, self.to_simplified(trad))
+            return self._kernel_fields(trad, simple)
         model = self.model
         state, out = kenlm.State(), kenlm.State()
         model.BeginSentenceWrite(state)
         total = taiwan = 0.0
         oov = 0
-        simple = self.to_simplified(trad)
         words = self.split_words(trad, simple)
         for i, j, (u, known, tw) in words:
             taiwan += tw
@@ -299,9 +315,26 @@ class LanguageModel:
 
     def score(self, trad: str) -> LMScore:
         """Score a whole traditional sentence (cached)."""
-        return LMScore(*self._scored(trad))
+        return LMScore(*self.fields(trad))
 
     def fields(self, trad: str) -> Fields:
         """`score`'s fields as a tuple (logp, words, oov, taiwan), cached: the second stage reads a list's ten-odd
         candidates' scores without building an object for each (LMScore's frozen constructor runs as Python)."""
-        return self._scored(trad)
+        value = self._scores.get(trad)
+        if value is None:
+            value = self._cache(trad, self._score_fields(trad, self.to_simplified(trad)))
+        return value
+
+    def fields_many(self, texts: list[str]) -> list[Fields]:
+        """`fields` of each text, the ones not cached converted to simplified in one call (`to_simplified_many`)."""
+        scores = self._scores
+        new = [t for t in dict.fromkeys(texts) if t not in scores]
+        got = {t: self._cache(t, self._score_fields(t, s)) for t, s in zip(new, self.to_simplified_many(new),
+                                                                          strict=True)}
+        return [got[t] if t in got else self.fields(t) for t in texts]
+
+    def _cache(self, trad: str, value: Fields) -> Fields:
+        if len(self._scores) >= MAX_CACHED_SCORES:
+            self._scores.clear()  # emptied whole (its values depend on the sentence alone), then refilled
+        self._scores[trad] = value
+        return value

@@ -307,6 +307,8 @@ class Reranker:
     def choose_all(self, examples: list[Example], probs: list[np.ndarray | None]) -> list[str]:
         """`choose` for a batch's lists, the masked LM (when there is one) asked once for all of them."""
         cands = [self.candidates(example, p) for example, p in zip(examples, probs, strict=True)]
+        if self.lm is not None:  # the sentences `rows` will score, scored together (one conversion to simplified)
+            self.lm.fields_many([c.text for listed in cands if len(listed) > 1 for c in listed])
         gains = self.mlm_gains(examples, cands)
         return [self._choose(*args) for args in zip(examples, probs, cands, gains, strict=True)]
 

@@ -90,6 +90,26 @@ def test_word_suffixes_holds_every_ending_of_two_to_six_characters():
     assert word_suffixes(["信用卡", "中華人民共和國", "我"]) == expected
 
 
+def test_sentences_converted_together_are_converted_as_each_alone(lm, real_requests):
+    """`to_simplified_many` asks OpenCC once for many sentences, joined by line breaks: phrase rules (瞭解 -> 了解,
+    瞭 alone kept) apply within each as alone, a sentence that holds a line break itself is converted alone."""
+    sentences = [han_chars(s) for body in real_requests for s in body["sentence_list"]]
+    sentences += ["他告訴讀者怎樣瞭解", "瞭", "解", "在深入瞭接保險業", "臺灣的捷運站在哪裡", "", "乾隆皇帝乾杯"]
+    rng = random.Random(5)
+    sentences += ["".join(rng.sample(s, len(s))) for s in sentences[:40]]  # characters next to new neighbours
+    assert lm.to_simplified_many(sentences) == [lm.to_simplified(s) for s in sentences]
+    assert lm.to_simplified_many(["瞭解\n瞭", "乾杯"]) == [lm.to_simplified("瞭解\n瞭"), "干杯"]
+    assert lm.to_simplified_many([]) == []
+
+
+def test_scores_asked_together_are_the_scores_asked_one_by_one(lm, real_requests):
+    sentences = [han_chars(s) for body in real_requests for s in body["sentence_list"]]
+    lm._scores.clear()
+    together = lm.fields_many([*sentences, *sentences[:3]])  # repeated sentences too
+    lm._scores.clear()
+    assert together == [lm.fields(s) for s in [*sentences, *sentences[:3]]]
+
+
 def test_lm_caches_scores_as_values_the_cyclic_gc_stops_tracking(lm):
     """A served process holds 200,000 cached scores: as LMScore objects they were most of what each full collection
     scanned; as tuples of numbers and strings the GC untracks them (hosting.loading.freeze_set_up)."""
@@ -99,7 +119,7 @@ def test_lm_caches_scores_as_values_the_cyclic_gc_stops_tracking(lm):
     score = lm.score(sentence)
     gc.collect()
     gc.collect()  # a tuple is untracked once its items are: the words' tuple may be seen after the score's in a pass
-    assert not gc.is_tracked(lm._scored(sentence))
+    assert not gc.is_tracked(lm.fields(sentence))
     assert lm.score(sentence) == score
 
 
