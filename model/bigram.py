@@ -91,48 +91,69 @@ class BigramLM:
         `follow`, with `c`'s look-ups once."""
         return self._bigrams(c, bs, False)
 
-    # typed for the C compiler: one loop for both sides, the look-ups written out in it (interpreted, a method call
-    # per candidate cost more than the arrays saved)
+    # typed for the C compiler: the look-ups C functions inlined into the loops below (interpreted, plain methods)
+    @cython.cfunc
+    @cython.inline
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    @cython.locals(given_first=cython.bint, given=cython.longlong, other=cython.longlong, first=cython.longlong,
-                   second=cython.longlong, key=cython.longlong, slot=cython.longlong, held=cython.longlong,
-                   code=cython.Py_ssize_t, n_codes=cython.Py_ssize_t, n_ids=cython.longlong, mask=cython.longlong,
-                   fixed=cython.double, den=cython.double, unseen=cython.double, terms=list, edges=list,
-                   ids=cython.int[:], keys=cython.longlong[:], log_prior=cython.double[:], log_den=cython.double[:])
+    @cython.locals(code=cython.Py_ssize_t, n_codes=cython.Py_ssize_t)
+    def _id(self, char: str) -> cython.longlong:
+        """A character's id; -1 for a segment of another length or a character never counted."""
+        n_codes = len(self._ids)
+        code = ord(char) if len(char) == 1 else n_codes
+        return self._ids[code] if code < n_codes else -1
+
+    @cython.cfunc
+    @cython.inline
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(key=cython.longlong, slot=cython.longlong, held=cython.longlong)
+    def _slot(self, first: cython.longlong, second: cython.longlong) -> cython.longlong:
+        """The pair table's slot of the bigram (first, second); -1 where it was never seen (or either has no id)."""
+        if first < 0 or second < 0:
+            return -1
+        key = first * self._n_ids + second + 1
+        slot = (first * _HASH_A + second * _HASH_B) & self._mask
+        held = self._keys[slot]
+        while held != key:
+            if held == 0:
+                return -1
+            slot = (slot + 1) & self._mask
+            held = self._keys[slot]
+        return slot
+
+    @cython.cfunc
+    @cython.inline
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def _prior(self, char_id: cython.longlong) -> cython.double:
+        return self._log_prior[char_id] if char_id >= 0 else self._log_prior_unk
+
+    @cython.cfunc
+    @cython.inline
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def _den(self, char_id: cython.longlong) -> cython.double:
+        return self._log_den[char_id] if char_id >= 0 else self._log_den_unk
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(given_first=cython.bint, given=cython.longlong, other=cython.longlong, slot=cython.longlong,
+                   fixed=cython.double, den=cython.double, unseen=cython.double, terms=list, edges=list)
     def _bigrams(self, char: str, bs: Sequence[str], given_first: bool) -> tuple[list[float], list[float]]:
         """The terms and edge counts of the bigrams (char, b) for each b of `bs` where `given_first`, else (b, char)."""
-        ids, keys, log_prior, log_den = self._ids, self._keys, self._log_prior, self._log_den
-        n_codes, n_ids, mask = len(ids), self._n_ids, self._mask
-        code = ord(char) if len(char) == 1 else n_codes
-        given = ids[code] if code < n_codes else -1
-        if given_first:  # follow: char's denominator for all
-            fixed = log_den[given] if given >= 0 else self._log_den_unk
-        else:  # precede: char's prior for all
-            fixed = log_prior[given] if given >= 0 else self._log_prior_unk
+        given = self._id(char)
+        # follow: char's denominator for all; precede: char's prior for all
+        fixed = self._den(given) if given_first else self._prior(given)
         terms, edges = [], []
         for b in bs:  # a loop, not comprehensions: each of those is a call of its own (Python 3.11)
-            code = ord(b) if len(b) == 1 else n_codes
-            other = ids[code] if code < n_codes else -1
+            other = self._id(b)
             if given_first:
-                first, second = given, other
-                den = fixed
-                unseen = log_prior[other] if other >= 0 else self._log_prior_unk
+                den, unseen = fixed, self._prior(other)
+                slot = self._slot(given, other)
             else:
-                first, second = other, given
-                den = log_den[other] if other >= 0 else self._log_den_unk
-                unseen = fixed
-            slot = -1
-            if first >= 0 and second >= 0:  # the pair table's slot of (first, second), -1 where never seen
-                key = first * n_ids + second + 1
-                slot = (first * _HASH_A + second * _HASH_B) & mask
-                held = keys[slot]
-                while held != key:
-                    if held == 0:
-                        slot = -1
-                        break
-                    slot = (slot + 1) & mask
-                    held = keys[slot]
+                den, unseen = self._den(other), fixed
+                slot = self._slot(other, given)
             if slot < 0:
                 terms.append(unseen - den)
                 edges.append(0.0)
@@ -140,6 +161,38 @@ class BigramLM:
                 terms.append(self._seen_num[slot] - den)
                 edges.append(self._seen_edge[slot])
         return terms, edges
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    @cython.locals(n=cython.Py_ssize_t, k=cython.Py_ssize_t, left=cython.longlong, right=cython.longlong,
+                   b=cython.longlong, slot=cython.longlong, den_left=cython.double, prior_right=cython.double,
+                   den=cython.double, cands=list, out=cython.double[:, :, :])
+    def sides(self, lefts: list[str], cands_of: list[list[str]], rights: list[str], out: np.ndarray) -> None:
+        """For each n, each character cands_of[n][k]'s bigrams with its neighbours, written into `out` ([N, 4, C]
+        float64): out[n, 0, k] and out[n, 1, k] what `follow(lefts[n], ...)` gives it, out[n, 2, k] and out[n, 3, k]
+        what `precede(..., rights[n])` does (the same floats); past its candidates `out` is left as it is. Many
+        positions in one call, no Python object per bigram (`model.unanimous`)."""
+        for n in range(len(lefts)):
+            left, right = self._id(lefts[n]), self._id(rights[n])
+            den_left, prior_right = self._den(left), self._prior(right)
+            cands = cands_of[n]
+            for k in range(len(cands)):
+                b = self._id(cands[k])
+                slot = self._slot(left, b)
+                if slot < 0:
+                    out[n, 0, k] = self._prior(b) - den_left
+                    out[n, 1, k] = 0.0
+                else:
+                    out[n, 0, k] = self._seen_num[slot] - den_left
+                    out[n, 1, k] = self._seen_edge[slot]
+                den = self._den(b)
+                slot = self._slot(b, right)
+                if slot < 0:
+                    out[n, 2, k] = prior_right - den
+                    out[n, 3, k] = 0.0
+                else:
+                    out[n, 2, k] = self._seen_num[slot] - den
+                    out[n, 3, k] = self._seen_edge[slot]
 
     def score(self, text: str) -> tuple[float, float, float]:
         """log P(text) given its first character, summed left to right, and its first and last bigrams' edge counts."""

@@ -297,7 +297,7 @@ class Featurizer:
 
     @cython.locals(n_hyps=cython.Py_ssize_t, L=cython.Py_ssize_t, i=cython.Py_ssize_t, rank=cython.Py_ssize_t,
                    char_ids=list, candidates=list, columns=list, syllable=tuple,
-                   column=tuple, syllable_memo=dict, blocks_memo=dict, left_memo=dict, right_memo=dict, votes=dict,
+                   column=tuple, syllable_memo=dict, blocks_memo=dict, votes=dict,
                    padded=str, top1=str, char=str, agreement=cython.double, alternatives=cython.double,
                    syl_out=cython.longlong[:], tone_out=cython.longlong[:], pos_out=cython.float[:, :],
                    hyps_feature=cython.double, max_len=cython.double, unk=cython.long)
@@ -327,8 +327,7 @@ class Featurizer:
         hyps_feature, max_len, unk = n_hyps / HYPOTHESES_SCALE, MAX_LEN, UNK
         columns = list(zip(*rows, strict=True)) if rows else [()] * L  # each position's segments, one per hypothesis
         syllable_memo, fast = self._syllable_memo.entries, self.fast
-        blocks_memo, left_memo = self.unanimous.blocks.entries, self.unanimous.left.entries
-        right_memo = self.unanimous.right.entries
+        blocks_memo = self.unanimous.blocks.entries
         padded = BOS + top1 + EOS
         for i, char in enumerate(top1):
             syllable = syllable_memo.get(char) or self._syllable(char)
@@ -341,11 +340,9 @@ class Featurizer:
                 agreement, alternatives = 1.0, 0.0
                 unanimous.positions.append(i)
                 unanimous.blocks.append(block.row)
-                left, right = padded[i], padded[i + 2]
-                terms = left_memo.get(left + char)
-                unanimous.left.append(terms if terms is not None else self.unanimous.left_terms(left, char, block))
-                terms = right_memo.get(char + right)
-                unanimous.right.append(terms if terms is not None else self.unanimous.right_terms(char, right, block))
+                unanimous.cands.append(block.cands)
+                unanimous.left.append(padded[i])
+                unanimous.right.append(padded[i + 2])
                 candidates.append(block.cands)
             else:
                 votes: dict[str, list[int]] = {char: [0]}

@@ -1,11 +1,13 @@
 """The featurizer's fast path (issue 21): the rows of the positions every hypothesis agrees on, about 70 % of them.
 
-Featurization runs for every request, under the GIL beside the request threads, so the positions where the n-best
-offers nothing but TOP1's character skip the general path (`Featurizer._candidate_rows`): such a position's
-candidates and all its columns but the three LM ones depend on its character alone (a memoised block), and its LM
-columns on its character and each neighbour (memoised bigram terms per neighbour pair); a whole batch's rows are then
-written by a few numpy calls (`UnanimousRows.fill`). Its contract is the bit-equality test: the same arrays as the
-general path gives every position (tests/model/test_unanimous.py), float64 until the float32 rows.
+Featurization runs for every request, under the GIL beside the request threads, so the positions where the n-best offers
+nothing but TOP1's character skip the general path (`Featurizer._candidate_rows`): such a position's candidates and all
+its columns but the three LM ones depend on its character alone (a memoised block), and its LM columns on its character
+and each neighbour; a whole batch's rows are then written at once (`UnanimousRows.fill`): the blocks gathered by one
+fancy index, every position's bigram terms by one call of `BigramLM.sides`.
+
+Its contract is the bit-equality test: the same arrays as the general path gives every position
+(tests/model/test_unanimous.py), float64 until the float32 rows.
 """
 
 from __future__ import annotations
@@ -13,17 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import cython
 import numpy as np
 
 from model.bigram import BigramLM, lm_delta
 from model.contract import CANDIDATE_FEATURES, EDGE_COUNT_SCALE
 from model.memo import MemoTable
 
-# Characters whose blocks are memoised at once, and neighbour-character pairs whose bigram terms are, per side
-# (about 30 MB each when full).
+# Characters whose blocks are memoised at once (about 30 MB when full).
 MAX_MEMO_BLOCKS = 100_000
-MAX_MEMO_PAIRS = 100_000
 # The columns that depend on a position's neighbours, side by side in this order (model.features checks the
 # contract's order at import): lm_delta and the two edge counts.
 LM_COLUMNS = slice(CANDIDATE_FEATURES.index("lm_delta"), CANDIDATE_FEATURES.index("right_edge_count") + 1)
@@ -44,21 +43,22 @@ class Block:
 
 @dataclass
 class Pending:
-    """One example's unanimous positions, with their blocks' rows and the rows of each one's bigram terms with its
-    left and right neighbour, to be written into its arrays by `UnanimousRows.fill`."""
+    """One example's unanimous positions, with their blocks' rows, candidates and left and right neighbours, to be
+    written into its arrays by `UnanimousRows.fill`."""
 
     cand_ids: np.ndarray
     cand_feats: np.ndarray
     cand_mask: np.ndarray
     positions: list[int] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)
-    left: list[int] = field(default_factory=list)
-    right: list[int] = field(default_factory=list)
+    cands: list[list[str]] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    right: list[str] = field(default_factory=list)
 
 
 class UnanimousRows:
-    """The memoised blocks and neighbour terms, read inline by `Featurizer._featurize` (the `entries` of `blocks`,
-    `left` and `right`: a key present is a hit) and filled on a miss (`block`, `left_terms`, `right_terms`)."""
+    """The memoised blocks, read inline by `Featurizer._featurize` (the `entries` of `blocks`: a key present is a hit)
+    and filled on a miss (`block`), and the batch's rows written by `fill`."""
 
     def __init__(self, lm: BigramLM, rows_of: RowsOf, max_candidates: int, max_segment: int) -> None:
         self.lm = lm
@@ -69,15 +69,10 @@ class UnanimousRows:
         self.blocks: MemoTable[Block | None] = MemoTable(
             MAX_MEMO_BLOCKS, ((max_candidates, max_segment), np.int64), ((max_candidates, n_feats), np.float32),
             ((max_candidates,), bool))
-        # a neighbour and a character -> the row [2, max_candidates] of its block's bigram terms on that side and their
-        # edge counts, unscaled (`left_terms`, `right_terms`)
-        self.left: MemoTable[int] = MemoTable(MAX_MEMO_PAIRS, ((2, max_candidates), np.float64))
-        self.right: MemoTable[int] = MemoTable(MAX_MEMO_PAIRS, ((2, max_candidates), np.float64))
 
     def bound(self) -> None:
-        """Bound the memos: between batches only, so a batch's rows stay valid until `fill` writes them."""
-        for memo in (self.blocks, self.left, self.right):
-            memo.bound()
+        """Bound the memo: between batches only, so a batch's rows stay valid until `fill` writes them."""
+        self.blocks.bound()
 
     def block(self, char: str) -> Block | None:
         """A character's candidates where no hypothesis offers another segment, with their ids, mask and the feature
@@ -97,43 +92,22 @@ class UnanimousRows:
         self.blocks.entries[char] = value
         return value
 
-    def left_terms(self, left: str, char: str, block: Block) -> int:
-        """On a miss of `left`: the row of each candidate's bigram term after `left` and its left edge count."""
-        return self._add(self.left, left + char, self.lm.follow(left, block.cands))
-
-    def right_terms(self, char: str, right: str, block: Block) -> int:
-        """On a miss of `right`: the row of each candidate's bigram term before `right` and its right edge count."""
-        return self._add(self.right, char + right, self.lm.precede(block.cands, right))
-
-    # typed for the C compiler (compiled.py): the row written number by number through a typed view (numpy's
-    # assignment of two lists cost more than the rest of a miss, and a new batch misses ~800 neighbour pairs: issue 61)
-    @cython.locals(row=cython.Py_ssize_t, k=cython.Py_ssize_t, n=cython.Py_ssize_t, terms=list, edges=list,
-                   table=cython.double[:, :, :])
-    def _add(self, memo: MemoTable[int], key: str, bigrams: tuple[list[float], list[float]]) -> int:
-        """Write a memo row's two lines: the terms and the edge counts, zero past the candidates."""
-        terms, edges = bigrams
-        n = len(terms)
-        row = memo.reserve()
-        table = memo.tables[0]
-        for k in range(self.max_candidates):
-            table[row, 0, k] = terms[k] if k < n else 0.0
-            table[row, 1, k] = edges[k] if k < n else 0.0
-        memo.entries[key] = row
-        return row
-
     def fill(self, pending: list[Pending]) -> None:
         """Write the rows of a batch's unanimous positions at once: each one's block, with the LM columns of its
         neighbours, the pair terms added, differenced against keep, scaled and clipped as the general path does,
-        zero past the candidates. A few numpy calls per batch rather than per position (issue 21)."""
+        zero past the candidates. A few calls per batch rather than per position (issues 21 and 61): the bigrams
+        asked of `BigramLM.sides` for every position at once (memoised per neighbour pair, their look-ups and the
+        misses' Python lists cost more than the bigrams)."""
         blocks = [b for p in pending for b in p.blocks]
         if not blocks:
             return
-        (left,) = self.left.take([t for p in pending for t in p.left])  # [N, 2, max_candidates]
-        (right,) = self.right.take([t for p in pending for t in p.right])
-        score = left[:, 0] + right[:, 0]
+        sides = np.zeros((len(blocks), 4, self.max_candidates))  # [N, follow's terms and edges, precede's, C]
+        self.lm.sides([c for p in pending for c in p.left], [c for p in pending for c in p.cands],
+                      [c for p in pending for c in p.right], sides)
+        score = sides[:, 0] + sides[:, 2]
         delta = lm_delta(score - score[:, :1])
         ids, feats, mask = self.blocks.take(blocks)
-        edges = (left[:, 1] / EDGE_COUNT_SCALE, right[:, 1] / EDGE_COUNT_SCALE)
+        edges = (sides[:, 1] / EDGE_COUNT_SCALE, sides[:, 3] / EDGE_COUNT_SCALE)
         feats[:, :, LM_COLUMNS] = np.where(mask[:, :, None], np.stack((delta, *edges), axis=-1), 0.0)
         start = 0
         for p in pending:

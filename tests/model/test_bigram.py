@@ -94,6 +94,31 @@ def test_a_segment_of_other_length_or_a_character_never_counted_reads_as_unseen(
         assert lm.precede([odd], "我") == lm.precede(["甲"], "我")
 
 
+def test_sides_writes_what_follow_and_precede_give_each_position_to_the_bit():
+    """`sides`, many positions' bigrams in one call (the unanimous rows'): the floats of `follow` and `precede`, past
+    each position's candidates nothing written."""
+    import random
+
+    import numpy
+
+    rnd = random.Random(11)
+    chars = [chr(0x4E00 + k) for k in range(60)] + ["^", "$", "A", "𠀀"]
+    counts = {c: rnd.randint(1, 50) for c in chars[:50]}
+    pairs = ((rnd.choice(chars[:55]), rnd.choice(chars[:55])) for _ in range(600))
+    bigrams = {a + b: rnd.randint(1, 9) for a, b in pairs}
+    model = BigramLM(counts, bigrams, sum(counts.values()), len(counts) + 2)
+    lefts = [rnd.choice(chars) for _ in range(300)]
+    rights = [rnd.choice(chars) for _ in range(300)]
+    cands = [rnd.sample(chars, rnd.randint(1, 10)) for _ in range(300)]
+    out = numpy.full((300, 4, 10), 7.0)
+    model.sides(lefts, cands, rights, out)
+    for n in range(300):
+        k = len(cands[n])
+        follow, precede = model.follow(lefts[n], cands[n]), model.precede(cands[n], rights[n])
+        assert out[n, :, :k].tolist() == [*follow, *precede]
+        assert (out[n, :, k:] == 7.0).all()
+
+
 def test_a_model_of_anything_but_characters_and_pairs_of_them_is_refused():
     with pytest.raises(ValueError):
         BigramLM({"我們": 2}, {}, 2, 3)

@@ -35,32 +35,31 @@ def test_featurize_batch_gives_each_list_the_arrays_it_gets_alone():
 
 
 def test_featurize_batch_keeps_its_rows_when_it_fills_the_bounded_memos(monkeypatch):
-    """Guards the memo tables (`model.memo`): a batch that brings more new pairs than the bound is written from the rows
-    it collected, and the memos are emptied before the next batch, not in the middle of one."""
+    """Guards the memo tables (`model.memo`): a batch that brings more new characters than the bound is written from the
+    rows it collected, and the memos are emptied before the next batch, not in the middle of one."""
     unbounded = Featurizer(Vocab.from_counts(COUNTS, BIGRAMS))
     nbests = [NBest((s, s, s)) for s in SENTENCES]
     expected = [unbounded.featurize(nbest) for nbest in nbests]
-    for limit in ("model.unanimous.MAX_MEMO_PAIRS", "model.unanimous.MAX_MEMO_BLOCKS",
-                  "model.features.MAX_MEMO_SEGMENTS", "model.features.MAX_MEMO_CHARS"):
+    for limit in ("model.unanimous.MAX_MEMO_BLOCKS", "model.features.MAX_MEMO_SEGMENTS",
+                  "model.features.MAX_MEMO_CHARS"):
         monkeypatch.setattr(limit, 3)
     bounded = Featurizer(Vocab.from_counts(COUNTS, BIGRAMS))
     for _ in range(2):  # the second batch finds every memo over its bound
         for want, got in zip(expected, bounded.featurize_batch(nbests), strict=True):
             for key in ("cand_ids", "cand_feats", "cand_mask"):
                 assert np.array_equal(getattr(want, key), getattr(got, key)), key
-        assert len(bounded.unanimous.left.entries) > 3  # filled past the bound within the batch
+        assert len(bounded.unanimous.blocks.entries) > 3  # filled past the bound within the batch
     bounded.featurize_batch(nbests[:1])
-    assert len(bounded.unanimous.left.entries) <= len(SENTENCES[0]) + 1  # emptied before this batch, then refilled
+    assert len(bounded.unanimous.blocks.entries) <= len(SENTENCES[0])  # emptied before this batch, then refilled
 
 
 def test_rows_freed_by_the_bound_are_rewritten_whole_for_other_lists(monkeypatch):
-    """Guards `UnanimousRows._add`: a neighbour pair's row is reused after the memos are emptied, and a row written for
-    a character with fewer candidates than the one before it holds zeros, not the old terms, past its candidates."""
+    """Guards the blocks' memo table: a row is reused after the memo is emptied, and a row written for a character
+    with fewer candidates than the one before it holds zeros, not the old rows, past its candidates."""
     first = [NBest((s, s, s)) for s in SENTENCES]
     second = [NBest((s[::-1], s[::-1])) for s in SENTENCES]
     expected = [Featurizer(Vocab.from_counts(COUNTS, BIGRAMS)).featurize(nbest) for nbest in second]
-    for limit in ("model.unanimous.MAX_MEMO_PAIRS", "model.unanimous.MAX_MEMO_BLOCKS"):
-        monkeypatch.setattr(limit, 3)
+    monkeypatch.setattr("model.unanimous.MAX_MEMO_BLOCKS", 3)
     bounded = Featurizer(Vocab.from_counts(COUNTS, BIGRAMS))
     bounded.featurize_batch(first)
     for want, got in zip(expected, bounded.featurize_batch(second), strict=True):
