@@ -286,26 +286,34 @@ class Featurizer:
 
     def featurize_batch(self, nbests: list[NBest], truths: list[str | None] | None = None) -> list[Example | None]:
         """Return the Example of each n-best list (None where TOP1 has no Han character): one list at a time, then
-        the rows every hypothesis agrees on for all of them at once (`UnanimousRows.fill`)."""
+        the rows every hypothesis agrees on for all of them at once (`UnanimousRows.fill`).
+
+        The batch's candidate arrays are allocated once, each Example's a slice of them (its TOP1's rows), so that the
+        unanimous rows of the whole batch are written by one assignment per array (issue 61)."""
         for memo in (self._segment_memo, self._syllable_memo, self._similar_memo, self.unanimous):
             memo.bound()  # between batches: a batch's rows stay valid until written
-        pending: list[Pending] = []
-        examples = [self._featurize(nbest, truth, pending)
-                    for nbest, truth in zip(nbests, truths or [None] * len(nbests), strict=True)]
+        top1s = [han_chars(nbest.sentences[0])[:MAX_LEN] for nbest in nbests]
+        rows = sum(map(len, top1s))
+        pending = Pending(np.zeros((rows, MAX_CANDIDATES, MAX_SEGMENT), dtype=np.int64),
+                          np.zeros((rows, MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32),
+                          np.zeros((rows, MAX_CANDIDATES), dtype=bool))
+        examples: list[Example | None] = []
+        start = 0
+        for nbest, top1, truth in zip(nbests, top1s, truths or [None] * len(nbests), strict=True):
+            examples.append(self._featurize(nbest, top1, truth, pending, start) if top1 else None)
+            start += len(top1)
         self.unanimous.fill(pending)
         return examples
 
     @cython.locals(n_hyps=cython.Py_ssize_t, L=cython.Py_ssize_t, i=cython.Py_ssize_t, rank=cython.Py_ssize_t,
-                   char_ids=list, candidates=list, columns=list, syllable=tuple,
+                   start=cython.Py_ssize_t, char_ids=list, candidates=list, columns=list, syllable=tuple,
                    column=tuple, syllable_memo=dict, blocks_memo=dict, votes=dict,
                    padded=str, top1=str, char=str, agreement=cython.double, alternatives=cython.double,
                    syl_out=cython.longlong[:], tone_out=cython.longlong[:], pos_out=cython.float[:, :],
                    hyps_feature=cython.double, max_len=cython.double, unk=cython.long)
-    def _featurize(self, nbest: NBest, truth: str | None, pending: list[Pending]) -> Example | None:
-        """One list's Example, its unanimous positions' rows left to `UnanimousRows.fill` (appended to `pending`)."""
-        top1 = han_chars(nbest.sentences[0])[:MAX_LEN]
-        if not top1:
-            return None
+    def _featurize(self, nbest: NBest, top1: str, truth: str | None, pending: Pending, start: int) -> Example:
+        """One list's Example (TOP1's Han characters `top1`, not empty), its candidate arrays the rows from `start` of
+        the batch's (`pending`'s), its unanimous positions' rows left to `UnanimousRows.fill` (added to `pending`)."""
         others = [han_chars(s) for s in nbest.sentences[1:]]
         n_hyps = 1 + len(others)
         rows = align_nbest(top1, others)
@@ -313,14 +321,13 @@ class Featurizer:
         tags += [BOUNDARY["S"]] * (len(top1) - len(tags))
         L = len(top1)
         char_ids = [self.vocab.char_id.get(c, UNK) for c in top1]
-        cand_ids = np.zeros((L, MAX_CANDIDATES, MAX_SEGMENT), dtype=np.int64)
-        cand_feats = np.zeros((L, MAX_CANDIDATES, N_CAND_FEATS), dtype=np.float32)
-        cand_mask = np.zeros((L, MAX_CANDIDATES), dtype=bool)
+        cand_ids, cand_feats = pending.cand_ids[start : start + L], pending.cand_feats[start : start + L]
+        cand_mask = pending.cand_mask[start : start + L]
         example = Example(top1, np.array(char_ids, dtype=np.int64), np.zeros(L, dtype=np.int64),
                           np.zeros(L, dtype=np.int64), np.array(tags, dtype=np.int64), np.zeros((L, N_POS_FEATS),
                           dtype=np.float32), cand_ids, cand_feats, cand_mask, [], None, rows)
         candidates = example.candidates
-        unanimous = Pending(cand_ids, cand_feats, cand_mask)
+        unanimous = pending
         # the position rows written number by number through typed views, as `_candidate_rows` writes its own
         mask = cand_mask.view(np.uint8)
         syl_out, tone_out, pos_out = example.syl, example.tone, example.pos_feats
@@ -338,7 +345,7 @@ class Featurizer:
                 block = blocks_memo[char] if char in blocks_memo else self.unanimous.block(char)
             if block is not None:  # every hypothesis agrees: its rows are written batch-wide (`UnanimousRows.fill`)
                 agreement, alternatives = 1.0, 0.0
-                unanimous.positions.append(i)
+                unanimous.positions.append(start + i)
                 unanimous.blocks.append(block.row)
                 unanimous.cands.append(block.cands)
                 unanimous.left.append(padded[i])
@@ -352,8 +359,6 @@ class Featurizer:
                 candidates.append(self._candidate_rows(i, top1, votes, n_hyps, cand_ids, cand_feats, mask))
             pos_out[i, 0], pos_out[i, 1], pos_out[i, 2] = agreement, alternatives, hyps_feature
             pos_out[i, 3], pos_out[i, 4] = char_ids[i] == unk, i / max_len
-        if unanimous.positions:
-            pending.append(unanimous)
         if truth is not None:
             gold = align_to(top1, truth)
             example.labels = np.array([c.index(g) if g in c else -100 for c, g in zip(candidates, gold, strict=True)],

@@ -43,8 +43,8 @@ class Block:
 
 @dataclass
 class Pending:
-    """One example's unanimous positions, with their blocks' rows, candidates and left and right neighbours, to be
-    written into its arrays by `UnanimousRows.fill`."""
+    """A batch's candidate arrays (every example's rows, one after the other) and its unanimous positions (rows of
+    them), with their blocks' rows, candidates and left and right neighbours, to be written by `UnanimousRows.fill`."""
 
     cand_ids: np.ndarray
     cand_feats: np.ndarray
@@ -92,27 +92,22 @@ class UnanimousRows:
         self.blocks.entries[char] = value
         return value
 
-    def fill(self, pending: list[Pending]) -> None:
+    def fill(self, pending: Pending) -> None:
         """Write the rows of a batch's unanimous positions at once: each one's block, with the LM columns of its
         neighbours, the pair terms added, differenced against keep, scaled and clipped as the general path does,
         zero past the candidates. A few calls per batch rather than per position (issues 21 and 61): the bigrams
         asked of `BigramLM.sides` for every position at once (memoised per neighbour pair, their look-ups and the
-        misses' Python lists cost more than the bigrams)."""
-        blocks = [b for p in pending for b in p.blocks]
-        if not blocks:
+        misses' Python lists cost more than the bigrams), the rows written by one assignment per array."""
+        if not pending.blocks:
             return
-        sides = np.zeros((len(blocks), 4, self.max_candidates))  # [N, follow's terms and edges, precede's, C]
-        self.lm.sides([c for p in pending for c in p.left], [c for p in pending for c in p.cands],
-                      [c for p in pending for c in p.right], sides)
+        sides = np.zeros((len(pending.blocks), 4, self.max_candidates))  # [N, follow's terms and edges, precede's, C]
+        self.lm.sides(pending.left, pending.cands, pending.right, sides)
         score = sides[:, 0] + sides[:, 2]
         delta = lm_delta(score - score[:, :1])
-        ids, feats, mask = self.blocks.take(blocks)
+        ids, feats, mask = self.blocks.take(pending.blocks)
         edges = (sides[:, 1] / EDGE_COUNT_SCALE, sides[:, 3] / EDGE_COUNT_SCALE)
         feats[:, :, LM_COLUMNS] = np.where(mask[:, :, None], np.stack((delta, *edges), axis=-1), 0.0)
-        start = 0
-        for p in pending:
-            end = start + len(p.positions)
-            p.cand_ids[p.positions] = ids[start:end]
-            p.cand_feats[p.positions] = feats[start:end]
-            p.cand_mask[p.positions] = mask[start:end]
-            start = end
+        rows = np.array(pending.positions, dtype=np.intp)
+        pending.cand_ids[rows] = ids
+        pending.cand_feats[rows] = feats
+        pending.cand_mask[rows] = mask
