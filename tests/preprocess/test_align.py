@@ -34,3 +34,19 @@ def test_align_nbest_treats_segmentation_only_differences_as_equal():
 def test_align_to_rebuilds_the_hypothesis_exactly():
     for top1, hyp in [("abcdef", "xbcdyf"), ("abc", ""), ("abc", "abcabc"), ("a", "zzz")]:
         assert "".join(align_to(top1, hyp)) == hyp
+
+
+def test_align_nbest_gives_each_hypothesis_its_own_row_as_align_to_does():
+    """align_nbest shares TOP1's characters between its rows (issue 61): each row is still its own list, equal to the
+    hypothesis aligned alone, whatever its edits (random strings over a few characters: many of each kind)."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(500):
+        top1 = "".join(rng.choice("我們你他的是在") for _ in range(rng.randint(1, 12)))
+        hyps = ["".join(rng.choice("我們你他的是在") for _ in range(rng.randint(0, 14))) for _ in range(4)]
+        rows = align_nbest(top1, [*hyps, top1])
+        assert rows == [align_to(top1, h) for h in [*hyps, top1]]
+        assert rows[-1] == list(top1)
+        rows[0][0] = "x"
+        assert rows[-1][0] == top1[0] and align_nbest(top1, [top1]) == [list(top1)]
