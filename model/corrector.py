@@ -31,7 +31,6 @@ import dataclasses
 import heapq
 import inspect
 import logging
-import math
 import random
 import warnings
 from collections.abc import Callable
@@ -58,10 +57,6 @@ from model.weights_meta import DEFAULT_NAME, NETWORK_FILE, VOCAB_FILE, WeightsMe
 from preprocess.confusion import ConfusionSet
 from preprocess.text import NBest, top1_answer
 
-# The network's time on CPU is about a forward pass's fixed part (~0.38 ms on one thread) plus ~15.5 µs a padded token
-# (docs/benchmarks.md, issue 61): the fixed part is worth about 25 tokens a thread; `length_groups` weighs the two.
-FORWARD_TOKENS_PER_THREAD = 25
-FORWARD_TOKENS_CUDA = 4096
 WARM_UP_LISTS = 256  # four full batches: about 1 s of start-up on 2 cores
 NET_INPUTS = tuple(inspect.signature(CorrectorNet.forward).parameters)[1:]  # the forward's tensors, in order
 log = logging.getLogger(__name__)
@@ -93,27 +88,24 @@ class Batch:
     groups: list[tuple[list[int], dict[str, torch.Tensor]]]  # item indices and their padded tensors
 
 
-def length_groups(lengths: list[tuple[int, int]], forward_tokens: float) -> list[list[int]]:
-    """Split (index, length) pairs into groups of similar length, so short inputs are not padded to long ones, with
-    the least modelled time for the network: a group costs a forward pass's fixed part, `forward_tokens` padded
-    tokens' worth, plus its padded tokens (its size times its longest length). Sorted by length, groups are runs; the
-    best runs are found by dynamic programming (n² steps for a batch of n).
+def length_groups(lengths: list[tuple[int, int]], max_waste: float = 0.25, min_group: int = 8) -> list[list[int]]:
+    """Split (index, length) pairs into groups of similar length, so short inputs are not padded to long ones.
+
+    Sorted by length, a group is closed when adding the next item would make more than `max_waste` of its
+    padded tokens padding (groups of fewer than `min_group` items stay open: tiny matrices are slow too).
     """
-    items = sorted(lengths, key=lambda p: p[1])
-    best = [0.0] + [math.inf] * len(items)  # best[j]: the least cost of the first j items
-    start = [0] * (len(items) + 1)  # start[j]: where the last group of that best split begins
-    for j in range(1, len(items) + 1):
-        longest = items[j - 1][1]
-        for i in range(j):
-            cost = best[i] + forward_tokens + (j - i) * longest
-            if cost < best[j]:
-                best[j], start[j] = cost, i
     groups: list[list[int]] = []
-    j = len(items)
-    while j > 0:
-        groups.append([index for index, _ in items[start[j] : j]])
-        j = start[j]
-    return groups[::-1]
+    cur: list[int] = []
+    total = 0
+    for index, n in sorted(lengths, key=lambda p: p[1]):
+        if len(cur) >= min_group and (len(cur) + 1) * n > (1 + max_waste) * (total + n):
+            groups.append(cur)
+            cur, total = [], 0
+        cur.append(index)
+        total += n
+    if cur:
+        groups.append(cur)
+    return groups
 
 
 def traced(net: torch.nn.Module, example: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -303,11 +295,7 @@ class Corrector:
     def batch(self, items: list[NBest]) -> Batch:
         """Featurize, then pad by length groups; items whose TOP1 has no Han character skip the network."""
         examples = self.featurizer.featurize_batch(items)
-        # a forward pass's fixed part in padded tokens: on CPU measured (~25 on one thread, twice on two: issue 61); on
-        # CUDA, where tokens cost next to nothing, a batch of 64 is one group (not measured: no device was lent)
-        per_forward = FORWARD_TOKENS_CUDA if self.device is not None and self.device.type == "cuda" else (
-            FORWARD_TOKENS_PER_THREAD * torch.get_num_threads())
-        groups = length_groups([(i, len(e.top1)) for i, e in enumerate(examples) if e is not None], per_forward)
+        groups = length_groups([(i, len(e.top1)) for i, e in enumerate(examples) if e is not None])
         return Batch(examples, [(group, self._tensors([examples[i] for i in group])) for group in groups])
 
     def _tensors(self, examples: list[Example]) -> dict[str, torch.Tensor]:

@@ -66,38 +66,11 @@ def test_length_groups_keep_short_inputs_apart_from_long_ones():
     from model.corrector import length_groups
 
     lengths = [(i, 5) for i in range(20)] + [(20 + i, 40) for i in range(10)]
-    groups = length_groups(lengths, 25)
+    groups = length_groups(lengths)
     assert sorted(i for g in groups for i in g) == list(range(30))
-    assert sorted(sorted(g) for g in groups) == [list(range(20)), list(range(20, 30))]
-    assert length_groups([(0, 3)], 25) == [[0]]
-    assert length_groups([], 25) == []
-
-
-def test_length_groups_are_the_split_of_least_modelled_cost():
-    """Every split of a few sorted lengths into runs, tried: none costs less than the one chosen (a forward pass's fixed
-    part plus each group's padded tokens); a costly forward pass keeps them together, a cheap one splits them."""
-    import itertools
-    import random
-
-    from model.corrector import length_groups
-
-    def cost(groups: list[list[int]], length: dict[int, int], forward: float) -> float:
-        return sum(forward + len(g) * max(length[i] for i in g) for g in groups)
-
-    rng = random.Random(2)
-    for _ in range(200):
-        lengths = [(i, rng.randint(1, 64)) for i in range(rng.randint(1, 9))]
-        forward = rng.choice([0.0, 5.0, 25.0, 60.0])
-        length = dict(lengths)
-        chosen = length_groups(lengths, forward)
-        order = [i for i, _ in sorted(lengths, key=lambda p: p[1])]
-        cuts = [list(c) for k in range(len(order)) for c in itertools.combinations(range(1, len(order)), k)]
-        splits = [[order[a:b] for a, b in zip([0, *c], [*c, len(order)], strict=True)] for c in cuts]
-        best = min(cost(split, length, forward) for split in splits)
-        assert sorted(i for g in chosen for i in g) == sorted(length)
-        assert cost(chosen, length, forward) == best
-    assert len(length_groups([(i, 10 + i) for i in range(8)], 4096)) == 1
-    assert len(length_groups([(i, 10 * (i + 1)) for i in range(8)], 0.0)) == 8
+    assert all(max(dict(lengths)[i] for i in g) / min(dict(lengths)[i] for i in g) < 8 for g in groups)
+    assert length_groups([(0, 3)]) == [[0]]
+    assert length_groups([]) == []
 
 
 def test_featurize_never_offers_an_orthographic_variant_of_top1():
