@@ -219,6 +219,7 @@ class Corrector:
         check_features(self.meta.features, source=f"the weights in {self.weights_dir}")
         self.vocab = _vocab(self.weights_dir)
         self.featurizer = Featurizer(self.vocab, _confusion(self.weights_dir))
+        self.featurizer.fill_memos()
         self.threshold = float(self.meta.threshold)
         net = CorrectorNet(NetConfig(**dataclasses.asdict(self.meta.net)))
         state = load_file(str(self.weights_dir / NETWORK_FILE))

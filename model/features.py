@@ -1,9 +1,8 @@
 """Turn n-best lists into the corrector's inputs: TOP1 positions, each with a small candidate set.
 
-Per TOP1 position the candidates are: keep (index 0); the distinct segments the other hypotheses align
-there (substitutions, deletions as "", insertions as two characters), by best rank; then characters of
-the same or a near syllable. The network picks one candidate per position, so it can only insert or
-delete where the n-best offers it.
+Per TOP1 position the candidates are: keep (index 0); the distinct segments the other hypotheses align there
+(substitutions, deletions as "", insertions as two characters), by best rank; then characters of the same or a near
+syllable. The network picks one candidate per position, so it can only insert or delete where the n-best offers it.
 """
 
 from __future__ import annotations
@@ -279,6 +278,14 @@ class Featurizer:
         if value is None:
             value = self._similar_memo.entries[char] = dict(self.confusion.similar(char, MAX_CANDIDATES))
         return value
+
+    def fill_memos(self) -> None:
+        """Memoise each vocabulary character's syllable, sound-alikes and block now (~75 ms), not in the batch that
+        first holds it: the same values (the vocabulary's alone); new lists featurized ~6 % faster (issue 61)."""
+        for char in self.vocab.chars[3:]:  # after <pad>, <unk> and <empty>
+            self._syllable(char)
+            self._similar(char)
+            self.unanimous.block(char)
 
     def featurize(self, nbest: NBest, truth: str | None = None) -> Example | None:
         """Return the Example of one n-best list, or None when TOP1 has no Han character."""

@@ -65,3 +65,18 @@ def test_rows_freed_by_the_bound_are_rewritten_whole_for_other_lists(monkeypatch
     for want, got in zip(expected, bounded.featurize_batch(second), strict=True):
         for key in ("cand_ids", "cand_feats", "cand_mask"):
             assert np.array_equal(getattr(want, key), getattr(got, key)), key
+
+
+def test_memos_filled_at_set_up_give_the_arrays_filled_on_demand():
+    """`Featurizer.fill_memos` memoises every vocabulary character before any batch: the same arrays as memos filled
+    as the characters come."""
+    filled = Featurizer(Vocab.from_counts(COUNTS, BIGRAMS))
+    filled.fill_memos()
+    assert set(filled.unanimous.blocks.entries) == set(COUNTS)
+    on_demand = Featurizer(Vocab.from_counts(COUNTS, BIGRAMS))
+    for top1 in SENTENCES:
+        nbest = NBest((top1, top1, top1[:2] + "噢" + top1[3:]))
+        a, b = filled.featurize(nbest), on_demand.featurize(nbest)
+        assert a.candidates == b.candidates
+        for key in ("chars", "syl", "tone", "bnd", "pos_feats", "cand_ids", "cand_feats", "cand_mask"):
+            assert np.array_equal(getattr(a, key), getattr(b, key)), key
