@@ -334,7 +334,6 @@ class Featurizer:
                           np.zeros(L, dtype=np.int64), np.array(tags, dtype=np.int64), np.zeros((L, N_POS_FEATS),
                           dtype=np.float32), cand_ids, cand_feats, cand_mask, [], None, rows)
         candidates = example.candidates
-        unanimous = pending
         # the position rows written number by number through typed views, as `_candidate_rows` writes its own
         mask = cand_mask.view(np.uint8)
         syl_out, tone_out, pos_out = example.syl, example.tone, example.pos_feats
@@ -352,11 +351,11 @@ class Featurizer:
                 block = blocks_memo[char] if char in blocks_memo else self.unanimous.block(char)
             if block is not None:  # every hypothesis agrees: its rows are written batch-wide (`UnanimousRows.fill`)
                 agreement, alternatives = 1.0, 0.0
-                unanimous.positions.append(start + i)
-                unanimous.blocks.append(block.row)
-                unanimous.cands.append(block.cands)
-                unanimous.left.append(padded[i])
-                unanimous.right.append(padded[i + 2])
+                pending.positions.append(start + i)
+                pending.blocks.append(block.row)
+                pending.cands.append(block.cands)
+                pending.left.append(padded[i])
+                pending.right.append(padded[i + 2])
                 candidates.append(block.cands)
             else:
                 votes: dict[str, list[int]] = {char: [0]}
