@@ -130,14 +130,23 @@ def compare_times(sides: dict[str, Path], lists_path: Path, args: argparse.Names
                                      f"{m['ms_64'] / here['ms_64']:.2f}x")
 
 
-def serve(tree: Path) -> ServerProcess:
-    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`."""
+def serve(tree: Path, settings: dict[str, str] | None = None) -> ServerProcess:
+    """Serve `tree` as its own `make run` does (the command moved), its code on `PYTHONPATH`, with `settings` (env)."""
     from testing.server import start_server
 
     code = "import json; from testing.server import gunicorn_command as g; print(json.dumps(g()))"
     done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)},
                           capture_output=True, text=True, check=True)
-    return start_server({"PYTHONPATH": str(tree)}, tree=tree, command=json.loads(done.stdout.strip().splitlines()[-1]))
+    return start_server({**(settings or {}), "PYTHONPATH": str(tree)}, tree=tree,
+                        command=json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def setting(text: str) -> tuple[str, str]:
+    """`--env KEY=VALUE`: one of the service's settings (its environment variable), as a pair."""
+    key, sep, value = text.partition("=")
+    if not sep or not key or not key.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (an environment variable), got {text!r}")
+    return key, value
 
 
 def alternate(sides: dict[str, Path], rounds: int, measure: Callable[[Path], dict], show: Callable[[dict], str],
@@ -162,7 +171,7 @@ def served_point(tree: Path, warm: list[str], templates: list[str], args: argpar
     from testing import load
     from testing.report import measure_closed
 
-    with serve(tree) as server:
+    with serve(tree, dict(args.env)) as server:
         load.run(load.closed_loop(server.url, args.clients, 3.0, 1.0, warm))  # the first batches, the caches
         point = measure_closed(server, args.clients, args.served_s, templates)
     # the paths of the window's requests only (each shot's, from the request log): the warm-up's last requests,
@@ -212,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--served-s", type=float, default=10.0, help="seconds measured per side and round, served")
     ap.add_argument("--pool", type=int, default=400, help="distinct lists the window of --mode served cycles through")
     ap.add_argument("--fresh", action="store_true", help="--mode served: warm up on other lists than the window's")
+    ap.add_argument("--env", action="append", default=[], type=setting, metavar="KEY=VALUE",
+                    help="--mode served: a setting every side is served with (repeatable); MAX_TOP1_CHARS=1 answers "
+                         "every list TOP1 through the whole HTTP path, without the model: the path's own cost")
     ap.add_argument("--json", type=Path, help="write everything measured here")
     ap.add_argument("--child", choices=("answers", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--lists-file", type=Path, help=argparse.SUPPRESS)

@@ -121,6 +121,30 @@ def test_ab_fresh_serves_its_window_lists_the_warm_up_never_sent():
     assert served_bodies(50, fresh=False)[0] == served_bodies(50, fresh=False)[1]
 
 
+def test_ab_serves_every_side_with_the_settings_given_and_refuses_a_malformed_one(monkeypatch, capsys):
+    import argparse
+    import contextlib
+
+    from testing import ab
+
+    served = []
+
+    @contextlib.contextmanager
+    def fake_serve(tree, settings=None):
+        served.append(settings)
+        raise RuntimeError("stop here")  # the settings are all this test needs
+        yield
+
+    monkeypatch.setattr(ab, "serve", fake_serve)
+    args = argparse.Namespace(env=[ab.setting("MAX_TOP1_CHARS=1"), ab.setting("LOG_LEVEL=warning")])
+    with pytest.raises(RuntimeError, match="stop here"):
+        ab.served_point(Path("."), [], [], args)
+    assert served == [{"MAX_TOP1_CHARS": "1", "LOG_LEVEL": "warning"}]
+    with pytest.raises(SystemExit) as exit_info:
+        ab.main(["--mode", "served", "--env", "MAX_TOP1_CHARS"])
+    assert exit_info.value.code == 2 and "expected KEY=VALUE" in capsys.readouterr().err
+
+
 @pytest.mark.real_model
 def test_ab_time_child_times_each_hook_of_a_batch_and_they_make_up_the_batch(tmp_path, monkeypatch):
     import json
