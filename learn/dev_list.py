@@ -1,5 +1,6 @@
-"""A dev list as the second stage's fitting sees it (`DevList`: its candidates' features and errors), and the cut on a
-per-list score with the lowest CER within precision bounds (`pick_cut`: the stage's margin, the gate's margin).
+"""A dev list as the second stage's fitting sees it (`DevList`: its candidates' features and errors), the cut on a
+per-list score with the lowest CER within precision bounds (`pick_cut`: the stage's margin, the gate's margin), and how
+many lists those bounds leave room for (`thin_bounds`).
 """
 
 from __future__ import annotations
@@ -52,3 +53,24 @@ def pick_cut(lists: list[DevList], lead: np.ndarray, chosen_err: np.ndarray, max
         best = (float(margins[k]), {"cer": float(errs[k]) / total, "top1_cer": base / total,
                                     "worse": float(worse[i]), "right_changed": float(right[i])})
     return best
+
+
+# The fewest lists a precision bound should leave room for on a group: with fewer, a fit meets it by chance as often as
+# by its choice (a 0.5 % bound on 1,500 lists is about 4 right TOP1s changed; docs/model.md, issue 60's fifth session).
+MIN_BOUND_LISTS = 10
+
+
+def thin_bounds(lists: list[DevList], max_worse: float, max_right_changed: float,
+                groups: list[int] | None = None) -> dict[int, str]:
+    """Per group (all lists as group 0 when None) whose bounds leave room for fewer than `MIN_BOUND_LISTS` lists made
+    worse or right TOP1s changed, what they leave room for, in words."""
+    out = {}
+    labels = groups if groups is not None else [0] * len(lists)
+    for group in sorted(set(labels)):
+        mine = [d for d, g in zip(lists, labels, strict=True) if g == group]
+        right = sum(int(d.errors[0]) == 0 for d in mine)
+        worse_room, right_room = max_worse * len(mine), max_right_changed * right
+        if min(worse_room, right_room) < MIN_BOUND_LISTS:
+            out[group] = (f"{max_worse:.2%} of its {len(mine)} lists is {worse_room:.1f} made worse, "
+                          f"{max_right_changed:.2%} of its {right} right TOP1s is {right_room:.1f} changed")
+    return out

@@ -26,7 +26,7 @@ from rapidfuzz.distance import Levenshtein
 from config import DEFAULT_WEIGHTS_DIR
 from learn.data.decode_sim import decoded_dev
 from learn.data.simulate import load_simulator
-from learn.dev_list import DevList, pick_cut
+from learn.dev_list import DevList, pick_cut, thin_bounds
 from learn.gate_fit import fit_focus, fit_gate
 from learn.written import wrote
 from model.adaptation import Adaptation
@@ -347,6 +347,9 @@ def main() -> None:
                                 adaptation=corrector.adaptation)
     lists = [d for d in described if d is not None]
     groups = [g for d, g in zip(described, origin, strict=True) if d is not None] if args.per_file else None
+    for group, room in thin_bounds(lists, args.max_worse, args.max_right_changed, groups).items():
+        name = "all the lists" if groups is None else (["the simulated lists", "the decoded lists", *args.data])[group]
+        print(f"tune: warning: {name}: {room}; figures this small move by chance (more lists)", file=sys.stderr)
     meta = WeightsMeta.load(args.weights)
     current = meta.rerank.get(args.variant)
     gate = None

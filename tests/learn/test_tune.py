@@ -194,4 +194,8 @@ def test_the_decoding_recognisers_dev_lists_are_a_group_of_their_own_beside_each
     tune.main()
     assert drawn == {"n": 2, "skip": 0}  # after the simulated dev lists' sentences
     assert seen["groups"] == [1, 1, 2, 2, 2]  # the bounds kept on the decoded lists and on the file, each alone
-    assert '"weights"' in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert '"weights"' in said.out
+    # bounds that leave room for less than a list on each group are said to be so, by the group's name
+    assert "tune: warning: the decoded lists: 0.30% of its 2 lists is 0.0 made worse" in said.err
+    assert f"tune: warning: {data}: 0.30% of its 3 lists" in said.err
